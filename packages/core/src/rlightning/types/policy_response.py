@@ -1,0 +1,543 @@
+"""Policy response data structures.
+
+This module provides classes for representing policy action responses, supporting both
+single-agent and multi-agent scenarios. It follows the original API page
+(``shared/spec/policy_response_api.txt``) member for member and documents what that page left
+open: which fields ``to_dict`` leaves out, how latencies treat bad stamps and clock skew, how
+conversions treat nested containers and dtypes numpy lacks, and which names a field may not take.
+
+Timing stamps are integers in nanoseconds since the Unix epoch (``time.time_ns()``):
+
+* ``ts_env_sent_ns`` -- set by whoever sends the observation (the env worker);
+* ``ts_policy_sent_ns`` -- set by :meth:`PolicyResponse.mark_policy_sent`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from types import SimpleNamespace
+from typing import Any, ClassVar, TypeVar
+
+import gymnasium as gym
+import numpy as np
+
+from rlightning._convert import fields_to_cpu, fields_to_device, fields_to_numpy
+from rlightning._torch import require_torch, torch_if_imported
+from rlightning._tree import tree_equal, tree_repr
+
+__all__ = ["MultiAgentPolicyResponse", "PolicyResponse"]
+
+#: Field names that :meth:`PolicyResponse.to_dict` leaves out (``env_id`` and the timing stamps).
+ENVELOPE_FIELDS: frozenset[str] = frozenset({"env_id", "ts_env_sent_ns", "ts_policy_sent_ns"})
+
+_Self = TypeVar("_Self", bound="PolicyResponse")
+
+
+def _check_env_id(env_id: object) -> None:
+    if env_id is not None and not isinstance(env_id, str):
+        raise TypeError(
+            f"env_id must be a str (or None), got {type(env_id).__name__} {env_id!r}; "
+            f"pass str({env_id!r}) if a number identifies the env"
+        )
+
+
+def _latency_s(stamp: object, now_ns: int | None, stamp_name: str) -> float:
+    if now_ns is None:
+        now_ns = time.time_ns()
+    elif isinstance(now_ns, bool) or not isinstance(now_ns, (int, np.integer)):
+        raise TypeError(
+            f"now_ns must be an int of nanoseconds since the epoch, got "
+            f"{type(now_ns).__name__} {now_ns!r} (while reading {stamp_name})"
+        )
+    if isinstance(stamp, bool) or not isinstance(stamp, (int, np.integer)):
+        return 0.0
+    elapsed = (int(now_ns) - int(stamp)) / 1e9
+    return elapsed if elapsed > 0.0 else 0.0
+
+
+def _restore(cls: type[_Self], env_id: str | None, fields: dict[str, Any]) -> _Self:
+    """Rebuild a pickled response (the callable named by ``__reduce_ex__``)."""
+    return cls(env_id, **fields)
+
+
+class PolicyResponse(SimpleNamespace):
+    """Policy response container for single-agent interactions.
+
+    Holds the action and any additional data produced by a policy for a single environment step.
+    Data fields are plain attributes: ``response.action``, ``response.log_prob``, ... Values can be
+    anything; numpy arrays and torch tensors (nested in dicts, lists, tuples and namedtuples too)
+    are what the conversion methods act on. torch is optional: without it every method except
+    :meth:`cuda` works on numpy and Python data.
+
+    Conventional fields (names follow Stable-Baselines3 and PettingZoo): ``action`` (what the env's
+    ``step`` takes), ``buffer_action`` (what a buffer stores), ``value``, ``log_prob``, ``state``
+    (recurrent state), ``episode_start``, ``action_mask``, and the stamps ``ts_env_sent_ns`` and
+    ``ts_policy_sent_ns`` (nanoseconds since the epoch).
+
+    Attributes:
+        env_id: Environment identifier this response is for (a str, or None when not routed).
+
+    Args:
+        env_id: Environment identifier, a str or None.
+        **data: Response fields. A name that would shadow a member of the class (``to_dict``,
+            ``cpu``, ``numpy``, ``__class__``, ...) is refused. Values are stored as given, not
+            copied.
+
+    Raises:
+        TypeError: ``env_id`` is neither a str nor None.
+        ValueError: a field name would shadow a member of the class.
+
+    Examples:
+        >>> import numpy as np
+        >>> r = PolicyResponse("env-0", action=np.array([1]), value=0.5)
+        >>> r.action
+        array([1])
+        >>> r.to_dict()
+        {'action': array([1]), 'value': 0.5}
+        >>> r
+        PolicyResponse(env_id='env-0', action=array([1], dtype=int64), value=0.5)
+    """
+
+    env_id: str | None
+
+    #: Names a field may not take: every member of the class, computed once per class.
+    _reserved_fields: ClassVar[frozenset[str]] = frozenset()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable container, like SimpleNamespace
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._reserved_fields = frozenset(dir(cls)) - {"env_id"}
+
+    def __init__(self, env_id: str | None, **data: Any) -> None:
+        _check_env_id(env_id)
+        if not type(self)._reserved_fields.isdisjoint(data):
+            self._refuse_reserved(data)
+        fields = self.__dict__
+        fields["env_id"] = env_id
+        fields.update(data)
+
+    @classmethod
+    def _refuse_reserved(cls, names: Mapping[str, Any]) -> None:
+        clashes = sorted(cls._reserved_fields.intersection(names))
+        raise ValueError(
+            f"field name(s) {', '.join(map(repr, clashes))} would shadow "
+            f"{cls.__name__}.{clashes[0]}; rename the field (reserved: every member of the class)"
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in type(self)._reserved_fields:
+            type(self)._refuse_reserved({name: value})
+        if name == "env_id":
+            _check_env_id(value)
+        self.__dict__[name] = value
+
+    # ------------------------------------------------------------------ dunder protocol
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PolicyResponse):
+            return NotImplemented
+        if type(self) is not type(other):
+            return False
+        return tree_equal(self.__dict__, other.__dict__)
+
+    def __repr__(self) -> str:
+        parts = [f"{key}={tree_repr(value)}" for key, value in self.__dict__.items()]
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        fields = self.__dict__.copy()
+        env_id = fields.pop("env_id")
+        return (_restore, (type(self), env_id, fields))
+
+    # ------------------------------------------------------------------ data access
+    def to_dict(self) -> dict[str, Any]:
+        """Convert to dictionary excluding env_id.
+
+        The timing stamps ``ts_env_sent_ns`` and ``ts_policy_sent_ns`` are left out too: they
+        describe the transport, not the step's data. Values are the stored objects themselves (a
+        shallow copy of the field mapping; arrays and tensors are not copied).
+
+        Returns:
+            Dictionary of response fields, in the order they were set.
+        """
+        fields = self.__dict__.copy()
+        del fields["env_id"]
+        if "ts_env_sent_ns" in fields:
+            del fields["ts_env_sent_ns"]
+        if "ts_policy_sent_ns" in fields:
+            del fields["ts_policy_sent_ns"]
+        return fields
+
+    # ------------------------------------------------------------------ conversions
+    def to(self: _Self, device: Any, non_blocking: bool = False) -> _Self:
+        """Move every torch tensor attribute to ``device``, in place.
+
+        Tensors nested in dicts, lists, tuples and namedtuples move too; those containers are
+        rebuilt (same types) only when a tensor in them moved, and the containers passed in are
+        never mutated. numpy arrays and other values are left alone. A tensor already on
+        ``device`` is kept as the same object. Without torch no tensor can exist, so moving to
+        ``"cpu"`` is a no-op and any other device needs torch.
+
+        Args:
+            device: A ``torch.device``, a string such as ``"cpu"``, ``"cuda"`` or ``"cuda:1"``, or a
+                CUDA device index.
+            non_blocking: Passed to ``Tensor.to``. A copy from pinned CPU memory to CUDA, or from
+                CUDA to CPU, may then return before it finishes: synchronise
+                (``torch.cuda.synchronize()`` or the stream) before reading the result on the CPU.
+
+        Returns:
+            Self, with the tensors moved.
+
+        Raises:
+            ImportError: ``device`` is not the CPU and torch is not installed.
+            RuntimeError: torch cannot move a tensor there (e.g. CUDA is not available); the
+                message names the field.
+        """
+        fields = self.__dict__
+        if device == "cpu":
+            fields_to_cpu(fields, non_blocking)
+            return self
+        torch = torch_if_imported() or require_torch(f"{type(self).__name__}.to({device!r})")
+        target = torch.device(device)
+        if target.type == "cpu":
+            fields_to_cpu(fields, non_blocking)
+        else:
+            fields_to_device(fields, target, non_blocking)
+        return self
+
+    def cpu(self: _Self) -> _Self:
+        """Move all tensor attributes to CPU, in place (``to("cpu")``).
+
+        Returns:
+            Self with tensors moved to CPU.
+        """
+        fields_to_cpu(self.__dict__, False)
+        return self
+
+    def cuda(self: _Self, device: str | int | None = None) -> _Self:
+        """Move all tensor attributes to CUDA, in place (``to(device)``).
+
+        Args:
+            device: CUDA device index or string. Defaults to ``'cuda'`` (the current device).
+
+        Returns:
+            Self with tensors moved to CUDA.
+
+        Raises:
+            ImportError: torch is not installed (torch with CUDA support is needed).
+            RuntimeError: torch has no usable CUDA device.
+            ValueError: ``device`` names a device that is not CUDA.
+        """
+        torch = require_torch(f"{type(self).__name__}.cuda() (torch with CUDA support)")
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                f"{type(self).__name__}.cuda() needs torch with CUDA and a visible GPU, but "
+                f"torch {torch.__version__} reports torch.cuda.is_available() == False"
+            )
+        if device is None:
+            target = torch.device("cuda")
+        elif isinstance(device, int) and not isinstance(device, bool):
+            target = torch.device("cuda", device)
+        else:
+            target = torch.device(device)
+        if target.type != "cuda":
+            raise ValueError(f"cuda() takes a CUDA device, got device={device!r}; use to()")
+        return self.to(target)
+
+    def numpy(self: _Self) -> _Self:
+        """Convert all tensor attributes to NumPy arrays, in place.
+
+        Each tensor (nested ones too) is detached, moved to the CPU and converted; a CPU tensor
+        that needs no such work becomes an array sharing its memory. Dtypes numpy lacks are
+        widened: bfloat16 and the float8 family to float32, complex32 to complex64. Values that are
+        not tensors, numpy arrays included, are left alone.
+
+        Returns:
+            Self with tensors converted to NumPy arrays.
+
+        Raises:
+            TypeError: a tensor cannot be converted (e.g. a sparse or quantized tensor); the
+                message names the field.
+        """
+        fields_to_numpy(self.__dict__)
+        return self
+
+    # ------------------------------------------------------------------ timing
+    def mark_policy_sent(self: _Self) -> _Self:
+        """Record the timestamp when the policy response is sent.
+
+        Sets ``ts_policy_sent_ns`` to ``time.time_ns()`` (nanoseconds since the epoch), in place.
+
+        Returns:
+            Self for method chaining.
+        """
+        self.__dict__["ts_policy_sent_ns"] = time.time_ns()
+        return self
+
+    def compute_sent_latency(self, now_ns: int | None = None) -> float:
+        """Compute latency in seconds from env-sent timestamp to now.
+
+        Use for env->policy or env->buffer transfer time (e.g. in a policy's rollout hook or in a
+        buffer's ``add_transition``).
+
+        Args:
+            now_ns: Current time in nanoseconds since the epoch. If None, uses ``time.time_ns()``.
+
+        Returns:
+            Latency in seconds, or 0.0 if ``ts_env_sent_ns`` is missing, None or not an integer.
+            Never negative: when the sender's clock is ahead (another machine), 0.0.
+
+        Raises:
+            TypeError: ``now_ns`` is given and is not an integer.
+        """
+        return _latency_s(self.__dict__.get("ts_env_sent_ns"), now_ns, "ts_env_sent_ns")
+
+    def compute_policy_latency(self, now_ns: int | None = None) -> float:
+        """Compute latency in seconds from the policy-sent timestamp to now.
+
+        Use for policy->env or policy->buffer transfer time, after :meth:`mark_policy_sent`.
+
+        Args:
+            now_ns: Current time in nanoseconds since the epoch. If None, uses ``time.time_ns()``.
+
+        Returns:
+            Latency in seconds, or 0.0 if ``ts_policy_sent_ns`` is missing, None or not an
+            integer. Never negative.
+
+        Raises:
+            TypeError: ``now_ns`` is given and is not an integer.
+        """
+        return _latency_s(self.__dict__.get("ts_policy_sent_ns"), now_ns, "ts_policy_sent_ns")
+
+    # ------------------------------------------------------------------ construction
+    @staticmethod
+    def make_example(
+        action_space: gym.Space[Any], env_id: str | None = None, **data: Any
+    ) -> PolicyResponse:
+        """Create an example PolicyResponse.
+
+        Args:
+            action_space: Gymnasium action space for sampling (any space that can ``sample()``:
+                Box, Discrete, MultiDiscrete, MultiBinary, Text, Dict, Tuple, nested ones, ...).
+                Seed the space (``action_space.seed(0)``) for a reproducible action.
+            env_id: Optional environment identifier.
+            **data: Additional response data.
+
+        Returns:
+            PolicyResponse with sampled action (``action_space.sample()``).
+
+        Raises:
+            TypeError: ``action_space`` is not a ``gymnasium.Space``, or ``action`` is passed in
+                ``data`` (the action is what is sampled).
+        """
+        _check_space(action_space, "action_space")
+        if "action" in data:
+            raise TypeError("make_example() samples the action; do not pass action=")
+        return PolicyResponse(env_id, action=action_space.sample(), **data)
+
+
+def _check_space(space: object, name: str) -> None:
+    if not isinstance(space, gym.Space):
+        raise TypeError(f"{name} must be a gymnasium.Space, got {type(space).__name__} {space!r}")
+
+
+class MultiAgentPolicyResponse(PolicyResponse):
+    """Policy response for multi-agent interactions.
+
+    Extends PolicyResponse with support for multiple agents, where actions are stored in a
+    dictionary keyed by agent ID (the PettingZoo convention: ``{agent_id: action}``).
+
+    Per-agent fields: a field is per-agent when it is a dict whose keys are exactly the agent ids
+    of ``action`` (e.g. ``log_prob={"a": ..., "b": ...}``). Every other field is shared by all
+    agents. :meth:`for_agent` and :meth:`from_agents` rely on that one rule.
+
+    Args:
+        env_id: Environment identifier, a str or None.
+        **data: Response fields; ``action`` is required and must be a dict keyed by agent id.
+
+    Raises:
+        TypeError: ``action`` is missing or not a dict, or ``env_id`` is not a str or None.
+        ValueError: a field name would shadow a member of the class.
+
+    Examples:
+        >>> r = MultiAgentPolicyResponse("env-0", action={"a": 0, "b": 1}, value={"a": 0.1, "b": 0.2})
+        >>> r.agent_ids
+        ['a', 'b']
+        >>> r.for_agent("b")
+        PolicyResponse(env_id='env-0', action=1, value=0.2)
+    """
+
+    def __init__(self, env_id: str | None, **data: Any) -> None:
+        _check_agent_actions(data.get("action", _MISSING))
+        super().__init__(env_id, **data)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "action":
+            _check_agent_actions(value)
+        super().__setattr__(name, value)
+
+    @property
+    def agent_ids(self) -> list[Any]:
+        """The agent ids, in the order of ``action``'s keys."""
+        return list(self.__dict__["action"])
+
+    def is_per_agent(self, name: str) -> bool:
+        """Tell whether field ``name`` is per-agent (a dict keyed by exactly the agent ids).
+
+        Args:
+            name: A field name.
+
+        Returns:
+            True for per-agent fields (``action`` always is), False for shared ones.
+
+        Raises:
+            KeyError: there is no field ``name``.
+        """
+        fields = self.__dict__
+        if name not in fields:
+            raise KeyError(f"{type(self).__name__} has no field {name!r}; fields: {list(fields)}")
+        value = fields[name]
+        return isinstance(value, dict) and value.keys() == fields["action"].keys()
+
+    def for_agent(self, agent_id: Any) -> PolicyResponse:
+        """Return one agent's single-agent view.
+
+        Args:
+            agent_id: One of :attr:`agent_ids`.
+
+        Returns:
+            A new :class:`PolicyResponse` with the same ``env_id``, that agent's entry of every
+            per-agent field, and every shared field as is (the same objects, not copies).
+
+        Raises:
+            KeyError: ``agent_id`` is not one of the agents.
+        """
+        fields = self.__dict__
+        agents = fields["action"]
+        if agent_id not in agents:
+            raise KeyError(f"agent {agent_id!r} has no action in this response; agents: {list(agents)}")
+        keys = agents.keys()
+        out: dict[str, Any] = {}
+        for name, value in fields.items():
+            if name == "env_id":
+                continue
+            if isinstance(value, dict) and value.keys() == keys:
+                out[name] = value[agent_id]
+            else:
+                out[name] = value
+        return PolicyResponse(fields["env_id"], **out)
+
+    @classmethod
+    def from_agents(
+        cls, env_id: str | None, responses: Mapping[Any, PolicyResponse]
+    ) -> MultiAgentPolicyResponse:
+        """Build a multi-agent response from one single-agent response per agent.
+
+        The inverse of :meth:`for_agent`: a field whose value is the very same object in every
+        agent's response is shared; every other field (``action`` always) becomes a per-agent dict
+        keyed by agent id, in the order of ``responses``.
+
+        Args:
+            env_id: Environment identifier for the result.
+            responses: ``{agent_id: PolicyResponse}``; each must have an ``action``.
+
+        Returns:
+            A new MultiAgentPolicyResponse.
+
+        Raises:
+            TypeError: ``responses`` is not a mapping of PolicyResponse objects.
+            ValueError: ``responses`` is empty, a response's ``env_id`` is neither None nor
+                ``env_id``, or a field is present for some agents and missing for others (the
+                message names the field and the agents).
+        """
+        if not isinstance(responses, Mapping):
+            raise TypeError(
+                f"responses must be a mapping {{agent_id: PolicyResponse}}, "
+                f"got {type(responses).__name__}"
+            )
+        if not responses:
+            raise ValueError("responses is empty: a multi-agent response needs at least one agent")
+        names: dict[str, None] = {}
+        for agent_id, response in responses.items():
+            if not isinstance(response, PolicyResponse):
+                raise TypeError(
+                    f"response for agent {agent_id!r} must be a PolicyResponse, "
+                    f"got {type(response).__name__}"
+                )
+            if response.env_id is not None and response.env_id != env_id:
+                raise ValueError(
+                    f"response for agent {agent_id!r} has env_id={response.env_id!r}, "
+                    f"expected {env_id!r} (or None)"
+                )
+            names.update(dict.fromkeys(k for k in response.__dict__ if k != "env_id"))
+        if "action" not in names:
+            names = {"action": None, **names}
+        data: dict[str, Any] = {}
+        for name in names:
+            missing = [a for a, r in responses.items() if name not in r.__dict__]
+            if missing:
+                raise ValueError(
+                    f"field {name!r} is missing for agent(s) {missing} but present for others; "
+                    "give every agent the field or none"
+                )
+            values = [r.__dict__[name] for r in responses.values()]
+            first = values[0]
+            if name != "action" and all(v is first for v in values):
+                data[name] = first
+            else:
+                data[name] = dict(zip(responses.keys(), values, strict=True))
+        return cls(env_id, **data)
+
+    @staticmethod
+    def make_example(  # type: ignore[override]  # the API page gives the multi-agent form this signature
+        action_spaces: dict[Any, gym.Space[Any]], env_id: str | None = None, **data: Any
+    ) -> MultiAgentPolicyResponse:
+        """Create an example MultiAgentPolicyResponse.
+
+        Args:
+            action_spaces: Dictionary mapping agent IDs to action spaces.
+            env_id: Optional environment identifier.
+            **data: Additional response data.
+
+        Returns:
+            MultiAgentPolicyResponse with sampled actions for all agents
+            (``{agent_id: space.sample()}``).
+
+        Raises:
+            TypeError: ``action_spaces`` is not a dict of gymnasium spaces, or ``action`` is
+                passed in ``data``.
+            ValueError: ``action_spaces`` is empty.
+        """
+        if not isinstance(action_spaces, Mapping):
+            raise TypeError(
+                f"action_spaces must be a dict {{agent_id: gymnasium.Space}}, "
+                f"got {type(action_spaces).__name__}"
+            )
+        if not action_spaces:
+            raise ValueError("action_spaces is empty: give at least one agent's action space")
+        for agent_id, space in action_spaces.items():
+            _check_space(space, f"action_spaces[{agent_id!r}]")
+        if "action" in data:
+            raise TypeError("make_example() samples the actions; do not pass action=")
+        actions = {agent_id: space.sample() for agent_id, space in action_spaces.items()}
+        return MultiAgentPolicyResponse(env_id, action=actions, **data)
+
+
+_MISSING = object()
+
+
+def _check_agent_actions(action: object) -> None:
+    if action is _MISSING:
+        raise TypeError(
+            "MultiAgentPolicyResponse needs action=, a dict keyed by agent id "
+            "(e.g. {'agent_0': 1, 'agent_1': 0})"
+        )
+    if not isinstance(action, dict):
+        raise TypeError(
+            f"MultiAgentPolicyResponse.action must be a dict keyed by agent id, "
+            f"got {type(action).__name__} {tree_repr(action)}"
+        )
+
+
+PolicyResponse._reserved_fields = frozenset(dir(PolicyResponse)) - {"env_id"}
