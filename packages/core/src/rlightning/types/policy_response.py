@@ -104,7 +104,7 @@ class PolicyResponse(SimpleNamespace):
     #: Names a field may not take: every member of the class, computed once per class.
     _reserved_fields: ClassVar[frozenset[str]] = frozenset()
 
-    __hash__ = None  # type: ignore[assignment]  # mutable container, like SimpleNamespace
+    __hash__ = None  # mutable container, like SimpleNamespace
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -140,6 +140,10 @@ class PolicyResponse(SimpleNamespace):
         if type(self) is not type(other):
             return False
         return tree_equal(self.__dict__, other.__dict__)
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
 
     def __repr__(self) -> str:
         parts = [f"{key}={tree_repr(value)}" for key, value in self.__dict__.items()]
@@ -361,7 +365,8 @@ class MultiAgentPolicyResponse(PolicyResponse):
         ValueError: a field name would shadow a member of the class.
 
     Examples:
-        >>> r = MultiAgentPolicyResponse("env-0", action={"a": 0, "b": 1}, value={"a": 0.1, "b": 0.2})
+        >>> actions, values = {"a": 0, "b": 1}, {"a": 0.1, "b": 0.2}
+        >>> r = MultiAgentPolicyResponse("env-0", action=actions, value=values)
         >>> r.agent_ids
         ['a', 'b']
         >>> r.for_agent("b")
@@ -416,7 +421,9 @@ class MultiAgentPolicyResponse(PolicyResponse):
         fields = self.__dict__
         agents = fields["action"]
         if agent_id not in agents:
-            raise KeyError(f"agent {agent_id!r} has no action in this response; agents: {list(agents)}")
+            raise KeyError(
+                f"agent {agent_id!r} has no action in this response; agents: {list(agents)}"
+            )
         keys = agents.keys()
         out: dict[str, Any] = {}
         for name, value in fields.items():
