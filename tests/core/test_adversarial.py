@@ -23,7 +23,8 @@ from rlightning import MultiAgentPolicyResponse, PolicyResponse
 
 
 def _torch() -> ModuleType:
-    return pytest.importorskip("torch", reason="torch is not installed (core-notorch env)")
+    module: ModuleType = pytest.importorskip("torch", reason="torch is not installed")
+    return module
 
 
 def _torch_itself_fails(probe: Any) -> bool:
@@ -623,7 +624,9 @@ def test_non_string_agent_ids_round_trip() -> None:
 
 def test_latency_accepts_numpy_ints_and_refuses_bools() -> None:
     response = PolicyResponse("env-0", ts_env_sent_ns=np.uint64(2**63))
-    assert response.compute_sent_latency(np.uint64(2**63 + 10**9)) == pytest.approx(1.0)
+    # numpy ints work at runtime though the annotation says int | None.
+    now = np.uint64(2**63 + 10**9)
+    assert response.compute_sent_latency(now) == pytest.approx(1.0)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="now_ns"):
         response.compute_sent_latency(np.bool_(True))  # type: ignore[arg-type]
     assert PolicyResponse("env-0", ts_env_sent_ns=True).compute_sent_latency(10) == 0.0
