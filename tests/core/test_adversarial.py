@@ -67,11 +67,6 @@ def _self_referential_dict() -> dict[str, Any]:
 # ------------------------------------------------------------------------------------- from_agents
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="from_agents turns equal-but-distinct timing stamps into per-agent dicts, so "
-    "compute_sent_latency/compute_policy_latency silently return 0.0",
-)
 def test_from_agents_keeps_timing_stamps_usable() -> None:
     sent = time.time_ns()
     # Each agent's response carries the same stamp, as distinct int objects (as after a transport).
@@ -89,11 +84,6 @@ def test_from_agents_keeps_timing_stamps_usable() -> None:
     assert merged.compute_policy_latency(sent + 2 * 10**9) == pytest.approx(1.0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="from_agents shares a field by object identity, so whether a field becomes per-agent "
-    "depends on CPython's int caching/constant folding, not on the values",
-)
 def test_from_agents_structure_does_not_depend_on_int_identity() -> None:
     literal = MultiAgentPolicyResponse.from_agents(
         "env-0",
@@ -112,11 +102,6 @@ def test_from_agents_structure_does_not_depend_on_int_identity() -> None:
     assert literal == computed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a shared field that is a dict keyed by the agent ids is stored shared by from_agents, "
-    "then read back as per-agent by for_agent: silent data change (round trip broken)",
-)
 def test_from_agents_round_trip_with_shared_agent_keyed_dict() -> None:
     scores = {"a": 1.0, "b": 2.0}  # the same object in both agents' responses: a shared field
     responses = {
@@ -136,22 +121,12 @@ def test_from_agents_round_trip_with_shared_agent_keyed_dict() -> None:
     assert merged.for_agent("b") == responses["b"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="from_agents accepts a MultiAgentPolicyResponse as one agent's response and nests its "
-    "action dict inside the new action dict",
-)
 def test_from_agents_refuses_multi_agent_responses() -> None:
     inner = MultiAgentPolicyResponse("env-0", action={"x": 1})
     with pytest.raises(TypeError, match="'a'"):
         MultiAgentPolicyResponse.from_agents("env-0", {"a": inner})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="misleading from_agents messages: 'missing for agent(s) [all] but present for others' "
-    "when no agent has an action; 'expected None (or None)'",
-)
 def test_from_agents_error_messages_are_accurate() -> None:
     with pytest.raises(ValueError, match="action") as missing:
         MultiAgentPolicyResponse.from_agents(
@@ -168,11 +143,6 @@ def test_from_agents_error_messages_are_accurate() -> None:
 # --------------------------------------------------------------------------------------- for_agent
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="for_agent with an unhashable id leaks a bare 'unhashable type: list' with no mention "
-    "of the agent ids",
-)
 def test_for_agent_unhashable_id_is_a_clear_error() -> None:
     response = MultiAgentPolicyResponse("env-0", action={"a": 1, "b": 2})
     with pytest.raises((TypeError, KeyError), match="agent"):
@@ -182,11 +152,6 @@ def test_for_agent_unhashable_id_is_a_clear_error() -> None:
 # -------------------------------------------------------------------------------------- attributes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="del response.env_id / del multi.action succeed; to_dict, pickle, agent_ids and "
-    "for_agent then fail later with a bare KeyError",
-)
 def test_env_id_and_action_cannot_be_deleted() -> None:
     response = PolicyResponse("env-0", action=1)
     with pytest.raises((AttributeError, TypeError, ValueError), match="env_id"):
@@ -198,11 +163,6 @@ def test_env_id_and_action_cannot_be_deleted() -> None:
     assert multi.agent_ids == ["a"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="dunder names that protocols look up on the instance are accepted as fields: "
-    "__deepcopy__=5 makes copy.deepcopy crash, __array__/__array_interface__ hijack np.asarray",
-)
 @pytest.mark.parametrize("name", ["__deepcopy__", "__array__", "__array_interface__"])
 def test_dunder_protocol_names_are_refused(name: str) -> None:
     with pytest.raises(ValueError, match=name):
@@ -212,11 +172,6 @@ def test_dunder_protocol_names_are_refused(name: str) -> None:
 # ---------------------------------------------------------------------------------------- equality
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PolicyResponse == SimpleNamespace falls back to SimpleNamespace.__eq__: True for equal "
-    "fields (class not compared) and 'truth value of an array is ambiguous' with arrays",
-)
 def test_eq_with_plain_simplenamespace() -> None:
     response = PolicyResponse("env-0", action=1)
     plain = SimpleNamespace(env_id="env-0", action=1)
@@ -353,11 +308,6 @@ def test_user_subclass_pickle_and_copy_keep_fields() -> None:
 # ----------------------------------------------------------------------------------------- latency
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="compute_*_latency with a huge int stamp or now_ns leaks OverflowError "
-    "'int too large to convert to float'",
-)
 @pytest.mark.parametrize(
     ("stamp", "now"), [(0, 10**400), (-(10**400), 5)], ids=["huge-now", "huge-negative-stamp"]
 )

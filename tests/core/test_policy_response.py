@@ -397,18 +397,23 @@ def test_from_agents_is_inverse_of_for_agent():
         ts_env_sent_ns=10**12,
     )
     parts = {agent: r.for_agent(agent) for agent in r.agent_ids}
-    back = MultiAgentPolicyResponse.from_agents("e", parts)
+    back = MultiAgentPolicyResponse.from_agents("e", parts, shared=["shared"])
     assert back == r
     assert back.shared is shared
-    assert back.ts_env_sent_ns == 10**12  # the same int object in each part: shared again
+    assert back.ts_env_sent_ns == 10**12  # stamps are shared whenever they are equal
+    # without shared=, the field is per-agent: every agent keeps its own entry
+    per_agent = MultiAgentPolicyResponse.from_agents("e", parts)
+    assert per_agent.is_per_agent("shared")
+    assert per_agent.for_agent("b") == parts["b"]
 
 
-def test_from_agents_makes_differing_values_per_agent():
-    parts = {"x": PolicyResponse(None, action=0, v=1.5), "y": PolicyResponse(None, action=0, v=2.5)}
+def test_from_agents_makes_every_unshared_field_per_agent():
+    parts = {"x": PolicyResponse(None, action=0, v=1.5), "y": PolicyResponse(None, action=0, v=1.5)}
     r = MultiAgentPolicyResponse.from_agents("e", parts)
     assert r.action == {"x": 0, "y": 0}  # action is always per-agent
-    assert r.v == {"x": 1.5, "y": 2.5}
+    assert r.v == {"x": 1.5, "y": 1.5}
     assert r.env_id == "e"
+    assert MultiAgentPolicyResponse.from_agents("e", parts, shared="v").v == 1.5
 
 
 def test_from_agents_errors():
@@ -417,18 +422,36 @@ def test_from_agents_errors():
     with pytest.raises(TypeError, match="responses must be a mapping"):
         MultiAgentPolicyResponse.from_agents("e", [PolicyResponse("e", action=1)])
     with pytest.raises(
-        TypeError, match=re.escape("response for agent 'a' must be a PolicyResponse, got int")
+        TypeError,
+        match=re.escape("response for agent 'a' must be a single-agent PolicyResponse, got int"),
     ):
         MultiAgentPolicyResponse.from_agents("e", {"a": 1})
     with pytest.raises(
-        ValueError, match=re.escape("response for agent 'a' has env_id='other', expected 'e'")
+        ValueError,
+        match=re.escape("response for agent 'a' has env_id='other', expected 'e' or None"),
     ):
         MultiAgentPolicyResponse.from_agents("e", {"a": PolicyResponse("other", action=1)})
     parts = {"a": PolicyResponse("e", action=1, v=1), "b": PolicyResponse("e", action=1)}
     with pytest.raises(ValueError, match=re.escape("field 'v' is missing for agent(s) ['b']")):
         MultiAgentPolicyResponse.from_agents("e", parts)
-    with pytest.raises(ValueError, match=re.escape("field 'action' is missing for agent(s) ['a']")):
+    with pytest.raises(ValueError, match=re.escape("no response has an action; agents: ['a']")):
         MultiAgentPolicyResponse.from_agents("e", {"a": PolicyResponse("e", v=1)})
+    two = {"a": PolicyResponse("e", action=1, v=1), "b": PolicyResponse("e", action=2, v=2)}
+    with pytest.raises(
+        ValueError,
+        match=re.escape("shared field 'v' differs between agents: agent(s) ['b'] differ"),
+    ):
+        MultiAgentPolicyResponse.from_agents("e", two, shared=["v"])
+    with pytest.raises(ValueError, match=re.escape("shared names 'action'")):
+        MultiAgentPolicyResponse.from_agents("e", two, shared=["action"])
+    with pytest.raises(ValueError, match=re.escape("shared names field(s) ['w'] that no agent")):
+        MultiAgentPolicyResponse.from_agents("e", two, shared=["w"])
+    stamped = {
+        "a": PolicyResponse("e", action=1, ts_policy_sent_ns=10),
+        "b": PolicyResponse("e", action=1, ts_policy_sent_ns=11),
+    }
+    with pytest.raises(ValueError, match=re.escape("shared field 'ts_policy_sent_ns' differs")):
+        MultiAgentPolicyResponse.from_agents("e", stamped)
 
 
 # ---------------------------------------------------------------- container types kept
