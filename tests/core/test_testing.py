@@ -246,11 +246,6 @@ def test_valid_response_passes() -> None:
             "response.action_mask must hold only 0 and 1 (or bools); got "
             "array([0.5, 1. , 1. ], dtype=float64) [rule action-mask]",
         ),
-        (
-            {"action": 1, "action_mask": np.zeros(3, np.int8)},
-            "response.action_mask allows no action at all; got array([0, 0, 0], dtype=int8) "
-            "[rule action-mask]",
-        ),
     ],
 )
 def test_single_agent_rules(fields: dict[str, Any], message: str) -> None:
@@ -261,6 +256,16 @@ def test_single_agent_rules(fields: dict[str, Any], message: str) -> None:
 def test_bool_mask_and_legal_action_pass() -> None:
     mask = np.array([True, False, True])
     check_policy_response(PolicyResponse(None, action=2, action_mask=mask), spaces.Discrete(3))
+
+
+def test_all_zero_mask_means_a_placeholder_action() -> None:
+    """No legal action (a waiting player): the action is not judged by the mask."""
+    space = spaces.Discrete(3)
+    mask = np.zeros(3, np.int8)
+    placeholder = space.sample(mask=mask)  # gymnasium returns space.start then
+    assert placeholder == 0
+    check_policy_response(PolicyResponse(None, action=placeholder, action_mask=mask), space)
+    check_policy_response(PolicyResponse(None, action=2, action_mask=mask), space)
 
 
 def test_multi_discrete_mask() -> None:

@@ -8,6 +8,7 @@ out whichever the installed versions have.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -66,3 +67,13 @@ def make_sb3() -> Callable[..., Any]:
         return model
 
     return make
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread() -> None:
+    """Run torch on one thread: the tiny forward passes here are many times faster that way on a
+    small shared machine (thread hand-off dominates a (4, 135) x (135, 64) matmul)."""
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        torch.set_num_threads(1)

@@ -52,7 +52,10 @@ RULES: dict[str, str] = {
     "action-mask": (
         "an action_mask is 0/1 values of shape (n,) for Discrete(n) (a tuple of such per "
         "dimension for a 1-D MultiDiscrete), gymnasium's Space.sample(mask=...) format; the "
-        "action must be one the mask allows (PettingZoo: 1 = legal, 0 = illegal)"
+        "action must be one the mask allows (PettingZoo: 1 = legal, 0 = illegal). A mask of all "
+        "zeros means the agent has no legal action now (e.g. the waiting player of a turn-based "
+        "game in parallel form); its action is a placeholder the env ignores and is not checked "
+        "(gymnasium's sample() returns space.start then)"
     ),
     "scalar-field": (
         "value and log_prob, when present, each hold one real number (a Python or numpy "
@@ -366,10 +369,8 @@ def _check_action_mask(fields: Mapping[str, Any], space: spaces.Space[Any], subj
     action = fields["action"]
     if isinstance(space, spaces.Discrete):
         array = _mask_array(mask, int(space.n), where)
-        if not array.any():
-            raise _fail(ValueError, "action-mask", where, "allows no action at all", mask)
         index = int(action) - int(space.start)
-        if not array[index]:
+        if array.any() and not array[index]:
             raise _fail(
                 ValueError,
                 "action-mask",

@@ -64,11 +64,6 @@ def _mask_for_sampling(space: spaces.Space[Any], mask: Any, agent: Any, env_name
                 f"action mask of agent {agent!r} in {env_name} must be 0/1 values of shape "
                 f"({int(space.n)},) for {space}, got {mask!r}"
             )
-        if not array.any():
-            raise ValueError(
-                f"action mask of agent {agent!r} in {env_name} allows no action (all zeros); "
-                "a live agent needs at least one legal action, so none can be sampled"
-            )
         return array.astype(np.int8, copy=False)
     if isinstance(space, spaces.MultiDiscrete) and isinstance(mask, tuple):
         return tuple(np.asarray(m).astype(np.int8, copy=False) for m in mask)
@@ -92,7 +87,11 @@ def sample_response(
     terminated or truncated (its step takes ``None``, see :func:`aec_action`).
 
     Each action is ``env.action_space(agent).sample(mask=...)`` with the agent's mask from
-    :func:`find_action_mask` (observation first, then info), so no illegal action is sampled. For
+    :func:`find_action_mask` (observation first, then info), so no illegal action is sampled. A
+    mask of all zeros means the agent has no legal action now (the waiting player of a
+    turn-based game in parallel form, ``turn_based_aec_to_parallel``): as gymnasium's
+    ``Discrete.sample`` does then, the placeholder ``space.start`` is returned, which the env
+    ignores. For
     an AEC env whose ``observations``/``infos`` are not given, they are read from the env
     (``env.observe(agent)``, ``env.infos``). Seed the spaces
     (``env.action_space(agent).seed(s)``) for reproducible actions.
@@ -110,8 +109,8 @@ def sample_response(
 
     Raises:
         TypeError: ``env`` is not a PettingZoo env.
-        ValueError: a mask does not fit its Discrete space (shape, values other than 0/1) or
-            allows no action; or the parallel env's observation space carries action masks
+        ValueError: a mask does not fit its Discrete space (shape, values other than 0/1); or
+            the parallel env's observation space carries action masks
             (a Dict with ``"action_mask"``) but ``observations`` was not given, so the masks
             cannot be honoured.
     """
