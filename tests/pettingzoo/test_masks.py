@@ -77,11 +77,15 @@ def test_masked_observations_need_observations() -> None:
         ValueError,
         match=re.escape(
             "tictactoe_v3's observations carry action masks (observation_space has "
-            "'action_mask' for agent(s) ['player_1', 'player_2']); pass observations= from the "
-            "last reset()/step() so no illegal action is sampled"
+            "'action_mask' for agent(s) ['player_1', 'player_2']) but observations= does not "
+            "hold theirs; pass the observations from the last reset()/step() so no illegal "
+            "action is sampled"
         ),
     ):
         sample_response(env)
+    observations, infos = env.reset(seed=0)
+    with pytest.raises(ValueError, match=re.escape("for agent(s) ['player_2']) but")):
+        sample_response(env, None, {"player_1": observations["player_1"]}, infos)
 
 
 def test_aec_masks_are_read_from_the_env() -> None:
@@ -93,6 +97,9 @@ def test_aec_masks_are_read_from_the_env() -> None:
         response = sample_response(env, "g")
         assert response.action["player_2"] != 4
         assert response.action_mask["player_2"][4] == 0
+        # An observations dict without the selected agent: its observation is read from the env.
+        other = sample_response(env, "g", observations={"player_1": env.observe("player_1")})
+        assert other.action["player_2"] != 4
 
 
 def test_bad_masks_are_refused() -> None:

@@ -93,7 +93,8 @@ def sample_response(
     ``Discrete.sample`` does then, the placeholder ``space.start`` is returned, which the env
     ignores. For
     an AEC env whose ``observations``/``infos`` are not given, they are read from the env
-    (``env.observe(agent)``, ``env.infos``). Seed the spaces
+    (``env.observe(agent)``, ``env.infos``); so is the observation when ``observations`` lacks the
+    agent. Seed the spaces
     (``env.action_space(agent).seed(s)``) for reproducible actions.
 
     Args:
@@ -110,8 +111,8 @@ def sample_response(
     Raises:
         TypeError: ``env`` is not a PettingZoo env.
         ValueError: a mask does not fit its Discrete space (shape, values other than 0/1); or
-            the parallel env's observation space carries action masks
-            (a Dict with ``"action_mask"``) but ``observations`` was not given, so the masks
+            a parallel env's observation space carries action masks (a Dict with
+            ``"action_mask"``) but ``observations`` lacks a live agent's observation, so its mask
             cannot be honoured.
     """
     name = describe_env(env)
@@ -120,20 +121,25 @@ def sample_response(
         if aec_agent_is_done(env, agent):
             return MultiAgentPolicyResponse(env_id, action={})
         agents = [agent]
-        if observations is None:
+        if observations is None or agent not in observations:
             observations = {agent: env.observe(agent)}
         if infos is None:
             infos = env.infos
     else:
         agents = list(env.agents)
-        if observations is None:
-            with_masks = [a for a in agents if _observations_carry_masks(env.observation_space(a))]
-            if with_masks:
-                raise ValueError(
-                    f"{name}'s observations carry action masks (observation_space has "
-                    f"'action_mask' for agent(s) {with_masks}); pass observations= from the last "
-                    "reset()/step() so no illegal action is sampled"
-                )
+        blind = [
+            a
+            for a in agents
+            if (observations is None or a not in observations)
+            and _observations_carry_masks(env.observation_space(a))
+        ]
+        if blind:
+            raise ValueError(
+                f"{name}'s observations carry action masks (observation_space has "
+                f"'action_mask' for agent(s) {blind}) but observations= does not hold theirs; "
+                "pass the observations from the last reset()/step() so no illegal action is "
+                "sampled"
+            )
     actions: dict[Any, Any] = {}
     masks: dict[Any, Any] = {}
     for agent in agents:
