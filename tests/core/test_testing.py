@@ -517,3 +517,16 @@ def test_tensor_action_mask(device: str) -> None:
     )
     with pytest.raises(ValueError, match=re.escape("agent 'a' action 1 is masked out")):
         check_multi_agent_policy_response(_ma(action_mask=mask), SPACES_AB)
+
+
+def test_public_names() -> None:
+    import rlightning.testing as testing
+
+    assert set(testing.__all__) == {
+        "RULES",
+        "check_multi_agent_policy_response",
+        "check_policy_response",
+        "space_violation",
+    }
+    for name in testing.__all__:
+        assert getattr(testing, name) is not None
