@@ -57,7 +57,7 @@ Responder = Callable[[Any, dict[str, Any], dict[str, Any], str], MultiAgentPolic
 
 def run(env: Any, respond_fn: Responder, episodes: int, seed: int) -> dict[str, Any]:
     """Run ``episodes`` episodes; every action goes through a MultiAgentPolicyResponse."""
-    returns = {agent: [] for agent in env.possible_agents}
+    returns: dict[str, list[float]] = {agent: [] for agent in env.possible_agents}
     latencies: list[float] = []
     steps = 0
     start = time.perf_counter()

@@ -158,6 +158,7 @@ def test_out_of_space_actions_are_explained(space: spaces.Space[Any], seed: int)
     elif isinstance(space, spaces.MultiDiscrete):
         bad = action + space.nvec
     else:
+        assert isinstance(space, spaces.Box)
         bad = np.asarray(action).copy()
         if bad.shape == ():
             bad = space.high + 1
