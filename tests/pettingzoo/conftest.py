@@ -59,7 +59,8 @@ def make_sb3() -> Callable[..., Any]:
     pytest.importorskip("stable_baselines3")
 
     def make(algo: type[Any], policy: str, obs_space: Any, act_space: Any, **kwargs: Any) -> Any:
-        model = algo(policy, None, _init_setup_model=False, seed=0, device="cpu", **kwargs)
+        kwargs.setdefault("device", "cpu")
+        model = algo(policy, None, _init_setup_model=False, seed=0, **kwargs)
         model.observation_space = obs_space
         model.action_space = act_space
         model.n_envs = 1

@@ -198,3 +198,24 @@ def test_maskable_shared_policy_on_turn_based_tictactoe(make_sb3: Any) -> None:
                     moves += 1
             observations, _, _, _, infos = env.step(to_parallel_actions(response, env))
         assert 5 <= moves <= 9
+
+
+@pytest.mark.cuda
+def test_model_on_gpu_answers_in_numpy(simple_spread: ModuleType, make_sb3: Any) -> None:
+    """A CUDA model: one forward pass on the GPU, the response holds CPU numpy values."""
+    from stable_baselines3 import PPO
+
+    env = simple_spread.parallel_env(continuous_actions=True)
+    observations, _ = env.reset(seed=0)
+    obs_space, act_space = env.observation_space("agent_0"), env.action_space("agent_0")
+    gpu = make_sb3(PPO, "MlpPolicy", obs_space, act_space, device="cuda")
+    cpu = make_sb3(PPO, "MlpPolicy", obs_space, act_space)
+    cpu.policy.load_state_dict({k: v.cpu() for k, v in gpu.policy.state_dict().items()})
+    on_gpu = SharedPolicyAdapter(gpu).act(env, observations, deterministic=True)
+    on_cpu = SharedPolicyAdapter(cpu).act(env, observations, deterministic=True)
+    check_multi_agent_policy_response(on_gpu, _spaces(env), live_agents=env.agents)
+    for agent in env.agents:
+        assert isinstance(on_gpu.action[agent], np.ndarray)
+        assert isinstance(on_gpu.value[agent], np.float32)
+        np.testing.assert_allclose(on_gpu.action[agent], on_cpu.action[agent], atol=1e-5)
+        assert on_gpu.value[agent] == pytest.approx(on_cpu.value[agent], abs=1e-5)
