@@ -1,0 +1,50 @@
+"""rlightning-pettingzoo: drive PettingZoo environments with ``MultiAgentPolicyResponse``.
+
+* Parallel API: :func:`to_parallel_actions` (response -> the dict ``step`` takes, checked against
+  ``env.agents`` and the action spaces) and :func:`from_parallel_actions` (dict -> response).
+* AEC API: :func:`aec_action` (the action for ``env.agent_selection``; None once it is done).
+* Masks: :func:`find_action_mask` and :func:`sample_response` (random actions that honour them).
+* Policies: :func:`respond` (a policy per agent) and :class:`SharedPolicyAdapter` (one SB3 model
+  for all homogeneous agents, one batched forward pass).
+
+Importing this package checks the installed PettingZoo against :data:`PETTINGZOO_SUPPORTED` and
+raises an :class:`ImportError` naming the range when it is outside it.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from rlightning_pettingzoo._versions import (
+    PETTINGZOO_SUPPORTED,
+    check_pettingzoo_version,
+    installed_pettingzoo_version,
+)
+
+check_pettingzoo_version(installed_pettingzoo_version())
+
+from rlightning_pettingzoo.aec import aec_action  # noqa: E402  (after the version check)
+from rlightning_pettingzoo.masks import find_action_mask, sample_response  # noqa: E402
+from rlightning_pettingzoo.parallel import (  # noqa: E402
+    InactiveAgentActionWarning,
+    from_parallel_actions,
+    to_parallel_actions,
+)
+from rlightning_pettingzoo.policies import Policy, SharedPolicyAdapter, respond  # noqa: E402
+
+try:
+    __version__ = version("rlightning-pettingzoo")
+except PackageNotFoundError:  # running from a source tree that was not installed
+    __version__ = "0.0.0+unknown"
+
+__all__ = [
+    "PETTINGZOO_SUPPORTED",
+    "InactiveAgentActionWarning",
+    "Policy",
+    "SharedPolicyAdapter",
+    "__version__",
+    "aec_action",
+    "find_action_mask",
+    "from_parallel_actions",
+    "respond",
+    "sample_response",
+    "to_parallel_actions",
+]

@@ -1,0 +1,56 @@
+"""Telling PettingZoo's two env APIs apart, and naming an env in error messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pettingzoo import AECEnv, ParallelEnv
+
+__all__ = ["describe_env", "require_aec", "require_parallel"]
+
+
+def describe_env(env: Any) -> str:
+    """A short name for ``env`` in messages, e.g. ``"simple_spread_v3"``."""
+    metadata = getattr(env, "metadata", None)
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return str(name) if name else type(env).__name__
+
+
+def require_parallel(env: Any, caller: str) -> ParallelEnv[Any, Any, Any]:
+    """Return ``env`` if it is a PettingZoo ``ParallelEnv``; else a TypeError naming ``caller``."""
+    if isinstance(env, ParallelEnv):
+        return env
+    hint = " (an AEC env: use aec_action())" if isinstance(env, AECEnv) else ""
+    raise TypeError(
+        f"{caller} needs a PettingZoo ParallelEnv (e.g. simple_spread_v3.parallel_env()), "
+        f"got {type(env).__name__}{hint}"
+    )
+
+
+def require_aec(env: Any, caller: str) -> AECEnv[Any, Any, Any]:
+    """Return ``env`` if it is a PettingZoo ``AECEnv``; else a TypeError naming ``caller``."""
+    if isinstance(env, AECEnv):
+        return env
+    hint = " (a parallel env: use to_parallel_actions())" if isinstance(env, ParallelEnv) else ""
+    raise TypeError(
+        f"{caller} needs a PettingZoo AECEnv (e.g. tictactoe_v3.env()), "
+        f"got {type(env).__name__}{hint}"
+    )
+
+
+def is_aec(env: Any) -> bool:
+    """True for a PettingZoo ``AECEnv`` (wrapped or not), False for a ``ParallelEnv``.
+
+    Raises:
+        TypeError: ``env`` is neither.
+    """
+    if isinstance(env, AECEnv):
+        return True
+    if isinstance(env, ParallelEnv):
+        return False
+    raise TypeError(f"env must be a PettingZoo AECEnv or ParallelEnv, got {type(env).__name__}")
+
+
+def aec_agent_is_done(env: AECEnv[Any, Any, Any], agent: Any) -> bool:
+    """Whether ``agent`` of an AEC env is terminated or truncated (so it must step ``None``)."""
+    return bool(env.terminations.get(agent, False) or env.truncations.get(agent, False))

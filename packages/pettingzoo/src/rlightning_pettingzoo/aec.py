@@ -1,0 +1,111 @@
+"""PettingZoo's AEC (agent environment cycle) API: the one action ``env.step`` takes next.
+
+The rules followed (PettingZoo docs, "AEC API"; ``pettingzoo.test.api_test.play_test``;
+``AECEnv._was_dead_step``):
+
+* ``step(action)`` acts for ``env.agent_selection`` only, the agent ``agent_iter()`` just yielded.
+* When that agent is terminated or truncated, the only valid action is ``None``: that step removes
+  the agent (``_was_dead_step``); any other value is an error in PettingZoo.
+* A live agent's action is an element of ``env.action_space(agent)`` and, where the env gives a
+  mask (``observe(agent)["action_mask"]`` or ``infos[agent]["action_mask"]``), one the mask
+  allows: classic games end the game with a penalty on an illegal move
+  (``TerminateIllegalWrapper``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from rlightning import MultiAgentPolicyResponse
+from rlightning._tree import tree_repr
+from rlightning.testing import space_violation
+from rlightning_pettingzoo._envs import aec_agent_is_done, describe_env, require_aec
+from rlightning_pettingzoo.masks import find_action_mask
+
+__all__ = ["aec_action"]
+
+
+def aec_action(
+    response: MultiAgentPolicyResponse | None, env: Any, *, check_mask: bool = True
+) -> Any | None:
+    """Return the action to pass to an AEC env's ``step`` for ``env.agent_selection``.
+
+    Typical loop (whole games of ``tictactoe_v3``, ``connect_four_v3``, ``rps_v2``)::
+
+        env.reset(seed=0)
+        for agent in env.agent_iter():
+            observation, reward, termination, truncation, info = env.last()
+            response = respond(env, {agent: observation}, policies, infos={agent: info})
+            env.step(aec_action(response, env))
+
+    Args:
+        response: The policy's answer, holding at least the selected agent's action (actions for
+            other agents are ignored: in AEC only ``env.agent_selection`` acts). May be None, or
+            lack the agent, when the agent is terminated or truncated. Not modified.
+        env: A PettingZoo ``AECEnv`` after ``reset``.
+        check_mask: Also check the action against the agent's current action mask (read with
+            ``env.observe(agent)`` and ``env.infos``, see :func:`find_action_mask`), so an
+            illegal move is an error here instead of a lost game. Costs one ``observe`` call.
+
+    Returns:
+        None when ``env.agent_selection`` is terminated or truncated (as PettingZoo requires;
+        whatever action the response holds for it is not sent); otherwise the response's action
+        for that agent (the object itself, not a copy).
+
+    Raises:
+        TypeError: ``env`` is not a PettingZoo ``AECEnv``, or ``response`` is neither a
+            :class:`MultiAgentPolicyResponse` nor (for a finished agent) None.
+        ValueError: the selected live agent has no action in the response, the action is not in
+            its action space (names the agent, space and value), or, with ``check_mask``, the
+            mask forbids it.
+    """
+    env = require_aec(env, "aec_action()")
+    agent = env.agent_selection
+    if aec_agent_is_done(env, agent):
+        if response is not None and not isinstance(response, MultiAgentPolicyResponse):
+            raise TypeError(
+                "response must be a MultiAgentPolicyResponse or None, "
+                f"got {type(response).__name__}"
+            )
+        return None
+    if not isinstance(response, MultiAgentPolicyResponse):
+        raise TypeError(
+            f"response must be a MultiAgentPolicyResponse for live agent {agent!r}, "
+            f"got {type(response).__name__}"
+        )
+    where = f"{describe_env(env)} (response env_id={response.env_id!r})"
+    actions: dict[Any, Any] = response.action
+    if agent not in actions:
+        raise ValueError(
+            f"{where}: no action for agent {agent!r}, the env.agent_selection that acts now; "
+            f"got actions for {list(actions)} [rule live-agents]"
+        )
+    action = actions[agent]
+    space = env.action_space(agent)
+    reason = space_violation(space, action)
+    if reason is not None:
+        raise ValueError(
+            f"{where}: action for agent {agent!r} is not in {space}: {reason}; got "
+            f"{tree_repr(action)} [rule action-in-space]"
+        )
+    if check_mask:
+        mask = find_action_mask(agent, {agent: env.observe(agent)}, env.infos)
+        if mask is not None and not _allowed(space, mask, action):
+            legal = (np.flatnonzero(np.asarray(mask)) + int(space.start)).tolist()
+            raise ValueError(
+                f"{where}: action {tree_repr(action)} for agent {agent!r} is illegal now: the "
+                f"env's action_mask allows only {legal} [rule action-mask]"
+            )
+    return action
+
+
+def _allowed(space: spaces.Space[Any], mask: Any, action: Any) -> bool:
+    """Whether a Discrete action is allowed by its 0/1 mask (other spaces: not checked here)."""
+    if not isinstance(space, spaces.Discrete):
+        return True
+    array = np.asarray(mask)
+    index = int(action) - int(space.start)
+    return array.ndim == 1 and 0 <= index < array.shape[0] and bool(array[index])

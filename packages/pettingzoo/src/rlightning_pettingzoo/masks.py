@@ -1,0 +1,155 @@
+"""Action masks: where PettingZoo envs put them, and random actions that honour them.
+
+PettingZoo has two homes for an agent's action mask (PettingZoo docs, "Action Masking"; both are
+read, in this order, by ``pettingzoo.test.api_test`` and ``parallel_test.sample_action``):
+
+1. the observation, when it is a dict with an ``"action_mask"`` entry (classic games:
+   ``{"observation": ..., "action_mask": ...}``);
+2. the agent's info dict, ``infos[agent]["action_mask"]``.
+
+A mask holds 1 for a legal action and 0 for an illegal one, in gymnasium's
+``Space.sample(mask=...)`` format: shape ``(n,)`` for ``Discrete(n)``, a tuple of per-dimension
+arrays for ``MultiDiscrete``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from rlightning import MultiAgentPolicyResponse
+from rlightning_pettingzoo._envs import aec_agent_is_done, describe_env, is_aec
+
+__all__ = ["find_action_mask", "sample_response"]
+
+
+def find_action_mask(
+    agent: Any,
+    observations: Mapping[Any, Any] | None = None,
+    infos: Mapping[Any, Any] | None = None,
+) -> Any | None:
+    """Find ``agent``'s action mask: in its observation first, then in its info.
+
+    Args:
+        agent: The agent id.
+        observations: ``{agent_id: observation}`` as ``reset``/``step``/``observe`` give them, or
+            None.
+        infos: ``{agent_id: info dict}``, or None.
+
+    Returns:
+        ``observations[agent]["action_mask"]`` when that observation is a dict holding one, else
+        ``infos[agent]["action_mask"]`` when present, else None. The mask object itself is
+        returned (not copied).
+    """
+    if observations is not None:
+        observation = observations.get(agent)
+        if isinstance(observation, Mapping) and "action_mask" in observation:
+            return observation["action_mask"]
+    if infos is not None:
+        info = infos.get(agent)
+        if isinstance(info, Mapping) and "action_mask" in info:
+            return info["action_mask"]
+    return None
+
+
+def _mask_for_sampling(space: spaces.Space[Any], mask: Any, agent: Any, env_name: str) -> Any:
+    """Validate a mask and put it in the dtype gymnasium's ``sample(mask=)`` requires (int8)."""
+    if isinstance(space, spaces.Discrete):
+        array = np.asarray(mask)
+        if array.shape != (int(space.n),) or not np.isin(array, (0, 1)).all():
+            raise ValueError(
+                f"action mask of agent {agent!r} in {env_name} must be 0/1 values of shape "
+                f"({int(space.n)},) for {space}, got {mask!r}"
+            )
+        return array.astype(np.int8, copy=False)
+    if isinstance(space, spaces.MultiDiscrete) and isinstance(mask, tuple):
+        return tuple(np.asarray(m).astype(np.int8, copy=False) for m in mask)
+    return mask
+
+
+def _observations_carry_masks(space: spaces.Space[Any]) -> bool:
+    return isinstance(space, spaces.Dict) and "action_mask" in space.spaces
+
+
+def sample_response(
+    env: Any,
+    env_id: str | None = None,
+    observations: Mapping[Any, Any] | None = None,
+    infos: Mapping[Any, Any] | None = None,
+) -> MultiAgentPolicyResponse:
+    """Return a response of random actions for the agents that act now, honouring action masks.
+
+    Which agents act: for a parallel env, every agent in ``env.agents`` (never the keys of
+    ``observations``); for an AEC env, ``env.agent_selection`` alone, and no agent when it is
+    terminated or truncated (its step takes ``None``, see :func:`aec_action`).
+
+    Each action is ``env.action_space(agent).sample(mask=...)`` with the agent's mask from
+    :func:`find_action_mask` (observation first, then info), so no illegal action is sampled. A
+    mask of all zeros means the agent has no legal action now (the waiting player of a
+    turn-based game in parallel form, ``turn_based_aec_to_parallel``): as gymnasium's
+    ``Discrete.sample`` does then, the placeholder ``space.start`` is returned, which the env
+    ignores. For
+    an AEC env whose ``observations``/``infos`` are not given, they are read from the env
+    (``env.observe(agent)``, ``env.infos``); so is the observation when ``observations`` lacks the
+    agent. Seed the spaces
+    (``env.action_space(agent).seed(s)``) for reproducible actions.
+
+    Args:
+        env: A PettingZoo ``ParallelEnv`` or ``AECEnv`` after ``reset``.
+        env_id: The response's ``env_id``.
+        observations: ``{agent_id: observation}`` from the last ``reset``/``step``.
+        infos: ``{agent_id: info}`` from the last ``reset``/``step``.
+
+    Returns:
+        A :class:`MultiAgentPolicyResponse` with ``action`` ``{agent_id: action}`` and, when any
+        acting agent has a mask, a per-agent ``action_mask`` field (the masks as found, None for
+        agents without one). Its action dict is empty when no agent acts.
+
+    Raises:
+        TypeError: ``env`` is not a PettingZoo env.
+        ValueError: a mask does not fit its Discrete space (shape, values other than 0/1); or
+            a parallel env's observation space carries action masks (a Dict with
+            ``"action_mask"``) but ``observations`` lacks a live agent's observation, so its mask
+            cannot be honoured.
+    """
+    name = describe_env(env)
+    if is_aec(env):
+        agent = env.agent_selection
+        if aec_agent_is_done(env, agent):
+            return MultiAgentPolicyResponse(env_id, action={})
+        agents = [agent]
+        if observations is None or agent not in observations:
+            observations = {agent: env.observe(agent)}
+        if infos is None:
+            infos = env.infos
+    else:
+        agents = list(env.agents)
+        blind = [
+            a
+            for a in agents
+            if (observations is None or a not in observations)
+            and _observations_carry_masks(env.observation_space(a))
+        ]
+        if blind:
+            raise ValueError(
+                f"{name}'s observations carry action masks (observation_space has "
+                f"'action_mask' for agent(s) {blind}) but observations= does not hold theirs; "
+                "pass the observations from the last reset()/step() so no illegal action is "
+                "sampled"
+            )
+    actions: dict[Any, Any] = {}
+    masks: dict[Any, Any] = {}
+    for agent in agents:
+        space = env.action_space(agent)
+        mask = find_action_mask(agent, observations, infos)
+        masks[agent] = mask
+        if mask is None:
+            actions[agent] = space.sample()
+        else:
+            actions[agent] = space.sample(mask=_mask_for_sampling(space, mask, agent, name))
+    if any(mask is not None for mask in masks.values()):
+        return MultiAgentPolicyResponse(env_id, action=actions, action_mask=masks)
+    return MultiAgentPolicyResponse(env_id, action=actions)

@@ -1,0 +1,180 @@
+"""PettingZoo's parallel API: ``{agent_id: action}`` dicts to and from responses.
+
+The rules followed (PettingZoo docs, "Parallel API"; ``pettingzoo.test.parallel_api_test``):
+
+* ``step(actions)`` takes one action per *live* agent, the agents in ``env.agents`` at the time of
+  the call. Live agents are read from ``env.agents``, never from the keys of the last
+  observations: an env may put extra keys in its observation dict, and an agent that has just
+  terminated still has a final observation.
+* An agent that terminated or truncated leaves ``env.agents`` and takes no further action.
+* Each action is an element of ``env.action_space(agent)`` (gymnasium's ``Space.contains``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from rlightning import MultiAgentPolicyResponse
+from rlightning._tree import tree_repr
+from rlightning.testing import space_violation
+from rlightning_pettingzoo._envs import describe_env, require_parallel
+
+__all__ = ["InactiveAgentActionWarning", "from_parallel_actions", "to_parallel_actions"]
+
+
+class InactiveAgentActionWarning(UserWarning):
+    """Emitted when ``to_parallel_actions(..., drop_inactive=True)`` drops actions.
+
+    The message names the env, the response's ``env_id`` and the dropped agents; the same facts
+    are attributes, for code that records warnings (``warnings.catch_warnings(record=True)``).
+    Filter it like any warning: ``warnings.simplefilter("ignore", InactiveAgentActionWarning)``
+    to silence it, ``"error"`` to turn drops into exceptions.
+
+    Attributes:
+        agents: The agents whose actions were dropped, in the response's order.
+        env_id: The response's ``env_id``.
+    """
+
+    def __init__(self, message: str, agents: tuple[Any, ...], env_id: str | None) -> None:
+        super().__init__(message)
+        self.agents = agents
+        self.env_id = env_id
+
+
+def to_parallel_actions(
+    response: MultiAgentPolicyResponse, env: Any, *, drop_inactive: bool = False
+) -> dict[Any, Any]:
+    """Return the ``{agent_id: action}`` dict a parallel env's ``step`` takes.
+
+    Checks, in order (rule ids as in :data:`rlightning.testing.RULES`):
+
+    1. ``live-agents``: every agent of ``env.agents`` has an action in ``response.action``.
+    2. ``no-inactive-action``: no action is given for an agent outside ``env.agents`` (one that
+       terminated, truncated or never existed). With ``drop_inactive=True`` such actions are
+       dropped instead, and the drop is reported by one :class:`InactiveAgentActionWarning`
+       per call naming the agents (nothing is dropped silently). Use it for a policy that answers
+       for a fixed set of agents (e.g. ``env.possible_agents``) while agents leave mid-episode.
+    3. ``action-in-space``: each action is in ``env.action_space(agent)``, exactly as gymnasium's
+       ``Space.contains`` decides (so a float64 array for a float32 Box is refused: cast it).
+
+    Args:
+        response: The policy's answer; it is not modified.
+        env: A PettingZoo ``ParallelEnv`` after ``reset``.
+        drop_inactive: Drop (with a warning) actions for agents that are not live, instead of
+            raising.
+
+    Returns:
+        A new dict ``{agent_id: action}`` with exactly the agents of ``env.agents``, in that order;
+        the action objects are the response's own (not copied). Empty when no agent is live.
+
+    Raises:
+        TypeError: ``response`` is not a :class:`MultiAgentPolicyResponse` or ``env`` is not a
+            PettingZoo ``ParallelEnv``.
+        ValueError: a live agent has no action (the message names the missing agents), an
+            inactive agent has one and ``drop_inactive`` is False (names it), or an action is not
+            in its agent's action space (names the agent, the space and the value).
+
+    Examples:
+        >>> from mpe2 import simple_spread_v3
+        >>> env = simple_spread_v3.parallel_env()
+        >>> _ = env.reset(seed=0)
+        >>> response = MultiAgentPolicyResponse("env-0", action={a: 1 for a in env.agents})
+        >>> to_parallel_actions(response, env)
+        {'agent_0': 1, 'agent_1': 1, 'agent_2': 1}
+    """
+    if not isinstance(response, MultiAgentPolicyResponse):
+        raise TypeError(
+            f"response must be a MultiAgentPolicyResponse, got {type(response).__name__}"
+        )
+    env = require_parallel(env, "to_parallel_actions()")
+    live = list(env.agents)
+    actions: dict[Any, Any] = response.action
+    where = f"{describe_env(env)} (response env_id={response.env_id!r})"
+    missing = [agent for agent in live if agent not in actions]
+    if missing:
+        raise ValueError(
+            f"{where}: no action for live agent(s) {missing}; a parallel step() takes an action "
+            f"for every agent in env.agents {live}; got actions for {list(actions)} "
+            "[rule live-agents]"
+        )
+    if len(actions) != len(live):
+        live_set = set(live)
+        inactive = tuple(agent for agent in actions if agent not in live_set)
+        if not drop_inactive:
+            raise ValueError(
+                f"{where}: action(s) for agent(s) {list(inactive)} not in env.agents {live} "
+                "(terminated, truncated or unknown agents take no action); drop them, or pass "
+                "drop_inactive=True [rule no-inactive-action]"
+            )
+        warnings.warn(
+            InactiveAgentActionWarning(
+                f"{where}: dropped action(s) for agent(s) {list(inactive)}, not in env.agents",
+                inactive,
+                response.env_id,
+            ),
+            stacklevel=2,
+        )
+    out: dict[Any, Any] = {}
+    for agent in live:
+        action = actions[agent]
+        space = env.action_space(agent)
+        reason = space_violation(space, action)
+        if reason is not None:
+            raise ValueError(
+                f"{where}: action for agent {agent!r} is not in {space}: {reason}; got "
+                f"{tree_repr(action)} [rule action-in-space]"
+            )
+        out[agent] = action
+    return out
+
+
+def from_parallel_actions(
+    actions: Mapping[Any, Any], env_id: str | None = None, **per_agent_fields: Mapping[Any, Any]
+) -> MultiAgentPolicyResponse:
+    """Build a response from a ``{agent_id: action}`` dict (and other per-agent dicts).
+
+    The inverse of :func:`to_parallel_actions`: use it to wrap actions that came from elsewhere
+    (a scripted policy, a replay, another framework) so they travel as a response.
+
+    Args:
+        actions: ``{agent_id: action}``; copied into a new dict (the actions themselves are not
+            copied).
+        env_id: The response's ``env_id``.
+        **per_agent_fields: Other per-agent fields, each a mapping keyed by exactly the agents of
+            ``actions`` (e.g. ``log_prob={...}``); each is copied into a new dict.
+
+    Returns:
+        A new :class:`MultiAgentPolicyResponse`.
+
+    Raises:
+        TypeError: ``actions`` or a field is not a mapping.
+        ValueError: a field's agents differ from those of ``actions`` (names the field and the
+            missing and extra agents), or a field name is reserved.
+
+    Examples:
+        >>> r = from_parallel_actions({"a": 0, "b": 1}, "env-0", log_prob={"a": -0.1, "b": -0.2})
+        >>> r.for_agent("b")
+        PolicyResponse(env_id='env-0', action=1, log_prob=-0.2)
+    """
+    if not isinstance(actions, Mapping):
+        raise TypeError(
+            f"actions must be a mapping {{agent_id: action}}, got {type(actions).__name__}"
+        )
+    data: dict[str, Any] = {"action": dict(actions)}
+    for name, field in per_agent_fields.items():
+        if not isinstance(field, Mapping):
+            raise TypeError(
+                f"per-agent field {name!r} must be a mapping {{agent_id: value}}, "
+                f"got {type(field).__name__}"
+            )
+        if field.keys() != actions.keys():
+            missing = [a for a in actions if a not in field]
+            extra = [a for a in field if a not in actions]
+            raise ValueError(
+                f"per-agent field {name!r} must be keyed by the agents of actions "
+                f"{list(actions)}: missing {missing}, extra {extra}"
+            )
+        data[name] = dict(field)
+    return MultiAgentPolicyResponse(env_id, **data)

@@ -1,0 +1,331 @@
+"""Policies for PettingZoo agents: one per agent, or one shared by all, as one response.
+
+:func:`respond` asks each agent's own policy; :class:`SharedPolicyAdapter` runs one model for all
+homogeneous agents in one batched forward pass. Both answer with one
+:class:`MultiAgentPolicyResponse`.
+
+Which agents act follows PettingZoo: every agent of ``env.agents`` in a parallel env, only
+``env.agent_selection`` (and none once it is terminated or truncated) in an AEC env. Agents that
+have left never get an action.
+
+A policy is either a Stable-Baselines3 model (``PPO``, ``A2C``, ``DQN``, ``SAC``, ``TD3``,
+sb3-contrib's ``MaskablePPO``, ...: anything with a ``.policy`` that has ``obs_to_tensor``), used
+directly through its policy (SB3 itself is never imported by this package), or a callable
+``(observation) -> action | PolicyResponse``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from rlightning import MultiAgentPolicyResponse, PolicyResponse
+from rlightning_pettingzoo._envs import aec_agent_is_done, describe_env, is_aec, require_parallel
+from rlightning_pettingzoo._sb3 import (
+    is_actor_critic,
+    is_sb3_model,
+    sb3_forward,
+    stack_observations,
+)
+from rlightning_pettingzoo.masks import find_action_mask
+
+__all__ = ["Policy", "SharedPolicyAdapter", "respond"]
+
+#: A per-agent policy: an SB3 model, or a callable ``(observation) -> action | PolicyResponse``.
+Policy = Any
+
+
+def _acting_agents(env: Any) -> list[Any]:
+    """The agents that act now: ``env.agents`` (parallel) or the live selected agent (AEC)."""
+    if is_aec(env):
+        agent = env.agent_selection
+        return [] if aec_agent_is_done(env, agent) else [agent]
+    return list(env.agents)
+
+
+def _require_entries(
+    mapping: Mapping[Any, Any], agents: Sequence[Any], what: str, env: Any
+) -> None:
+    if not isinstance(mapping, Mapping):
+        raise TypeError(f"{what} must be a mapping {{agent_id: ...}}, got {type(mapping).__name__}")
+    missing = [agent for agent in agents if agent not in mapping]
+    if missing:
+        raise ValueError(
+            f"{what} has no entry for acting agent(s) {missing} of {describe_env(env)}; "
+            f"it has {list(mapping)}"
+        )
+
+
+def _call_policy(
+    policy: Callable[[Any], Any], agent: Any, observation: Any, env_id: str | None
+) -> dict[str, Any]:
+    answer = policy(observation)
+    if isinstance(answer, MultiAgentPolicyResponse):
+        raise TypeError(
+            f"policy for agent {agent!r} returned a MultiAgentPolicyResponse; a per-agent policy "
+            "returns an action or a single-agent PolicyResponse"
+        )
+    if isinstance(answer, PolicyResponse):
+        if answer.env_id is not None and answer.env_id != env_id:
+            raise ValueError(
+                f"policy for agent {agent!r} returned env_id={answer.env_id!r}, expected "
+                f"{env_id!r} (or None)"
+            )
+        fields = answer.to_dict()
+        if "action" not in fields:
+            raise ValueError(f"policy for agent {agent!r} returned a PolicyResponse with no action")
+        return fields
+    return {"action": answer}
+
+
+def _assemble(
+    env_id: str | None, agents: Sequence[Any], per_agent: Mapping[Any, dict[str, Any]]
+) -> MultiAgentPolicyResponse:
+    """Per-agent dicts for every field any agent has (None where an agent lacks it)."""
+    names: dict[str, None] = {"action": None}
+    for fields in per_agent.values():
+        names.update(dict.fromkeys(fields))
+    data = {name: {a: per_agent[a].get(name) for a in agents} for name in names}
+    return MultiAgentPolicyResponse(env_id, **data)
+
+
+def _sb3_rows(
+    model: Any, agents: Sequence[Any], observations: Sequence[Any], masks: Sequence[Any], det: bool
+) -> dict[Any, dict[str, Any]]:
+    """One batched forward for ``agents``; row ``i`` of each output goes to ``agents[i]``."""
+    out = sb3_forward(model, observations, deterministic=det, masks=masks)
+    return {
+        agent: {name: batch[i] for name, batch in out.items()} for i, agent in enumerate(agents)
+    }
+
+
+def respond(
+    env: Any,
+    observations: Mapping[Any, Any],
+    policies: Mapping[Any, Policy],
+    env_id: str | None = None,
+    *,
+    infos: Mapping[Any, Any] | None = None,
+    deterministic: bool = False,
+) -> MultiAgentPolicyResponse:
+    """Ask each acting agent's own policy for its action; return one multi-agent response.
+
+    Agents whose policy is the same SB3 model object are run together in one batched forward
+    pass (in the order of the acting agents); each other policy is called once per agent. For SB3
+    models the fields are those of SB3's rollout collection (see ``sb3_forward``): ``action``
+    (what the env takes), ``buffer_action`` (what SB3's buffer stores) and, for actor-critic
+    policies, ``value`` and ``log_prob`` (np.float32). A callable returning a
+    :class:`PolicyResponse` contributes all of its data fields. An agent's action mask, when found
+    (:func:`find_action_mask`), is passed to sb3-contrib's ``MaskablePPO`` and added as the field
+    ``action_mask``; other policies get no mask, so check their actions (e.g. with
+    :func:`rlightning.testing.check_multi_agent_policy_response`) where masks matter.
+
+    Args:
+        env: A PettingZoo ``ParallelEnv`` or ``AECEnv`` after ``reset``.
+        observations: ``{agent_id: observation}`` from the last ``reset``/``step`` (AEC: at least
+            ``env.agent_selection``'s, e.g. ``{agent: env.last()[0]}``). Extra keys are ignored.
+        policies: ``{agent_id: policy}`` for at least every acting agent. Extra keys are ignored.
+        env_id: The response's ``env_id``.
+        infos: ``{agent_id: info}``, where masks may live.
+        deterministic: Passed to SB3 models (deterministic actions); callables do not get it.
+
+    Returns:
+        A :class:`MultiAgentPolicyResponse` whose ``action`` and every other field are per-agent
+        dicts keyed by the acting agents (in ``env.agents`` order); a field some agents' policies
+        do not give is None for those agents. Empty ``action`` when no agent acts.
+
+    Raises:
+        TypeError: ``env`` is not a PettingZoo env, a mapping argument is not a mapping, a policy
+            is neither an SB3 model nor callable, returns a multi-agent response, or is recurrent.
+        ValueError: an acting agent has no observation or no policy (names the agents), or a
+            returned response has another ``env_id`` or no action.
+    """
+    agents = _acting_agents(env)
+    _require_entries(observations, agents, "observations", env)
+    _require_entries(policies, agents, "policies", env)
+    per_agent: dict[Any, dict[str, Any]] = {}
+    masks = {agent: find_action_mask(agent, observations, infos) for agent in agents}
+    groups: dict[int, list[Any]] = {}
+    for agent in agents:
+        policy = policies[agent]
+        if is_sb3_model(policy):
+            groups.setdefault(id(policy), []).append(agent)
+        elif callable(policy):
+            per_agent[agent] = _call_policy(policy, agent, observations[agent], env_id)
+        else:
+            raise TypeError(
+                f"policy for agent {agent!r} must be an SB3 model or a callable "
+                f"(observation) -> action | PolicyResponse, got {type(policy).__name__}"
+            )
+    for group in groups.values():
+        model = policies[group[0]]
+        rows = _sb3_rows(
+            model,
+            group,
+            [observations[a] for a in group],
+            [masks[a] for a in group],
+            deterministic,
+        )
+        per_agent.update(rows)
+    for agent, mask in masks.items():
+        if mask is not None:
+            per_agent[agent].setdefault("action_mask", mask)
+    return _assemble(env_id, agents, per_agent)
+
+
+class SharedPolicyAdapter:
+    """One SB3 model acting for every (homogeneous) agent of a parallel env, in one forward pass.
+
+    Parameter sharing, as in PettingZoo's SB3 tutorials: all live agents' observations are
+    stacked into one batch ``(n_agents, *obs_shape)`` (dict observations key by key), the model
+    runs once, and row ``i`` of each output goes to the ``i``-th agent. The agent order is stable:
+    ``env.possible_agents`` order restricted to the live agents (``env.agents`` order for an env
+    without ``possible_agents``), so an agent's row does not move when others leave.
+
+    Homogeneous means every live agent has the same observation space and an action space equal
+    to the model's; this is checked once per agent and space object (PettingZoo requires
+    ``action_space(agent)`` to return the same object every call).
+
+    Args:
+        model: An SB3 algorithm (``PPO``, ``A2C``, sb3-contrib's ``MaskablePPO``, or an
+            off-policy one such as ``DQN``/``SAC``, which give no value or log_prob). It is used
+            through ``model.policy`` and put in evaluation mode on each call.
+
+    Raises:
+        TypeError: ``model`` is not an SB3 model.
+
+    Examples:
+        >>> adapter = SharedPolicyAdapter(model)  # doctest: +SKIP
+        >>> observations, infos = env.reset(seed=0)  # doctest: +SKIP
+        >>> response = adapter.act(env, observations, "env-0")  # doctest: +SKIP
+        >>> observations, *_ = env.step(to_parallel_actions(response, env))  # doctest: +SKIP
+    """
+
+    def __init__(self, model: Any) -> None:
+        if not is_sb3_model(model):
+            raise TypeError(
+                "SharedPolicyAdapter needs a Stable-Baselines3 model (PPO, A2C, DQN, SAC, ...), "
+                f"got {type(model).__name__}"
+            )
+        self.model = model
+        self._checked: dict[Any, tuple[int, int]] = {}
+
+    def agent_order(self, env: Any) -> list[Any]:
+        """The live agents in the stable batch order (see the class docstring).
+
+        Args:
+            env: A PettingZoo ``ParallelEnv`` after ``reset``.
+
+        Returns:
+            The agents of ``env.agents``, ordered as in ``env.possible_agents``.
+        """
+        live = list(env.agents)
+        possible = getattr(env, "possible_agents", None)
+        if not possible:
+            return live
+        live_set = set(live)
+        ordered = [agent for agent in possible if agent in live_set]
+        if len(ordered) != len(live):  # agents outside possible_agents: keep env.agents order
+            return live
+        return ordered
+
+    def _check_homogeneous(self, env: Any, agents: Sequence[Any]) -> None:
+        reference = env.observation_space(agents[0])
+        for agent in agents:
+            obs_space = env.observation_space(agent)
+            act_space = env.action_space(agent)
+            key = (id(obs_space), id(act_space))
+            if self._checked.get(agent) == key:
+                continue
+            if obs_space != reference:
+                raise ValueError(
+                    f"agents of {describe_env(env)} are not homogeneous: agent {agent!r} observes "
+                    f"{obs_space}, agent {agents[0]!r} observes {reference}; a shared policy "
+                    "needs one observation space (use respond() with a policy per agent type)"
+                )
+            if act_space != self.model.action_space:
+                raise ValueError(
+                    f"agent {agent!r} of {describe_env(env)} acts in {act_space}, but the shared "
+                    f"model acts in {self.model.action_space}"
+                )
+            self._checked[agent] = key
+
+    def act(
+        self,
+        env: Any,
+        observations: Mapping[Any, Any],
+        env_id: str | None = None,
+        *,
+        infos: Mapping[Any, Any] | None = None,
+        deterministic: bool = False,
+    ) -> MultiAgentPolicyResponse:
+        """Act for every live agent with one batched forward pass.
+
+        Args:
+            env: A PettingZoo ``ParallelEnv`` after ``reset``.
+            observations: ``{agent_id: observation}`` from the last ``reset``/``step``; must hold
+                every live agent (extra keys, e.g. agents that just left, are ignored).
+            env_id: The response's ``env_id``.
+            infos: ``{agent_id: info}``, where masks may live.
+            deterministic: Use the policy's deterministic actions.
+
+        Returns:
+            A :class:`MultiAgentPolicyResponse` with per-agent dicts, in :meth:`agent_order`:
+            ``action`` (env action: a row of the batch, np.int64 for Discrete, a float32 array
+            for Box, clipped or unscaled as SB3's ``collect_rollouts`` does), ``buffer_action``
+            (SB3's raw action), and for actor-critic models ``value`` and ``log_prob``
+            (np.float32), plus ``action_mask`` when masks were found. Empty ``action`` when no
+            agent is live (no forward pass then). Split it with ``for_agent``.
+
+        Raises:
+            TypeError: ``env`` is not a ``ParallelEnv``, or the model's policy is recurrent.
+            ValueError: a live agent has no observation, or the agents are not homogeneous (names
+                the agent and both spaces).
+        """
+        env = require_parallel(env, "SharedPolicyAdapter.act()")
+        agents = self.agent_order(env)
+        if not agents:
+            return MultiAgentPolicyResponse(env_id, action={})
+        _require_entries(observations, agents, "observations", env)
+        self._check_homogeneous(env, agents)
+        masks = [find_action_mask(agent, observations, infos) for agent in agents]
+        rows = _sb3_rows(
+            self.model, agents, [observations[a] for a in agents], masks, deterministic
+        )
+        if any(mask is not None for mask in masks):
+            for agent, mask in zip(agents, masks, strict=True):
+                rows[agent]["action_mask"] = mask
+        return _assemble(env_id, agents, rows)
+
+    def predict_values(self, env: Any, observations: Mapping[Any, Any]) -> dict[Any, float]:
+        """The critic's value of each given agent's observation, in one forward pass.
+
+        Use it to bootstrap a truncated episode's last observation, as SB3's
+        ``collect_rollouts`` does with ``policy.predict_values`` on the terminal observation.
+
+        Args:
+            env: The PettingZoo ``ParallelEnv`` the observations come from (for agent order).
+            observations: ``{agent_id: observation}``; agents that are no longer live may be
+                included (a terminal observation is exactly that).
+
+        Returns:
+            ``{agent_id: value}`` as Python floats, in ``possible_agents`` order.
+
+        Raises:
+            TypeError: the model is not an actor-critic (no value function).
+        """
+        import torch
+
+        policy = self.model.policy
+        if not is_actor_critic(policy):
+            raise TypeError(f"{type(self.model).__name__} has no value function to predict with")
+        possible = list(getattr(env, "possible_agents", None) or [])
+        agents = [a for a in possible if a in observations] + [
+            a for a in observations if a not in set(possible)
+        ]
+        if not agents:
+            return {}
+        obs_tensor, _ = policy.obs_to_tensor(stack_observations([observations[a] for a in agents]))
+        with torch.no_grad():
+            values = policy.predict_values(obs_tensor).cpu().numpy().reshape(-1)
+        return {agent: float(values[i]) for i, agent in enumerate(agents)}

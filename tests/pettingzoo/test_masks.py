@@ -1,0 +1,130 @@
+"""Action masks: found in observations or infos, honoured by sample_response."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+from pettingzoo.classic import connect_four_v3, tictactoe_v3
+from pettingzoo.utils.conversions import turn_based_aec_to_parallel
+
+from rlightning.testing import check_multi_agent_policy_response
+from rlightning_pettingzoo import find_action_mask, sample_response, to_parallel_actions
+
+
+def test_find_action_mask_order() -> None:
+    in_obs = np.array([1, 0], np.int8)
+    in_info = np.array([0, 1], np.int8)
+    observations = {"a": {"observation": 0, "action_mask": in_obs}, "b": np.zeros(2)}
+    infos = {"a": {"action_mask": in_info}, "b": {"action_mask": in_info}, "c": {}}
+    assert find_action_mask("a", observations, infos) is in_obs  # observation first
+    assert find_action_mask("b", observations, infos) is in_info  # then info
+    assert find_action_mask("c", observations, infos) is None
+    assert find_action_mask("a") is None
+    assert find_action_mask("a", infos=infos) is in_info
+
+
+def _turn_based(game: Any) -> Any:
+    return turn_based_aec_to_parallel(game.env())
+
+
+@pytest.mark.parametrize("game", [tictactoe_v3, connect_four_v3], ids=["tictactoe", "connect4"])
+@pytest.mark.parametrize("where", ["observation", "info"])
+def test_parallel_turn_based_games_never_sample_an_illegal_move(
+    game: Any, where: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Classic games in parallel form: each mask lives in the observation (or, rearranged, in
+    the info); the mover's sampled action is always legal; the waiting player has an all-zero
+    mask and gets gymnasium's placeholder, which the env ignores."""
+    env = _turn_based(game)
+    spaces = {a: env.action_space(a) for a in env.possible_agents}
+    with caplog.at_level(logging.WARNING):
+        for seed in range(3):
+            observations, infos = env.reset(seed=seed)
+            for i, agent in enumerate(env.possible_agents):
+                env.action_space(agent).seed(seed + i)
+            moves = 0
+            while env.agents:
+                if where == "info":
+                    infos = {
+                        a: {**infos[a], "action_mask": observations[a]["action_mask"]}
+                        for a in infos
+                    }
+                    observations = {a: observations[a]["observation"] for a in observations}
+                response = sample_response(env, "g", observations, infos)
+                check_multi_agent_policy_response(response, spaces, live_agents=env.agents)
+                for agent, action in response.action.items():
+                    mask = find_action_mask(agent, observations, infos)
+                    assert mask is not None
+                    assert response.action_mask[agent] is mask
+                    if mask.any():
+                        assert mask[action] == 1
+                        moves += 1
+                    else:
+                        assert action == 0  # gymnasium's placeholder for "no legal action"
+                observations, _, _, _, infos = env.step(to_parallel_actions(response, env))
+            assert moves >= 5 if game is tictactoe_v3 else moves >= 7
+    assert not [r for r in caplog.records if "llegal" in r.getMessage()]
+
+
+def test_masked_observations_need_observations() -> None:
+    env = _turn_based(tictactoe_v3)
+    env.reset(seed=0)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "tictactoe_v3's observations carry action masks (observation_space has "
+            "'action_mask' for agent(s) ['player_1', 'player_2']) but observations= does not "
+            "hold theirs; pass the observations from the last reset()/step() so no illegal "
+            "action is sampled"
+        ),
+    ):
+        sample_response(env)
+    observations, infos = env.reset(seed=0)
+    with pytest.raises(ValueError, match=re.escape("for agent(s) ['player_2']) but")):
+        sample_response(env, None, {"player_1": observations["player_1"]}, infos)
+
+
+def test_aec_masks_are_read_from_the_env() -> None:
+    env = tictactoe_v3.env()
+    env.reset(seed=0)
+    env.step(4)
+    for seed in range(20):
+        env.action_space("player_2").seed(seed)
+        response = sample_response(env, "g")
+        assert response.action["player_2"] != 4
+        assert response.action_mask["player_2"][4] == 0
+        # An observations dict without the selected agent: its observation is read from the env.
+        other = sample_response(env, "g", observations={"player_1": env.observe("player_1")})
+        assert other.action["player_2"] != 4
+
+
+def test_bad_masks_are_refused() -> None:
+    env = _turn_based(tictactoe_v3)
+    observations, infos = env.reset(seed=0)
+    observations = {a: {**o, "action_mask": np.ones(3, np.int8)} for a, o in observations.items()}
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "action mask of agent 'player_1' in tictactoe_v3 must be 0/1 values of shape (9,) for "
+            "Discrete(9), got array([1, 1, 1], dtype=int8)"
+        ),
+    ):
+        sample_response(env, None, observations, infos)
+    observations = {a: {**o, "action_mask": np.full(9, 2)} for a, o in observations.items()}
+    with pytest.raises(ValueError, match=re.escape("must be 0/1 values of shape (9,)")):
+        sample_response(env, None, observations, infos)
+
+
+def test_bool_masks_work() -> None:
+    env = _turn_based(tictactoe_v3)
+    observations, infos = env.reset(seed=0)
+    legal = np.zeros(9, bool)
+    legal[[2, 7]] = True
+    observations = {a: {**o, "action_mask": legal} for a, o in observations.items()}
+    for seed in range(10):
+        env.action_space("player_1").seed(seed)
+        assert sample_response(env, None, observations, infos).action["player_1"] in (2, 7)

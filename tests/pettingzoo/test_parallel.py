@@ -1,0 +1,268 @@
+"""Parallel API: to_parallel_actions / from_parallel_actions on real PettingZoo envs."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pettingzoo.butterfly import pistonball_v6
+from pettingzoo.classic import tictactoe_v3
+
+from rlightning import MultiAgentPolicyResponse, PolicyResponse
+from rlightning.testing import check_multi_agent_policy_response
+from rlightning_pettingzoo import (
+    InactiveAgentActionWarning,
+    from_parallel_actions,
+    sample_response,
+    to_parallel_actions,
+)
+
+
+def _spaces(env: Any) -> dict[str, Any]:
+    return {agent: env.action_space(agent) for agent in env.possible_agents}
+
+
+def _run_episode(env: Any, seed: int) -> tuple[int, dict[str, float]]:
+    """A whole episode of random actions through responses; every response is checked."""
+    observations, infos = env.reset(seed=seed)
+    for i, agent in enumerate(env.possible_agents):
+        env.action_space(agent).seed(seed + i)
+    returns = dict.fromkeys(env.possible_agents, 0.0)
+    steps = 0
+    while env.agents:
+        response = sample_response(env, "env-0", observations, infos)
+        check_multi_agent_policy_response(response, _spaces(env), live_agents=env.agents)
+        actions = to_parallel_actions(response, env)
+        assert list(actions) == env.agents
+        assert all(actions[a] is response.action[a] for a in actions)
+        observations, rewards, _, _, infos = env.step(actions)
+        for agent, reward in rewards.items():
+            returns[agent] += float(reward)
+        steps += 1
+    return steps, returns
+
+
+@pytest.mark.parametrize("continuous", [False, True], ids=["discrete", "continuous"])
+def test_simple_spread_episodes(simple_spread: ModuleType, continuous: bool) -> None:
+    env = simple_spread.parallel_env(max_cycles=25, continuous_actions=continuous)
+    for seed in range(3):
+        steps, returns = _run_episode(env, seed)
+        assert steps == 25
+        assert set(returns) == {"agent_0", "agent_1", "agent_2"}
+        assert all(r < 0 for r in returns.values())  # simple_spread rewards are distances
+
+
+def test_pistonball_episode() -> None:
+    env = pistonball_v6.parallel_env(n_pistons=20, max_cycles=20)
+    steps, returns = _run_episode(env, seed=0)
+    assert 1 <= steps <= 20
+    assert len(returns) == 20
+
+
+def test_pistonball_out_of_bounds_names_agent_space_value() -> None:
+    env = pistonball_v6.parallel_env(n_pistons=20, max_cycles=5)
+    env.reset(seed=0)
+    actions = {a: np.zeros(1, np.float32) for a in env.agents}
+    actions["piston_3"] = np.array([1.7], np.float32)
+    response = MultiAgentPolicyResponse("env-7", action=actions)
+    msg = (
+        "pistonball_v6 (response env_id='env-7'): action for agent 'piston_3' is not in "
+        "Box(-1.0, 1.0, (1,), float32): element [0] = 1.7 is above high = 1.0; got "
+        "array([1.7], dtype=float32) [rule action-in-space]"
+    )
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        to_parallel_actions(response, env)
+
+
+def test_float64_action_for_float32_box_is_refused(simple_spread: ModuleType) -> None:
+    env = simple_spread.parallel_env(continuous_actions=True)
+    env.reset(seed=0)
+    actions = {a: np.full(5, 0.5, np.float32) for a in env.agents}
+    actions["agent_1"] = np.full(5, 0.5)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "action for agent 'agent_1' is not in Box(0.0, 1.0, (5,), float32): dtype float64 "
+            "cannot be cast safely to the space's float32 (cast it with .astype(np.float32))"
+        ),
+    ):
+        to_parallel_actions(MultiAgentPolicyResponse(None, action=actions), env)
+
+
+def test_discrete_out_of_range(simple_spread: ModuleType) -> None:
+    env = simple_spread.parallel_env()
+    env.reset(seed=0)
+    response = MultiAgentPolicyResponse(None, action={"agent_0": 0, "agent_1": 5, "agent_2": 1})
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "simple_spread_v3 (response env_id=None): action for agent 'agent_1' is not in "
+            "Discrete(5): 5 is outside [0, 4]; got 5 [rule action-in-space]"
+        ),
+    ):
+        to_parallel_actions(response, env)
+
+
+def test_missing_live_agents_are_named(simple_spread: ModuleType) -> None:
+    env = simple_spread.parallel_env()
+    env.reset(seed=0)
+    response = MultiAgentPolicyResponse("env-0", action={"agent_1": 0})
+    msg = (
+        "simple_spread_v3 (response env_id='env-0'): no action for live agent(s) "
+        "['agent_0', 'agent_2']; a parallel step() takes an action for every agent in "
+        "env.agents ['agent_0', 'agent_1', 'agent_2']; got actions for ['agent_1'] "
+        "[rule live-agents]"
+    )
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        to_parallel_actions(response, env)
+
+
+def test_action_for_unknown_agent_is_an_error(simple_spread: ModuleType) -> None:
+    env = simple_spread.parallel_env()
+    env.reset(seed=0)
+    actions = {"agent_0": 0, "agent_1": 1, "ghost": 2, "agent_2": 3}
+    response = MultiAgentPolicyResponse("env-0", action=actions)
+    msg = (
+        "simple_spread_v3 (response env_id='env-0'): action(s) for agent(s) ['ghost'] not in "
+        "env.agents ['agent_0', 'agent_1', 'agent_2'] (terminated, truncated or unknown agents "
+        "take no action); drop them, or pass drop_inactive=True [rule no-inactive-action]"
+    )
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        to_parallel_actions(response, env)
+
+
+def test_drop_inactive_reports_with_a_warning(simple_spread: ModuleType) -> None:
+    env = simple_spread.parallel_env()
+    env.reset(seed=0)
+    actions = {"ghost": 2, "agent_0": 0, "agent_1": 1, "agent_2": 3}
+    response = MultiAgentPolicyResponse("env-0", action=actions)
+    with pytest.warns(InactiveAgentActionWarning) as record:
+        out = to_parallel_actions(response, env, drop_inactive=True)
+    assert out == {"agent_0": 0, "agent_1": 1, "agent_2": 3}
+    assert list(out) == env.agents
+    (warning,) = record.list
+    assert isinstance(warning.message, InactiveAgentActionWarning)
+    assert warning.message.agents == ("ghost",)
+    assert warning.message.env_id == "env-0"
+    assert str(warning.message) == (
+        "simple_spread_v3 (response env_id='env-0'): dropped action(s) for agent(s) ['ghost'], "
+        "not in env.agents"
+    )
+    assert warning.filename == __file__  # points at the caller, not the adapter
+    assert response.action == actions  # the response itself is untouched
+    # No warning when nothing is dropped.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        to_parallel_actions(MultiAgentPolicyResponse(None, action=out), env, drop_inactive=True)
+
+
+def test_live_agents_come_from_env_agents_not_observation_keys(simple_spread: ModuleType) -> None:
+    """After the last step every agent has a final observation but none is live."""
+    env = simple_spread.parallel_env(max_cycles=2)
+    observations, _ = env.reset(seed=0)
+    for _ in range(2):
+        response = from_parallel_actions(dict.fromkeys(env.agents, 0))
+        observations, *_ = env.step(to_parallel_actions(response, env))
+    assert env.agents == []
+    assert set(observations) == {"agent_0", "agent_1", "agent_2"}
+    stale = from_parallel_actions(dict.fromkeys(observations, 0), "env-0")
+    with pytest.raises(ValueError, match=re.escape("[rule no-inactive-action]")):
+        to_parallel_actions(stale, env)
+    empty = sample_response(env, "env-0", observations)
+    assert empty.action == {}
+    assert to_parallel_actions(empty, env) == {}
+
+
+def test_wrong_kinds(simple_spread: ModuleType) -> None:
+    env = simple_spread.parallel_env()
+    env.reset(seed=0)
+    with pytest.raises(
+        TypeError, match=re.escape("response must be a MultiAgentPolicyResponse, got dict")
+    ):
+        to_parallel_actions({"agent_0": 0}, env)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=re.escape("got PolicyResponse")):
+        to_parallel_actions(PolicyResponse(None, action=0), env)  # type: ignore[arg-type]
+    aec = tictactoe_v3.env()
+    aec.reset(seed=0)
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "to_parallel_actions() needs a PettingZoo ParallelEnv (e.g. "
+            "simple_spread_v3.parallel_env()), got OrderEnforcingWrapper (an AEC env: use "
+            "aec_action())"
+        ),
+    ):
+        to_parallel_actions(MultiAgentPolicyResponse(None, action={"player_1": 0}), aec)
+
+
+# ---------------------------------------------------------------------------- from_parallel_actions
+def test_from_parallel_actions_round_trip(simple_spread: ModuleType) -> None:
+    env = simple_spread.parallel_env()
+    env.reset(seed=0)
+    actions = {"agent_0": 1, "agent_1": 2, "agent_2": 3}
+    log_prob = {"agent_0": -0.1, "agent_1": -0.2, "agent_2": -0.3}
+    response = from_parallel_actions(actions, "env-3", log_prob=log_prob)
+    assert isinstance(response, MultiAgentPolicyResponse)
+    assert response.env_id == "env-3"
+    assert response.action == actions
+    assert response.action is not actions  # copied: later edits of the caller's dict do not leak
+    assert response.log_prob == log_prob
+    assert response.is_per_agent("log_prob")
+    assert response.for_agent("agent_1") == PolicyResponse("env-3", action=2, log_prob=-0.2)
+    assert to_parallel_actions(response, env) == actions
+
+
+def test_from_parallel_actions_errors() -> None:
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "per-agent field 'value' must be keyed by the agents of actions ['a', 'b']: "
+            "missing ['b'], extra ['c']"
+        ),
+    ):
+        from_parallel_actions({"a": 0, "b": 1}, value={"a": 1.0, "c": 2.0})
+    with pytest.raises(TypeError, match=re.escape("actions must be a mapping")):
+        from_parallel_actions([0, 1])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=re.escape("per-agent field 'value' must be a mapping")):
+        from_parallel_actions({"a": 0}, value=1.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="would shadow"):
+        from_parallel_actions({"a": 0}, cpu={"a": 1})
+
+
+# ---------------------------------------------------------------------------- property
+AGENTS = ["agent_0", "agent_1", "agent_2"]
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    chosen=st.sets(st.sampled_from([*AGENTS, "ghost", "agent_9"])),
+    drop=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_liveness_rules_hold_for_any_agent_set(
+    simple_spread: ModuleType, chosen: set[str], drop: bool, seed: int
+) -> None:
+    env = simple_spread.parallel_env()
+    env.reset(seed=seed)
+    response = from_parallel_actions({a: seed % 5 for a in sorted(chosen)})
+    missing = [a for a in AGENTS if a not in chosen]
+    extra = sorted(chosen - set(AGENTS))
+    if missing:
+        with pytest.raises(ValueError, match=re.escape(f"no action for live agent(s) {missing}")):
+            to_parallel_actions(response, env, drop_inactive=drop)
+    elif extra and not drop:
+        with pytest.raises(ValueError, match=re.escape(f"action(s) for agent(s) {extra} not in")):
+            to_parallel_actions(response, env)
+    elif extra:
+        with pytest.warns(InactiveAgentActionWarning):
+            assert list(to_parallel_actions(response, env, drop_inactive=True)) == AGENTS
+    else:
+        assert to_parallel_actions(response, env, drop_inactive=drop) == dict.fromkeys(
+            AGENTS, seed % 5
+        )
