@@ -17,6 +17,7 @@ source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build"]
 html_theme = "furo"
 html_title = "rlightning"
+html_static_path = ["_static"]
 
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False

@@ -19,6 +19,7 @@ PNG with the learning curve and the two evaluation levels.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -234,4 +235,6 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
+    figures = main()
+    if figures["trained"] <= figures["random"] and "--smoke" not in sys.argv:
+        sys.exit(1)  # the trained policy must beat random play
