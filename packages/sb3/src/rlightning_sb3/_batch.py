@@ -14,11 +14,49 @@ import numpy as np
 from rlightning import PolicyResponse
 
 __all__ = [
+    "obs_tensor",
     "order_responses",
     "per_env_bools",
     "per_env_stamps",
     "resolve_env_ids",
 ]
+
+
+def obs_tensor(policy: Any, observation: Any, device: Any) -> Any:
+    """Convert a batch of observations to a tensor (or dict of tensors) as SB3's collection does.
+
+    A batch that is already numpy arrays of shape ``(n_envs, *space.shape)`` goes through
+    ``obs_as_tensor`` unchanged, as ``OnPolicyAlgorithm.collect_rollouts`` converts
+    ``_last_obs`` (keeping the array's memory layout, e.g. ``VecTransposeImage``'s transposed
+    view, which the convolution results depend on in the last bits). Anything else (channel-last
+    images, lists, one unbatched observation) goes through ``policy.obs_to_tensor``, as
+    ``predict`` does.
+
+    Args:
+        policy: The SB3 policy.
+        observation: The observation batch.
+        device: The torch device.
+
+    Returns:
+        The tensor, or dict of tensors, batched.
+    """
+    from stable_baselines3.common.utils import obs_as_tensor
+
+    space = policy.observation_space
+    if isinstance(observation, dict):
+        ready = all(
+            isinstance(v, np.ndarray) and v.shape[1:] == space.spaces[k].shape and v.ndim >= 1
+            for k, v in observation.items()
+        )
+    else:
+        ready = (
+            isinstance(observation, np.ndarray)
+            and observation.ndim >= 1
+            and observation.shape[1:] == space.shape
+        )
+    if ready:
+        return obs_as_tensor(observation, device)
+    return policy.obs_to_tensor(observation)[0]
 
 
 def _duplicates(ids: Sequence[Any]) -> list[Any]:

@@ -31,7 +31,13 @@ from rlightning_sb3._actions import (
     on_policy_buffer_actions,
     on_policy_env_actions,
 )
-from rlightning_sb3._batch import order_responses, per_env_bools, per_env_stamps, resolve_env_ids
+from rlightning_sb3._batch import (
+    obs_tensor,
+    order_responses,
+    per_env_bools,
+    per_env_stamps,
+    resolve_env_ids,
+)
 from rlightning_sb3._recurrent import (
     split_numpy_states,
     split_rnn_states,
@@ -412,7 +418,9 @@ class SB3PolicyAdapter:
         """Run the policy as SB3's rollout collection does and return one response per env.
 
         Runs under ``torch.no_grad()`` with the policy in eval mode, converts the observation as
-        ``BasePolicy.obs_to_tensor`` does, and draws random numbers exactly as SB3 does (the
+        ``collect_rollouts`` does (``obs_as_tensor`` for a batch already shaped like the space,
+        else ``BasePolicy.obs_to_tensor`` as ``predict``), and draws random numbers exactly as
+        SB3 does (the
         global torch RNG for sampling, numpy's global RNG and ``model.action_space``'s RNG for
         warm-up, epsilon-greedy and action noise), so with the same seed and model state a loop
         of ``act`` calls reproduces SB3's ``collect_rollouts`` bit for bit.
@@ -520,7 +528,7 @@ class SB3PolicyAdapter:
         model = self._model
         policy: Any = model.policy
         policy.set_training_mode(False)
-        obs_tensor, _ = policy.obs_to_tensor(batch)
+        obs = obs_tensor(policy, batch, model.device)
         states_in: list[Any] | None = None
         states_out: list[Any] | None = None
         with th.no_grad():
@@ -529,15 +537,15 @@ class SB3PolicyAdapter:
                 states_in = [self._carried.get(env_id) or zero for env_id in ids]
                 episode_starts = th.tensor(starts, dtype=th.float32, device=model.device)
                 actions, values, log_probs, lstm_out = policy(
-                    obs_tensor, stack_rnn_states(states_in), episode_starts, not explore
+                    obs, stack_rnn_states(states_in), episode_starts, not explore
                 )
                 states_out = split_rnn_states(lstm_out)
             elif self._maskable:
                 actions, values, log_probs = policy(
-                    obs_tensor, deterministic=not explore, action_masks=masks
+                    obs, deterministic=not explore, action_masks=masks
                 )
             else:
-                actions, values, log_probs = policy(obs_tensor, deterministic=not explore)
+                actions, values, log_probs = policy(obs, deterministic=not explore)
         sampled = actions.cpu().numpy()
         env_acts = on_policy_env_actions(
             policy, model.action_space, sampled, unscale=not self._recurrent

@@ -32,7 +32,7 @@ from stable_baselines3.common.buffers import ReplayBuffer, RolloutBuffer
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
-from rlightning_sb3._batch import order_responses
+from rlightning_sb3._batch import obs_tensor, order_responses
 from rlightning_sb3._recurrent import stack_rnn_states
 
 __all__ = ["add_replay_step", "add_rollout_step", "finish_rollout", "start_training"]
@@ -261,7 +261,7 @@ def finish_rollout(
     if dones_arr.shape != (buf.n_envs,):
         raise ValueError(f"dones must have shape ({buf.n_envs},), got {dones_arr.shape}")
     policy: Any = model.policy
-    obs_tensor = policy.obs_to_tensor(new_observation)[0]
+    last_obs = obs_tensor(policy, new_observation, model.device)
     with th.no_grad():
         if hasattr(buf, "hidden_states_pi"):
             if responses is None:
@@ -272,9 +272,9 @@ def finish_rollout(
             ordered = order_responses(responses, env_ids)
             states = stack_rnn_states(_field(ordered, "state", "SB3PolicyAdapter.act()"))
             starts = th.tensor(dones_arr, dtype=th.float32, device=model.device)
-            values = policy.predict_values(obs_tensor, states.vf, starts)
+            values = policy.predict_values(last_obs, states.vf, starts)
         else:
-            values = policy.predict_values(obs_tensor)
+            values = policy.predict_values(last_obs)
     buf.compute_returns_and_advantage(last_values=values, dones=dones_arr)
     if update_model:
         _update_progress(model)
