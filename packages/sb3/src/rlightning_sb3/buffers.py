@@ -167,6 +167,8 @@ def add_rollout_step(
             ``value``, ``log_prob``, ``episode_start``; ``buffer_state``/``state`` for
             RecurrentPPO).
     """
+    if update_model:
+        _require_started(model)
     buf: Any = model.rollout_buffer if buffer is None else buffer
     ordered = order_responses(responses, env_ids)
     rewards_arr, dones_arr = _check_step(buf.n_envs, ordered, rewards, dones, infos)
@@ -251,6 +253,8 @@ def finish_rollout(
         ValueError: the buffer is not full, ``dones`` has the wrong shape, or RecurrentPPO
             ``responses`` are missing.
     """
+    if update_model:
+        _require_started(model)
     buf: Any = model.rollout_buffer if buffer is None else buffer
     if not buf.full:
         raise ValueError(
@@ -280,12 +284,16 @@ def finish_rollout(
         _update_progress(model)
 
 
-def _update_progress(model: BaseAlgorithm) -> None:
-    if model._total_timesteps <= 0:
+def _require_started(model: BaseAlgorithm) -> None:
+    """Refuse to update a model's counters before :func:`start_training` (nothing is changed)."""
+    if model._total_timesteps <= 0 or model.ep_info_buffer is None:
         raise ValueError(
             "the model has no step budget yet: call start_training(model, total_timesteps) "
             "before the loop (or pass update_model=False)"
         )
+
+
+def _update_progress(model: BaseAlgorithm) -> None:
     model._update_current_progress_remaining(model.num_timesteps, model._total_timesteps)
 
 
@@ -332,6 +340,8 @@ def add_replay_step(
         ValueError: the responses, rewards, dones or infos do not match the buffer's envs, or a
             response has no ``buffer_action``.
     """
+    if update_model:
+        _require_started(model)
     buf: Any = model.replay_buffer if buffer is None else buffer
     ordered = order_responses(responses, env_ids)
     rewards_arr, dones_arr = _check_step(buf.n_envs, ordered, rewards, dones, infos)

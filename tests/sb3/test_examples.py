@@ -1,0 +1,43 @@
+"""Smoke runs of the SB3 examples (the full runs, with their return thresholds, are the `demo`
+and `train` tox environments)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+pytestmark = pytest.mark.torch
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cartpole_demo_smoke(capsys: pytest.CaptureFixture[str]) -> None:
+    demo = _load("cartpole_demo")
+    assert demo.main(["--smoke"]) == 0
+    out = capsys.readouterr().out
+    assert "mean return over 2 episodes:" in out
+    assert "env->policy latency over" in out and "p50" in out and "p99" in out
+
+
+def test_custom_loop_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    loop = _load("sb3_custom_loop")
+    assert loop.main(["--smoke", "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["trained_timesteps"] == 512
+    png = (tmp_path / "learning_curve.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
+    rows = (tmp_path / "learning_curve.csv").read_text().splitlines()
+    assert rows[0] == "timesteps,train_return_mean100,eval_return" and len(rows) == 3
+    assert "learning curve:" in capsys.readouterr().out
