@@ -21,9 +21,10 @@ import time
 
 import numpy as np
 import torch as th
-from rlightning_sb3 import SB3PolicyAdapter
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
+
+from rlightning_sb3 import SB3PolicyAdapter
 
 THRESHOLD = 450.0
 N_EVAL_EPISODES = 20
@@ -104,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"trained PPO on CartPole-v1 for {total} steps in {train_s:.1f} s")
     print(f"mean return over {len(returns)} episodes: {mean_return:.1f} (min {min(returns):.0f})")
     print(
-        f"env->policy latency over {len(latencies)} responses: "
-        f"p50 {p50:.1f} us, p99 {p99:.1f} us"
+        f"env->policy latency over {len(latencies)} responses: p50 {p50:.1f} us, p99 {p99:.1f} us"
     )
     if not args.smoke and mean_return < THRESHOLD:
         print(f"FAIL: mean return {mean_return:.1f} < {THRESHOLD}", file=sys.stderr)

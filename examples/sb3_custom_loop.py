@@ -30,17 +30,18 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch as th  # noqa: E402
-from rlightning_sb3 import (  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import torch as th
+from stable_baselines3 import PPO
+from stable_baselines3.common.env_util import make_vec_env
+
+from rlightning_sb3 import (
     SB3PolicyAdapter,
     add_rollout_step,
     finish_rollout,
     start_training,
 )
-from stable_baselines3 import PPO  # noqa: E402
-from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 
 THRESHOLD = 475.0
 BUDGET = 100_000  # rl-baselines3-zoo's n_timesteps for PPO on CartPole-v1
@@ -93,7 +94,7 @@ def evaluate(adapter: SB3PolicyAdapter, n_episodes: int, seed: int) -> float:
     return float(np.mean(returns[:n_episodes]))
 
 
-def train(seed: int, total: int, eval_every: int, eval_episodes: int) -> tuple[PPO, list[dict]]:
+def train(seed: int, total: int, eval_every: int, eval_episodes: int) -> tuple[PPO, list[dict[str, float]]]:
     """The training loop. Returns the model and the learning-curve rows."""
     model = make_model(seed)
     adapter = SB3PolicyAdapter(model)
@@ -101,7 +102,7 @@ def train(seed: int, total: int, eval_every: int, eval_episodes: int) -> tuple[P
     env_ids = [f"cartpole-{i}" for i in range(env.num_envs)]
     obs = start_training(model, total)  # as learn() begins: counters, logger, env reset
     episode_starts = np.ones(env.num_envs, dtype=bool)
-    curve: list[dict] = []
+    curve: list[dict[str, float]] = []
     rollout = 0
     while model.num_timesteps < total:
         for _ in range(model.n_steps):
@@ -112,7 +113,7 @@ def train(seed: int, total: int, eval_every: int, eval_episodes: int) -> tuple[P
         finish_rollout(model, obs, dones)
         model.train()
         rollout += 1
-        episodes = [info["r"] for info in model.ep_info_buffer]
+        episodes = [info["r"] for info in model.ep_info_buffer or []]
         row = {
             "timesteps": model.num_timesteps,
             "train_return_mean100": float(np.mean(episodes)) if episodes else float("nan"),
@@ -124,7 +125,7 @@ def train(seed: int, total: int, eval_every: int, eval_episodes: int) -> tuple[P
     return model, curve
 
 
-def save(out: Path, curve: list[dict], summary: dict) -> Path:
+def save(out: Path, curve: list[dict[str, float]], summary: dict[str, object]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "learning_curve.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(curve[0]))
@@ -161,13 +162,13 @@ def main(argv: list[str] | None = None) -> int:
     total = 512 if args.smoke else BUDGET
     final_episodes = 2 if args.smoke else 20
     start = time.perf_counter()
-    model, curve = train(args.seed, total, eval_every=1 if args.smoke else 25, eval_episodes=2 if args.smoke else 10)
+    model, curve = train(
+        args.seed, total, eval_every=1 if args.smoke else 25, eval_episodes=2 if args.smoke else 10
+    )
     train_s = time.perf_counter() - start
     adapter = SB3PolicyAdapter(model)
     final = evaluate(adapter, final_episodes, args.seed + 20_000)
-    reached = next(
-        (r["timesteps"] for r in curve if r["eval_return"] >= THRESHOLD), None
-    )
+    reached = next((r["timesteps"] for r in curve if r["eval_return"] >= THRESHOLD), None)
     summary = {
         "algorithm": "PPO (rl-baselines3-zoo CartPole-v1 hyperparameters)",
         "budget_timesteps": total,

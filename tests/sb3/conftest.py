@@ -16,13 +16,16 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
+
 from rlightning_sb3 import (
     SB3PolicyAdapter,
     add_replay_step,
@@ -30,8 +33,6 @@ from rlightning_sb3 import (
     finish_rollout,
     start_training,
 )
-from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
 
 th.set_num_threads(1)  # tiny networks on a shared 2-core machine
 
@@ -41,7 +42,9 @@ IMAGE_SIDE = 36  # the smallest input SB3's NatureCNN accepts
 def action_space_of(kind: str) -> spaces.Space[Any]:
     return {
         "discrete": spaces.Discrete(3),
-        "box": spaces.Box(low=np.array([-2.0, 0.0]), high=np.array([3.0, 0.5]), dtype=np.float32),
+        "box": spaces.Box(
+            low=np.array([-2.0, 0.0], np.float32), high=np.array([3.0, 0.5], np.float32)
+        ),
         "multidiscrete": spaces.MultiDiscrete([3, 2]),
         "multibinary": spaces.MultiBinary(3),
     }[kind]
@@ -50,9 +53,16 @@ def action_space_of(kind: str) -> spaces.Space[Any]:
 class TinyEnv(gym.Env[Any, Any]):
     """A two-number random walk the actions push around; observations flat, dict or image."""
 
-    metadata: dict[str, Any] = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"]}
 
-    def __init__(self, obs: str = "flat", action: str = "discrete", check_masks: bool = False) -> None:
+    def __init__(
+        self,
+        obs: str = "flat",
+        action: str = "discrete",
+        check_masks: bool = False,
+        render_mode: str | None = None,
+    ) -> None:
+        self.render_mode = render_mode
         self.obs_kind = obs
         self.check_masks = check_masks
         self.action_space = action_space_of(action)
@@ -275,7 +285,8 @@ def assert_buffers_equal(a: Any, b: Any, fields: tuple[str, ...]) -> None:
         for key, x in _as_arrays(getattr(a, name)).items():
             y = _as_arrays(getattr(b, name))[key]
             label = f"{name}{'[' + key + ']' if key else ''}"
-            assert x.dtype == y.dtype and x.shape == y.shape, (label, x.dtype, y.dtype)
+            assert x.dtype == y.dtype, (label, x.dtype, y.dtype)
+            assert x.shape == y.shape, (label, x.shape, y.shape)
             np.testing.assert_array_equal(x, y, err_msg=label, strict=True)
 
 

@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
-from rlightning import PolicyResponse
-from rlightning_sb3 import SB3PolicyAdapter
 from stable_baselines3 import A2C, DQN, PPO, SAC, TD3
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.noise import NormalActionNoise
 from stable_baselines3.common.utils import obs_as_tensor
+
+from rlightning import PolicyResponse
+from rlightning_sb3 import SB3PolicyAdapter
 
 pytestmark = pytest.mark.torch
 
@@ -32,8 +33,12 @@ def _on_policy(tiny: Any, obs: str, action: str, cls: Any = PPO, **kw: Any) -> A
     policy_kwargs = copy.deepcopy(tiny.SMALL_CNN if obs == "image" else NET)
     policy_kwargs.update(kw.pop("policy_kwargs", {}))
     return cls(
-        tiny.policy(obs), _env(tiny.env_id(obs, action)), n_steps=8, seed=0,
-        policy_kwargs=policy_kwargs, **kw,
+        tiny.policy(obs),
+        _env(tiny.env_id(obs, action)),
+        n_steps=8,
+        seed=0,
+        policy_kwargs=policy_kwargs,
+        **kw,
     )
 
 
@@ -51,7 +56,11 @@ def _check_on_policy_response(model: Any, obs: Any, responses: list[PolicyRespon
         _, log_probs, _ = policy.evaluate_actions(obs_t, act_t)
     for i, response in enumerate(responses):
         assert set(response.to_dict()) == {
-            "action", "buffer_action", "value", "log_prob", "episode_start"
+            "action",
+            "buffer_action",
+            "value",
+            "log_prob",
+            "episode_start",
         }
         assert space.contains(np.asarray(response.action, dtype=space.dtype)), response.action
         expected_buffer_shape = (1,) if isinstance(space, spaces.Discrete) else space.shape
@@ -59,7 +68,8 @@ def _check_on_policy_response(model: Any, obs: Any, responses: list[PolicyRespon
         for name in ("value", "log_prob"):
             tensor = getattr(response, name)
             assert isinstance(tensor, th.Tensor)
-            assert tensor.shape == () and tensor.dtype == th.float32
+            assert tensor.shape == ()
+            assert tensor.dtype == th.float32
             assert tensor.device == model.device
         th.testing.assert_close(response.value, values[i, 0])
         th.testing.assert_close(response.log_prob, log_probs[i])
@@ -95,9 +105,7 @@ def test_box_actions_are_clipped_for_the_env_not_for_the_buffer(tiny: Any) -> No
 
 
 def test_squashing_policy_actions_are_unscaled(tiny: Any) -> None:
-    model = _on_policy(
-        tiny, "flat", "box", use_sde=True, policy_kwargs={"squash_output": True}
-    )
+    model = _on_policy(tiny, "flat", "box", use_sde=True, policy_kwargs={"squash_output": True})
     assert model.policy.squash_output
     space = model.action_space
     batch = model.get_env().reset()
@@ -129,7 +137,8 @@ def test_single_observation_gives_one_unbatched_response(tiny: Any) -> None:
     assert single.action.shape == model.action_space.shape
     for name in ("action", "buffer_action"):
         np.testing.assert_array_equal(getattr(single, name), getattr(batched, name))
-    assert th.equal(single.value, batched.value) and th.equal(single.log_prob, batched.log_prob)
+    assert th.equal(single.value, batched.value)
+    assert th.equal(single.log_prob, batched.log_prob)
 
 
 def test_channel_last_images_are_transposed_as_predict_does(tiny: Any) -> None:
@@ -168,7 +177,8 @@ def test_responses_survive_pickle_and_convert_to_numpy(tiny: Any) -> None:
     clone = pickle.loads(pickle.dumps(response, protocol=5))
     assert clone == response
     clone.numpy()
-    assert isinstance(clone.value, np.ndarray) and clone.value.dtype == np.float32
+    assert isinstance(clone.value, np.ndarray)
+    assert clone.value.dtype == np.float32
     assert clone.value.shape == ()
     assert response.cpu() is response
 
@@ -215,8 +225,12 @@ def test_off_policy_after_warm_up_and_without_exploration() -> None:
 def test_td3_noise_is_added_to_the_scaled_action_and_clipped() -> None:
     noise = NormalActionNoise(np.zeros(1), 0.5 * np.ones(1))
     model = TD3(
-        "MlpPolicy", _env("Pendulum-v1", n_envs=1), seed=0, learning_starts=0,
-        action_noise=noise, policy_kwargs=dict(NET),
+        "MlpPolicy",
+        _env("Pendulum-v1", n_envs=1),
+        seed=0,
+        learning_starts=0,
+        action_noise=noise,
+        policy_kwargs=dict(NET),
     )
     obs = model.get_env().reset()
     adapter = SB3PolicyAdapter(model)
@@ -233,7 +247,10 @@ def test_td3_noise_is_added_to_the_scaled_action_and_clipped() -> None:
 
 def test_dqn_epsilon_greedy() -> None:
     model = DQN(
-        "MlpPolicy", _env("CartPole-v1", n_envs=4), seed=0, learning_starts=0,
+        "MlpPolicy",
+        _env("CartPole-v1", n_envs=4),
+        seed=0,
+        learning_starts=0,
         policy_kwargs=dict(NET),
     )
     batch = model.get_env().reset()
@@ -261,7 +278,10 @@ def test_dqn_epsilon_greedy() -> None:
 def recurrent() -> Any:
     contrib = pytest.importorskip("sb3_contrib")
     return contrib.RecurrentPPO(
-        "MlpLstmPolicy", _env("CartPole-v1"), n_steps=8, seed=0,
+        "MlpLstmPolicy",
+        _env("CartPole-v1"),
+        n_steps=8,
+        seed=0,
         policy_kwargs={"net_arch": [16], "lstm_hidden_size": 8},
     )
 
@@ -272,7 +292,12 @@ def test_recurrent_state_is_carried_per_env_id(recurrent: Any) -> None:
     first = adapter.act(batch, IDS, explore=False)
     for r in first:
         assert set(r.to_dict()) == {
-            "action", "buffer_action", "value", "log_prob", "episode_start", "state",
+            "action",
+            "buffer_action",
+            "value",
+            "log_prob",
+            "episode_start",
+            "state",
             "buffer_state",
         }
         assert r.episode_start is True
@@ -284,8 +309,12 @@ def test_recurrent_state_is_carried_per_env_id(recurrent: Any) -> None:
     for r in second:
         before = first[IDS.index(r.env_id)]
         assert all(
-            th.equal(a, b) for a, b in zip((*r.buffer_state.pi, *r.buffer_state.vf),
-                                           (*before.state.pi, *before.state.vf), strict=True)
+            th.equal(a, b)
+            for a, b in zip(
+                (*r.buffer_state.pi, *r.buffer_state.vf),
+                (*before.state.pi, *before.state.vf),
+                strict=True,
+            )
         )
     # a fresh adapter given the same order from the same states agrees
     fresh = SB3PolicyAdapter(recurrent)
@@ -328,7 +357,9 @@ def test_maskable_actions_respect_the_masks(maskable: Any) -> None:
     for _ in range(30):
         responses = adapter.act(batch, IDS, action_masks=masks)
         a = adapter.env_actions(responses)
-        assert a[0, 0] == 2 and a[1, 1] == 1 and tuple(a[2]) == (0, 0)
+        assert a[0, 0] == 2
+        assert a[1, 1] == 1
+        assert tuple(a[2]) == (0, 0)
         for r, mask in zip(responses, masks, strict=True):
             np.testing.assert_array_equal(r.action_mask, mask)
     unmasked = adapter.act(batch, IDS)

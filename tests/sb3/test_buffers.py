@@ -8,6 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch as th
+from stable_baselines3 import PPO, SAC
+from stable_baselines3.common.env_util import make_vec_env
+
 from rlightning import PolicyResponse
 from rlightning_sb3 import (
     SB3PolicyAdapter,
@@ -16,8 +19,6 @@ from rlightning_sb3 import (
     finish_rollout,
     start_training,
 )
-from stable_baselines3 import PPO, SAC
-from stable_baselines3.common.env_util import make_vec_env
 
 pytestmark = pytest.mark.torch
 
@@ -36,8 +37,9 @@ def test_truncated_episode_reward_is_bootstrapped_with_the_terminal_value() -> N
     adapter = SB3PolicyAdapter(model)
     env = model.get_env()
     responses = adapter.act(obs, IDS, episode_start=[True, True])
-    new_obs, rewards, dones, infos = env.step(adapter.env_actions(responses))
-    assert dones.all() and all(info["TimeLimit.truncated"] for info in infos)
+    _, rewards, dones, infos = env.step(adapter.env_actions(responses))
+    assert dones.all()
+    assert all(info["TimeLimit.truncated"] for info in infos)
     rewards_before = rewards.copy()
     stored = add_rollout_step(model, obs, responses, rewards, dones, infos)
     np.testing.assert_array_equal(rewards, rewards_before)  # the caller's array is untouched
@@ -104,7 +106,11 @@ def test_recurrent_finish_needs_the_last_responses() -> None:
     contrib = pytest.importorskip("sb3_contrib")
     env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
     model = contrib.RecurrentPPO(
-        "MlpLstmPolicy", env, n_steps=2, batch_size=4, seed=0,
+        "MlpLstmPolicy",
+        env,
+        n_steps=2,
+        batch_size=4,
+        seed=0,
         policy_kwargs={"net_arch": [8], "lstm_hidden_size": 4},
     )
     obs = start_training(model, 100)
@@ -133,10 +139,13 @@ def test_replay_step_stores_terminal_observations_and_counts() -> None:
     buffer = model.replay_buffer
     assert dones.all()
     for i in range(2):
-        np.testing.assert_array_equal(buffer.next_observations[1, i], infos[i]["terminal_observation"])
+        np.testing.assert_array_equal(
+            buffer.next_observations[1, i], infos[i]["terminal_observation"]
+        )
     np.testing.assert_array_equal(buffer.timeouts[1], [1.0, 1.0])
     np.testing.assert_array_equal(buffer.actions[1], np.stack([r.buffer_action for r in responses]))
-    assert model.num_timesteps == 4 and model._episode_num == 2
+    assert model.num_timesteps == 4
+    assert model._episode_num == 2
     assert model._current_progress_remaining == pytest.approx(1 - 4 / 50)
 
 
@@ -151,7 +160,8 @@ def test_update_model_needs_a_budget() -> None:
         add_replay_step(model, obs, responses, new_obs, rewards, dones, infos)
     assert model.replay_buffer.pos == 0  # refused before anything changed
     add_replay_step(model, obs, responses, new_obs, rewards, dones, infos, update_model=False)
-    assert model.replay_buffer.pos == 1 and model.num_timesteps == 0
+    assert model.replay_buffer.pos == 1
+    assert model.num_timesteps == 0
 
 
 @pytest.mark.parametrize("total", [0, -5, 1.5, True])

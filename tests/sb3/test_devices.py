@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch as th
-from rlightning_sb3 import SB3PolicyAdapter
 from stable_baselines3 import PPO, SAC
 from stable_baselines3.common.env_util import make_vec_env
+
+from rlightning_sb3 import SB3PolicyAdapter
 
 NET = {"net_arch": [16]}
 IDS = ["a", "b"]
@@ -24,17 +25,23 @@ def test_on_policy_tensors_live_on_the_model_device(device: str) -> None:
         assert response.value.device.type == device
         assert response.log_prob.device.type == device
     copy = responses[0].numpy()
-    assert isinstance(copy.value, np.ndarray) and copy.value.dtype == np.float32
+    assert isinstance(copy.value, np.ndarray)
+    assert copy.value.dtype == np.float32
     assert isinstance(copy.log_prob, np.ndarray)
     moved = responses[1].cpu()
-    assert moved.value.device.type == "cpu" and moved.log_prob.device.type == "cpu"
+    assert moved.value.device.type == "cpu"
+    assert moved.log_prob.device.type == "cpu"
 
 
 def test_recurrent_states_live_on_the_model_device(device: str) -> None:
     contrib = pytest.importorskip("sb3_contrib")
     env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
     model = contrib.RecurrentPPO(
-        "MlpLstmPolicy", env, n_steps=8, seed=0, device=device,
+        "MlpLstmPolicy",
+        env,
+        n_steps=8,
+        seed=0,
+        device=device,
         policy_kwargs={"net_arch": [8], "lstm_hidden_size": 4},
     )
     adapter = SB3PolicyAdapter(model)
@@ -59,8 +66,14 @@ def test_parity_on_device(device: str, parity: Any) -> None:
     def factory() -> PPO:
         env = make_vec_env("CartPole-v1", n_envs=2, seed=3, env_kwargs={"max_episode_steps": 20})
         return PPO(
-            "MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=2, seed=3,
-            policy_kwargs=dict(NET), device=device,
+            "MlpPolicy",
+            env,
+            n_steps=32,
+            batch_size=32,
+            n_epochs=2,
+            seed=3,
+            policy_kwargs=dict(NET),
+            device=device,
         )
 
     if device == "cuda":

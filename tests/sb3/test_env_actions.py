@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from rlightning import PolicyResponse
-from rlightning_sb3 import SB3PolicyAdapter
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
+
+from rlightning import PolicyResponse
+from rlightning_sb3 import SB3PolicyAdapter
 
 pytestmark = pytest.mark.torch
 
@@ -33,7 +34,9 @@ def test_order_of_responses_kept_without_env_ids(adapter: SB3PolicyAdapter) -> N
 
 
 @given(st.permutations(["e0", "e1", "e2", "e3", "e4"]))
-def test_env_ids_put_any_order_back_in_env_order(adapter: SB3PolicyAdapter, order: list[str]) -> None:
+def test_env_ids_put_any_order_back_in_env_order(
+    adapter: SB3PolicyAdapter, order: list[str]
+) -> None:
     responses = {r.env_id: r for r in _responses("e0", "e1", "e2", "e3", "e4")}
     shuffled = [responses[env_id] for env_id in order]
     got = adapter.env_actions(shuffled, env_ids=["e0", "e1", "e2", "e3", "e4"])

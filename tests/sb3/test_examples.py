@@ -17,7 +17,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 def _load(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -28,7 +29,9 @@ def test_cartpole_demo_smoke(capsys: pytest.CaptureFixture[str]) -> None:
     assert demo.main(["--smoke"]) == 0
     out = capsys.readouterr().out
     assert "mean return over 2 episodes:" in out
-    assert "env->policy latency over" in out and "p50" in out and "p99" in out
+    assert "env->policy latency over" in out
+    assert "p50" in out
+    assert "p99" in out
 
 
 def test_custom_loop_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -37,7 +40,9 @@ def test_custom_loop_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["trained_timesteps"] == 512
     png = (tmp_path / "learning_curve.png").read_bytes()
-    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    assert len(png) > 1000
     rows = (tmp_path / "learning_curve.csv").read_text().splitlines()
-    assert rows[0] == "timesteps,train_return_mean100,eval_return" and len(rows) == 3
+    assert rows[0] == "timesteps,train_return_mean100,eval_return"
+    assert len(rows) == 3
     assert "learning curve:" in capsys.readouterr().out

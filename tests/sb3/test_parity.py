@@ -37,20 +37,34 @@ def _check_bootstrapped(buffer: Any) -> None:
 def _on_policy_factories() -> dict[str, Any]:
     def ppo_cartpole() -> Any:
         return PPO(
-            "MlpPolicy", _env("CartPole-v1"), n_steps=48, batch_size=32, n_epochs=2,
-            seed=SEED, policy_kwargs=dict(NET),
+            "MlpPolicy",
+            _env("CartPole-v1"),
+            n_steps=48,
+            batch_size=32,
+            n_epochs=2,
+            seed=SEED,
+            policy_kwargs=dict(NET),
         )
 
     def ppo_pendulum() -> Any:
         return PPO(
-            "MlpPolicy", _env("Pendulum-v1"), n_steps=48, batch_size=32, n_epochs=2,
-            seed=SEED, policy_kwargs={**NET, "log_std_init": 1.0},  # wide: clipping happens
+            "MlpPolicy",
+            _env("Pendulum-v1"),
+            n_steps=48,
+            batch_size=32,
+            n_epochs=2,
+            seed=SEED,
+            policy_kwargs={**NET, "log_std_init": 1.0},  # wide: clipping happens
         )
 
     def a2c_cartpole() -> Any:
         return A2C("MlpPolicy", _env("CartPole-v1"), n_steps=24, seed=SEED, policy_kwargs=dict(NET))
 
-    return {"ppo-cartpole": ppo_cartpole, "ppo-pendulum": ppo_pendulum, "a2c-cartpole": a2c_cartpole}
+    return {
+        "ppo-cartpole": ppo_cartpole,
+        "ppo-pendulum": ppo_pendulum,
+        "a2c-cartpole": a2c_cartpole,
+    }
 
 
 ON_POLICY = _on_policy_factories()
@@ -87,8 +101,13 @@ def test_recurrent_ppo_parity(parity: Any) -> None:
 
     def factory() -> Any:
         return contrib.RecurrentPPO(
-            "MlpLstmPolicy", _env("CartPole-v1"), n_steps=32, batch_size=32, n_epochs=2,
-            seed=SEED, policy_kwargs={"net_arch": [16], "lstm_hidden_size": 8},
+            "MlpLstmPolicy",
+            _env("CartPole-v1"),
+            n_steps=32,
+            batch_size=32,
+            n_epochs=2,
+            seed=SEED,
+            policy_kwargs={"net_arch": [16], "lstm_hidden_size": 8},
         )
 
     sb3_model, adapter_model = factory(), factory()
@@ -107,11 +126,19 @@ def test_maskable_ppo_parity(parity: Any, tiny: Any) -> None:
 
     def factory() -> Any:
         env = make_vec_env(
-            tiny.env_id("flat", "multidiscrete"), n_envs=N_ENVS, seed=SEED,
+            tiny.env_id("flat", "multidiscrete"),
+            n_envs=N_ENVS,
+            seed=SEED,
             env_kwargs={"check_masks": True},
         )
         return contrib.MaskablePPO(
-            "MlpPolicy", env, n_steps=16, batch_size=16, n_epochs=2, seed=SEED, policy_kwargs=dict(NET)
+            "MlpPolicy",
+            env,
+            n_steps=16,
+            batch_size=16,
+            n_epochs=2,
+            seed=SEED,
+            policy_kwargs=dict(NET),
         )
 
     sb3_model, adapter_model = factory(), factory()
@@ -134,18 +161,31 @@ def _off_policy_factories() -> dict[str, Any]:
 
     def td3() -> Any:
         return TD3(
-            "MlpPolicy", _env("Pendulum-v1"), policy_kwargs=dict(NET), action_noise=noise(),
-            policy_delay=1, **common,
+            "MlpPolicy",
+            _env("Pendulum-v1"),
+            policy_kwargs=dict(NET),
+            action_noise=noise(),
+            policy_delay=1,
+            **common,
         )
 
     def ddpg() -> Any:
-        return DDPG("MlpPolicy", _env("Pendulum-v1"), policy_kwargs=dict(NET), action_noise=noise(), **common)
+        return DDPG(
+            "MlpPolicy",
+            _env("Pendulum-v1"),
+            policy_kwargs=dict(NET),
+            action_noise=noise(),
+            **common,
+        )
 
     def dqn() -> Any:
         return DQN(
-            "MlpPolicy", _env("CartPole-v1", {"max_episode_steps": 10}), policy_kwargs=dict(NET),
+            "MlpPolicy",
+            _env("CartPole-v1", {"max_episode_steps": 10}),
+            policy_kwargs=dict(NET),
             exploration_fraction=0.005,
-            target_update_interval=10, **common,
+            target_update_interval=10,
+            **common,
         )
 
     return {"sac-pendulum": sac, "td3-pendulum": td3, "ddpg-pendulum": ddpg, "dqn-cartpole": dqn}
@@ -185,7 +225,12 @@ def test_ppo_parity_across_spaces(obs: str, action: str, parity: Any, tiny: Any)
         env = make_vec_env(tiny.env_id(obs, action), n_envs=N_ENVS, seed=SEED)
         kwargs = copy.deepcopy(tiny.SMALL_CNN if obs == "image" else NET)
         return PPO(
-            tiny.policy(obs), env, n_steps=16, batch_size=16, n_epochs=1, seed=SEED,
+            tiny.policy(obs),
+            env,
+            n_steps=16,
+            batch_size=16,
+            n_epochs=1,
+            seed=SEED,
             policy_kwargs=kwargs,
         )
 
@@ -205,7 +250,12 @@ def test_off_policy_parity_dict_and_image(obs: str, algo: str, parity: Any, tiny
         env = make_vec_env(tiny.env_id(obs, action), n_envs=N_ENVS, seed=SEED)
         kwargs = copy.deepcopy(tiny.SMALL_CNN if obs == "image" else NET)
         return cls(
-            tiny.policy(obs), env, learning_starts=6, buffer_size=200, batch_size=8, seed=SEED,
+            tiny.policy(obs),
+            env,
+            learning_starts=6,
+            buffer_size=200,
+            batch_size=8,
+            seed=SEED,
             policy_kwargs=kwargs,
         )
 

@@ -9,10 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch as th
-from rlightning import PolicyResponse
-from rlightning_sb3 import SB3PolicyAdapter
 from stable_baselines3 import DQN, PPO, SAC
 from stable_baselines3.common.env_util import make_vec_env
+
+from rlightning import PolicyResponse
+from rlightning_sb3 import SB3PolicyAdapter
 
 pytestmark = pytest.mark.torch
 
@@ -21,7 +22,9 @@ NET = {"net_arch": [16]}
 
 def _ppo(env_id: str = "CartPole-v1", n_envs: int = 3, policy: str = "MlpPolicy", **kw: Any) -> PPO:
     env = make_vec_env(env_id, n_envs=n_envs, seed=0)
-    return PPO(policy, env, n_steps=16, seed=0, policy_kwargs=kw.pop("policy_kwargs", dict(NET)), **kw)
+    return PPO(
+        policy, env, n_steps=16, seed=0, policy_kwargs=kw.pop("policy_kwargs", dict(NET)), **kw
+    )
 
 
 def test_batch_gives_one_response_per_env_with_its_row_of_sb3_actions() -> None:
@@ -117,7 +120,10 @@ def recurrent_model() -> Any:
     contrib = pytest.importorskip("sb3_contrib")
     env = make_vec_env("CartPole-v1", n_envs=3, seed=0)
     return contrib.RecurrentPPO(
-        "MlpLstmPolicy", env, n_steps=16, seed=0,
+        "MlpLstmPolicy",
+        env,
+        n_steps=16,
+        seed=0,
         policy_kwargs={"net_arch": [16], "lstm_hidden_size": 8, "n_lstm_layers": 2},
     )
 
@@ -135,7 +141,8 @@ def test_recurrent_state_is_per_env_and_round_trips(recurrent_model: Any) -> Non
     r1 = adapter.predict(obs, ids, episode_start=starts, deterministic=True)
     for i, response in enumerate(r1):
         h, c = response.state
-        assert h.shape == (2, 8) and c.shape == (2, 8)  # (n_lstm_layers, hidden)
+        assert h.shape == (2, 8)
+        assert c.shape == (2, 8)
         np.testing.assert_array_equal(h, s1[0][:, i, :])
         np.testing.assert_array_equal(c, s1[1][:, i, :])
     r2 = adapter.predict(

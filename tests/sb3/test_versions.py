@@ -6,10 +6,11 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
+
 import rlightning_sb3
 from rlightning_sb3 import SB3_CONTRIB_SUPPORTED, SB3_SUPPORTED, check_version
 

@@ -14,7 +14,7 @@ from gymnasium import spaces
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 
-__all__ = ["mask_dims", "off_policy_actions", "on_policy_env_actions", "on_policy_buffer_actions"]
+__all__ = ["mask_dims", "off_policy_actions", "on_policy_buffer_actions", "on_policy_env_actions"]
 
 
 def on_policy_env_actions(
@@ -40,7 +40,7 @@ def on_policy_env_actions(
     if isinstance(action_space, spaces.Box):
         if unscale and policy.squash_output:
             return np.asarray(policy.unscale_action(actions))
-        return np.clip(actions, action_space.low, action_space.high)
+        return np.asarray(np.clip(actions, action_space.low, action_space.high))
     return actions
 
 

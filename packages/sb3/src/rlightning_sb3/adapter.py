@@ -13,6 +13,7 @@ Two ways to ask the model:
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Sequence
 from typing import Any, overload
@@ -20,11 +21,11 @@ from typing import Any, overload
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from rlightning import PolicyResponse
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
+from rlightning import PolicyResponse
 from rlightning_sb3._actions import (
     mask_dims,
     off_policy_actions,
@@ -157,8 +158,10 @@ class SB3PolicyAdapter:
         """Return ``(batched observation, n_envs, vectorized)`` by SB3's ``predict`` rule."""
         policy = self._model.policy
         space = self._model.observation_space
-        if isinstance(observation, tuple) and len(observation) == 2 and isinstance(
-            observation[1], dict
+        if (
+            isinstance(observation, tuple)
+            and len(observation) == 2
+            and isinstance(observation[1], dict)
         ):
             raise ValueError(
                 "observation is an (obs, info) tuple, as gymnasium's reset() returns; pass the "
@@ -170,7 +173,11 @@ class SB3PolicyAdapter:
                 f"{'a dict of arrays' if isinstance(space, spaces.Dict) else 'an array'}, got "
                 f"{type(observation).__name__}"
             )
-        if isinstance(observation, dict) and set(observation) != set(space.spaces):
+        if (
+            isinstance(observation, dict)
+            and isinstance(space, spaces.Dict)
+            and set(observation) != set(space.spaces)
+        ):
             raise ValueError(
                 f"observation has keys {sorted(observation)}, the model's Dict observation space "
                 f"has keys {sorted(space.spaces)}"
@@ -216,7 +223,7 @@ class SB3PolicyAdapter:
             blocks = [2] * (dims // 2)
         bounds = np.cumsum([0, *blocks])
         for row, env_id in zip(masks, ids, strict=True):
-            for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+            for start, stop in itertools.pairwise(bounds.tolist()):
                 if not row[start:stop].any():
                     raise ValueError(
                         f"action mask for env {env_id!r} allows no action in mask entries "
@@ -366,7 +373,8 @@ class SB3PolicyAdapter:
                 f"{list(ids)}: a previous response's state or None), got {type(state).__name__}"
                 + (f" of length {len(state)}" if isinstance(state, Sequence) else "")
             )
-        lstm = self._model.policy.lstm_actor
+        policy: Any = self._model.policy
+        lstm = policy.lstm_actor
         zero = np.zeros((lstm.num_layers, lstm.hidden_size), dtype=np.float32)
         for env_id, entry in zip(ids, state, strict=True):
             if entry is not None and (
@@ -603,7 +611,8 @@ class SB3PolicyAdapter:
         if len(shapes) > 1:
             raise ValueError(
                 "actions have different shapes: "
-                + ", ".join(f"{r.env_id!r}: {a.shape}" for r, a in zip(ordered, actions, strict=True))
+                + ", ".join(
+                    f"{r.env_id!r}: {a.shape}" for r, a in zip(ordered, actions, strict=True)
+                )
             )
         return np.stack(actions)
-

@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 import torch as th
-from rlightning import PolicyResponse
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.buffers import ReplayBuffer, RolloutBuffer
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
+from rlightning import PolicyResponse
 from rlightning_sb3._batch import obs_tensor, order_responses
 from rlightning_sb3._recurrent import stack_rnn_states
 
@@ -190,7 +190,7 @@ def add_rollout_step(
                 f"responses for env(s) {missing} have no action_mask but others do; "
                 "give every env a mask or none"
             )
-        extra["action_masks"] = np.stack(masks)
+        extra["action_masks"] = np.stack([m for m in masks if m is not None])
 
     policy: Any = model.policy
     for idx, done in enumerate(dones_arr):
