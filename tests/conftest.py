@@ -30,16 +30,16 @@ REQUIRE_CUDA = os.environ.get("RLIGHTNING_REQUIRE_CUDA", "") == "1"
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     has_cuda = _cuda_visible()
     for item in items:
-        if "torch" in item.keywords and not HAS_TORCH:
+        if item.get_closest_marker("torch") and not HAS_TORCH:
             item.add_marker(pytest.mark.skip(reason="torch is not installed (core-notorch env)"))
-        if "cuda" in item.keywords and not has_cuda and not REQUIRE_CUDA:
+        if item.get_closest_marker("cuda") and not has_cuda and not REQUIRE_CUDA:
             item.add_marker(
                 pytest.mark.skip(reason="no CUDA GPU visible (torch.cuda.is_available() is False)")
             )
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if "cuda" in item.keywords and REQUIRE_CUDA and not _cuda_visible():
+    if item.get_closest_marker("cuda") and REQUIRE_CUDA and not _cuda_visible():
         pytest.fail("RLIGHTNING_REQUIRE_CUDA=1 but no CUDA GPU is visible to torch")
 
 

@@ -58,13 +58,15 @@ def require_torch(purpose: str) -> ModuleType:
     Raises:
         ImportError: torch is not installed.
     """
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        return torch
+    loaded = sys.modules.get("torch")
+    if loaded is not None:
+        return loaded
     try:
         import torch
     except ImportError as exc:
-        raise ImportError(f"{purpose} needs torch, which is not installed: {_TORCH_EXTRA_HINT}") from exc
+        raise ImportError(
+            f"{purpose} needs torch, which is not installed: {_TORCH_EXTRA_HINT}"
+        ) from exc
     return torch
 
 

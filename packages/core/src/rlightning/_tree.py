@@ -88,10 +88,8 @@ def map_leaves(fn: Callable[[Any], Any], value: Any) -> Any:
                 changed[key] = new_item
         if changed is None:
             return value
-        if kind is dict:
-            out = value.copy()
-        else:  # OrderedDict, defaultdict, custom subclasses: keep type and extra state
-            out = copy.copy(value)
+        # copy.copy keeps the type and extra state of OrderedDict, defaultdict and subclasses.
+        out = value.copy() if kind is dict else copy.copy(value)
         out.update(changed)
         return out
     if kind is list or kind is tuple or isinstance(value, (list, tuple)):
@@ -212,7 +210,9 @@ def tree_repr(value: Any) -> str:
         return body if type(value) is dict else f"{type(value).__name__}({body})"
     if isinstance(value, tuple) and hasattr(type(value), "_fields"):
         fields = getattr(type(value), "_fields", ())
-        inner = ", ".join(f"{name}={tree_repr(item)}" for name, item in zip(fields, value, strict=True))
+        inner = ", ".join(
+            f"{name}={tree_repr(item)}" for name, item in zip(fields, value, strict=True)
+        )
         return f"{type(value).__name__}({inner})"
     if isinstance(value, (list, tuple)):
         inner = ", ".join(tree_repr(item) for item in value)

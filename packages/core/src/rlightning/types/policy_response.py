@@ -15,7 +15,7 @@ Timing stamps are integers in nanoseconds since the Unix epoch (``time.time_ns()
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import SimpleNamespace
 from typing import Any, ClassVar, TypeVar
 
@@ -42,6 +42,9 @@ def _check_env_id(env_id: object) -> None:
         )
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**64 - 1  # signed or unsigned 64-bit
+
+
 def _latency_s(stamp: object, now_ns: int | None, stamp_name: str) -> float:
     if now_ns is None:
         now_ns = time.time_ns()
@@ -50,10 +53,35 @@ def _latency_s(stamp: object, now_ns: int | None, stamp_name: str) -> float:
             f"now_ns must be an int of nanoseconds since the epoch, got "
             f"{type(now_ns).__name__} {now_ns!r} (while reading {stamp_name})"
         )
+    elif not _INT64_MIN <= now_ns <= _INT64_MAX:
+        raise ValueError(
+            f"now_ns must fit in a 64-bit int of nanoseconds, got {now_ns!r} "
+            f"(while reading {stamp_name})"
+        )
     if isinstance(stamp, bool) or not isinstance(stamp, (int, np.integer)):
+        return 0.0
+    if not _INT64_MIN <= stamp <= _INT64_MAX:  # not a nanosecond time: treated as invalid
         return 0.0
     elapsed = (int(now_ns) - int(stamp)) / 1e9
     return elapsed if elapsed > 0.0 else 0.0
+
+
+# Names that protocols (copy, pickle, numpy, torch, DLPack) look up on the *instance*: a field
+# with one of these names would hijack them, so they are reserved like the class's members.
+_PROTOCOL_NAMES: frozenset[str] = frozenset(
+    {
+        "__copy__", "__deepcopy__", "__reduce__", "__reduce_ex__", "__getstate__",
+        "__setstate__", "__getnewargs__", "__getnewargs_ex__", "__array__",
+        "__array_interface__", "__array_struct__", "__array_priority__", "__array_ufunc__",
+        "__array_function__", "__array_wrap__", "__cuda_array_interface__", "__dlpack__",
+        "__dlpack_device__", "__torch_function__", "__torch_dispatch__", "__fspath__",
+        "__index__", "__len__", "__iter__", "__getitem__", "__call__", "__slots__",
+    }
+)  # fmt: skip
+
+
+def _reserved_names(cls: type) -> frozenset[str]:
+    return (frozenset(dir(cls)) | _PROTOCOL_NAMES) - {"env_id"}
 
 
 def _restore(cls: type[_Self], env_id: str | None, fields: dict[str, Any]) -> _Self:
@@ -101,14 +129,17 @@ class PolicyResponse(SimpleNamespace):
 
     env_id: str | None
 
-    #: Names a field may not take: every member of the class, computed once per class.
+    #: Names a field may not take: every member of the class, computed once per class, plus
+    #: the protocol names that copy, pickle, numpy and torch look up on the instance.
     _reserved_fields: ClassVar[frozenset[str]] = frozenset()
+    #: Fields that ``del`` refuses.
+    _undeletable_fields: ClassVar[frozenset[str]] = frozenset({"env_id"})
 
-    __hash__ = None  # type: ignore[assignment]  # mutable container, like SimpleNamespace
+    __hash__ = None  # mutable container, like SimpleNamespace
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls._reserved_fields = frozenset(dir(cls)) - {"env_id"}
+        cls._reserved_fields = _reserved_names(cls)
 
     def __init__(self, env_id: str | None, **data: Any) -> None:
         _check_env_id(env_id)
@@ -133,13 +164,24 @@ class PolicyResponse(SimpleNamespace):
             _check_env_id(value)
         self.__dict__[name] = value
 
+    def __delattr__(self, name: str) -> None:
+        if name in type(self)._undeletable_fields:
+            raise AttributeError(
+                f"cannot delete {name!r}: every {type(self).__name__} has one "
+                f"(set it to a new value instead)"
+            )
+        super().__delattr__(name)
+
     # ------------------------------------------------------------------ dunder protocol
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, PolicyResponse):
-            return NotImplemented
+        # Never NotImplemented: Python would then fall back to SimpleNamespace.__eq__, which
+        # ignores the class and raises on arrays.
         if type(self) is not type(other):
             return False
         return tree_equal(self.__dict__, other.__dict__)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
 
     def __repr__(self) -> str:
         parts = [f"{key}={tree_repr(value)}" for key, value in self.__dict__.items()]
@@ -285,11 +327,13 @@ class PolicyResponse(SimpleNamespace):
             now_ns: Current time in nanoseconds since the epoch. If None, uses ``time.time_ns()``.
 
         Returns:
-            Latency in seconds, or 0.0 if ``ts_env_sent_ns`` is missing, None or not an integer.
-            Never negative: when the sender's clock is ahead (another machine), 0.0.
+            Latency in seconds, or 0.0 if ``ts_env_sent_ns`` is missing, None, not an integer or
+            outside the 64-bit range. Never negative: when the sender's clock is ahead
+            (another machine), 0.0.
 
         Raises:
             TypeError: ``now_ns`` is given and is not an integer.
+            ValueError: ``now_ns`` does not fit in a 64-bit integer.
         """
         return _latency_s(self.__dict__.get("ts_env_sent_ns"), now_ns, "ts_env_sent_ns")
 
@@ -302,11 +346,12 @@ class PolicyResponse(SimpleNamespace):
             now_ns: Current time in nanoseconds since the epoch. If None, uses ``time.time_ns()``.
 
         Returns:
-            Latency in seconds, or 0.0 if ``ts_policy_sent_ns`` is missing, None or not an
-            integer. Never negative.
+            Latency in seconds, or 0.0 if ``ts_policy_sent_ns`` is missing, None, not an
+            integer or outside the 64-bit range. Never negative.
 
         Raises:
             TypeError: ``now_ns`` is given and is not an integer.
+            ValueError: ``now_ns`` does not fit in a 64-bit integer.
         """
         return _latency_s(self.__dict__.get("ts_policy_sent_ns"), now_ns, "ts_policy_sent_ns")
 
@@ -361,12 +406,15 @@ class MultiAgentPolicyResponse(PolicyResponse):
         ValueError: a field name would shadow a member of the class.
 
     Examples:
-        >>> r = MultiAgentPolicyResponse("env-0", action={"a": 0, "b": 1}, value={"a": 0.1, "b": 0.2})
+        >>> actions, values = {"a": 0, "b": 1}, {"a": 0.1, "b": 0.2}
+        >>> r = MultiAgentPolicyResponse("env-0", action=actions, value=values)
         >>> r.agent_ids
         ['a', 'b']
         >>> r.for_agent("b")
         PolicyResponse(env_id='env-0', action=1, value=0.2)
     """
+
+    _undeletable_fields: ClassVar[frozenset[str]] = frozenset({"env_id", "action"})
 
     def __init__(self, env_id: str | None, **data: Any) -> None:
         _check_agent_actions(data.get("action", _MISSING))
@@ -415,8 +463,17 @@ class MultiAgentPolicyResponse(PolicyResponse):
         """
         fields = self.__dict__
         agents = fields["action"]
-        if agent_id not in agents:
-            raise KeyError(f"agent {agent_id!r} has no action in this response; agents: {list(agents)}")
+        try:
+            known = agent_id in agents
+        except TypeError:  # unhashable
+            raise TypeError(
+                f"agent_id must be hashable like the agent ids {list(agents)}, "
+                f"got {type(agent_id).__name__} {agent_id!r}"
+            ) from None
+        if not known:
+            raise KeyError(
+                f"agent {agent_id!r} has no action in this response; agents: {list(agents)}"
+            )
         keys = agents.keys()
         out: dict[str, Any] = {}
         for name, value in fields.items():
@@ -430,26 +487,41 @@ class MultiAgentPolicyResponse(PolicyResponse):
 
     @classmethod
     def from_agents(
-        cls, env_id: str | None, responses: Mapping[Any, PolicyResponse]
+        cls,
+        env_id: str | None,
+        responses: Mapping[Any, PolicyResponse],
+        shared: Iterable[str] = (),
     ) -> MultiAgentPolicyResponse:
         """Build a multi-agent response from one single-agent response per agent.
 
-        The inverse of :meth:`for_agent`: a field whose value is the very same object in every
-        agent's response is shared; every other field (``action`` always) becomes a per-agent dict
-        keyed by agent id, in the order of ``responses``.
+        The inverse of :meth:`for_agent`. Every field becomes a per-agent dict keyed by agent id
+        (in the order of ``responses``), except the fields named in ``shared`` and the timing
+        stamps ``ts_env_sent_ns`` / ``ts_policy_sent_ns``, which are shared: they must be equal
+        (as ``==`` on responses compares values) in every agent's response, and the first
+        agent's value is kept. Which fields are shared is therefore stated, never guessed from
+        the values.
+
+        Examples:
+            >>> m = MultiAgentPolicyResponse("e", action={"a": 0, "b": 1}, team="red")
+            >>> parts = {agent: m.for_agent(agent) for agent in m.agent_ids}
+            >>> MultiAgentPolicyResponse.from_agents("e", parts, shared=["team"]) == m
+            True
 
         Args:
             env_id: Environment identifier for the result.
             responses: ``{agent_id: PolicyResponse}``; each must have an ``action``.
+            shared: Names of fields that are the same for every agent (not per-agent).
 
         Returns:
             A new MultiAgentPolicyResponse.
 
         Raises:
-            TypeError: ``responses`` is not a mapping of PolicyResponse objects.
-            ValueError: ``responses`` is empty, a response's ``env_id`` is neither None nor
-                ``env_id``, or a field is present for some agents and missing for others (the
-                message names the field and the agents).
+            TypeError: ``responses`` is not a mapping of single-agent PolicyResponse objects.
+            ValueError: ``responses`` is empty; a response's ``env_id`` is neither None nor
+                ``env_id``; a field is present for some agents and missing for others; a shared
+                field or stamp differs between agents; ``shared`` names ``action`` or a field
+                no agent has; or a shared value is a dict keyed by exactly the agent ids (it
+                would read back as per-agent). Messages name the field and the agents.
         """
         if not isinstance(responses, Mapping):
             raise TypeError(
@@ -458,21 +530,32 @@ class MultiAgentPolicyResponse(PolicyResponse):
             )
         if not responses:
             raise ValueError("responses is empty: a multi-agent response needs at least one agent")
+        shared_names = {shared} if isinstance(shared, str) else set(shared)
+        if "action" in shared_names:
+            raise ValueError("shared names 'action', which is always per-agent")
         names: dict[str, None] = {}
         for agent_id, response in responses.items():
-            if not isinstance(response, PolicyResponse):
+            if not isinstance(response, PolicyResponse) or isinstance(
+                response, MultiAgentPolicyResponse
+            ):
                 raise TypeError(
-                    f"response for agent {agent_id!r} must be a PolicyResponse, "
+                    f"response for agent {agent_id!r} must be a single-agent PolicyResponse, "
                     f"got {type(response).__name__}"
                 )
             if response.env_id is not None and response.env_id != env_id:
+                expected = f"{env_id!r} or None" if env_id is not None else "None"
                 raise ValueError(
                     f"response for agent {agent_id!r} has env_id={response.env_id!r}, "
-                    f"expected {env_id!r} (or None)"
+                    f"expected {expected}"
                 )
             names.update(dict.fromkeys(k for k in response.__dict__ if k != "env_id"))
+        unknown = sorted(shared_names.difference(names))
+        if unknown:
+            raise ValueError(f"shared names field(s) {unknown} that no agent's response has")
+        agent_ids = list(responses)
         if "action" not in names:
-            names = {"action": None, **names}
+            raise ValueError(f"no response has an action; agents: {agent_ids}")
+        names = {"action": None, **names}
         data: dict[str, Any] = {}
         for name in names:
             missing = [a for a, r in responses.items() if name not in r.__dict__]
@@ -482,11 +565,10 @@ class MultiAgentPolicyResponse(PolicyResponse):
                     "give every agent the field or none"
                 )
             values = [r.__dict__[name] for r in responses.values()]
-            first = values[0]
-            if name != "action" and all(v is first for v in values):
-                data[name] = first
+            if name in shared_names or name in _STAMP_FIELDS:
+                data[name] = _shared_value(name, agent_ids, values)
             else:
-                data[name] = dict(zip(responses.keys(), values, strict=True))
+                data[name] = dict(zip(agent_ids, values, strict=True))
         return cls(env_id, **data)
 
     @staticmethod
@@ -527,6 +609,30 @@ class MultiAgentPolicyResponse(PolicyResponse):
 _MISSING = object()
 
 
+_STAMP_FIELDS = frozenset({"ts_env_sent_ns", "ts_policy_sent_ns"})
+
+
+def _shared_value(name: str, agent_ids: list[Any], values: list[Any]) -> Any:
+    first = values[0]
+    differing = [a for a, v in zip(agent_ids, values, strict=True) if not tree_equal(v, first)]
+    if differing:
+        hint = (
+            "stamp the combined response instead (e.g. call mark_policy_sent() on it)"
+            if name in _STAMP_FIELDS
+            else "leave it out of shared= to keep it per-agent"
+        )
+        raise ValueError(
+            f"shared field {name!r} differs between agents: agent(s) {differing} differ from "
+            f"agent {agent_ids[0]!r}; {hint}"
+        )
+    if isinstance(first, dict) and set(first) == set(agent_ids) and len(first) == len(agent_ids):
+        raise ValueError(
+            f"shared field {name!r} is a dict keyed by exactly the agent ids, so it would read "
+            f"back as a per-agent field; make it per-agent (leave it out of shared=) or rekey it"
+        )
+    return first
+
+
 def _check_agent_actions(action: object) -> None:
     if action is _MISSING:
         raise TypeError(
@@ -540,4 +646,4 @@ def _check_agent_actions(action: object) -> None:
         )
 
 
-PolicyResponse._reserved_fields = frozenset(dir(PolicyResponse)) - {"env_id"}
+PolicyResponse._reserved_fields = _reserved_names(PolicyResponse)
