@@ -405,3 +405,13 @@ def test_dict_observation_must_be_a_dict(tiny: Any) -> None:
         SB3PolicyAdapter(model).act(np.zeros((3, 2)), IDS)
     with pytest.raises(ValueError, match=re.escape("observation has keys ['vec']")):
         SB3PolicyAdapter(model).act({"vec": np.zeros((3, 2))}, IDS)
+
+
+def test_off_policy_checks_but_ignores_episode_start() -> None:
+    model = _pendulum_sac(learning_starts=0)
+    batch = model.get_env().reset()
+    adapter = SB3PolicyAdapter(model)
+    responses = adapter.act(batch, IDS, episode_start=[True, False, True], explore=False)
+    assert all("episode_start" not in r.to_dict() for r in responses)
+    with pytest.raises(ValueError, match=re.escape("episode_start must have shape (3,)")):
+        adapter.act(batch, IDS, episode_start=[True])

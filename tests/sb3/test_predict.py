@@ -247,3 +247,10 @@ def test_bad_timestamps() -> None:
 def test_adapter_needs_an_sb3_model() -> None:
     with pytest.raises(TypeError, match=re.escape("model must be a Stable-Baselines3 model")):
         SB3PolicyAdapter(object())  # type: ignore[arg-type]
+
+
+def test_numpy_array_of_ids_is_accepted() -> None:
+    model = _ppo()
+    obs = model.get_env().reset()
+    responses = SB3PolicyAdapter(model).predict(obs, np.array(["a", "b", "c"]))
+    assert [r.env_id for r in responses] == ["a", "b", "c"]

@@ -92,6 +92,8 @@ def resolve_env_ids(env_ids: object, n_envs: int, vectorized: bool) -> list[str]
                 f"{n_envs}; pass one env id per row, e.g. a list of {n_envs} str"
             )
         return [env_ids]
+    if isinstance(env_ids, np.ndarray) and env_ids.ndim == 1:
+        env_ids = env_ids.tolist()
     if not isinstance(env_ids, Sequence) or isinstance(env_ids, bytes):
         raise TypeError(
             f"env_ids must be a str (one unbatched observation) or a sequence of str (one per "

@@ -13,6 +13,7 @@ Two ways to ask the model:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 from collections.abc import Sequence
@@ -51,6 +52,14 @@ from rlightning_sb3._versions import SB3_CONTRIB_SUPPORTED, check_version, insta
 __all__ = ["SB3PolicyAdapter"]
 
 
+@functools.cache
+def _check_contrib_version(module_version: str | None) -> None:
+    """Check the imported sb3-contrib against the supported range (once per process)."""
+    check_version(
+        "sb3-contrib", installed_version("sb3-contrib", module_version), SB3_CONTRIB_SUPPORTED
+    )
+
+
 def _contrib_kind(model: BaseAlgorithm) -> str | None:
     """Return ``"recurrent"``/``"maskable"`` for sb3-contrib's RecurrentPPO/MaskablePPO, else None.
 
@@ -59,11 +68,7 @@ def _contrib_kind(model: BaseAlgorithm) -> str | None:
     contrib = sys.modules.get("sb3_contrib")
     if contrib is None:
         return None
-    check_version(
-        "sb3-contrib",
-        installed_version("sb3-contrib", getattr(contrib, "__version__", None)),
-        SB3_CONTRIB_SUPPORTED,
-    )
+    _check_contrib_version(getattr(contrib, "__version__", None))
     if isinstance(model, contrib.RecurrentPPO):
         return "recurrent"
     if isinstance(model, contrib.MaskablePPO):
@@ -467,10 +472,12 @@ class SB3PolicyAdapter:
                 as the VecEnv returned it, or one unbatched observation.
             env_ids: One str id per row (in row order); one str for an unbatched observation.
             episode_start: Whether each env's observation starts an episode, as SB3's
-                ``_last_episode_starts`` (pass the previous step's ``dones``). None: True for env
-                ids this adapter has not seen since construction or :meth:`reset_state`, False
-                for the others -- right for a loop whose episodes never end between calls, wrong
-                for training: pass ``dones``.
+                ``_last_episode_starts`` (pass the previous step's ``dones``): a bool for an
+                unbatched observation or ``(n_envs,)`` booleans. None: True for env ids this
+                adapter has not seen since construction or :meth:`reset_state`, False for the
+                others -- right for a loop whose episodes never end between calls, wrong for
+                training: pass ``dones``. Checked but not used by off-policy models (SB3's
+                off-policy collection has no such input).
             action_masks: MaskablePPO only: ``(n_envs, mask_dims)`` booleans (as
                 ``get_action_masks(env)``); None uses no mask (as ``use_masking=False``).
             explore: True as in training (sampling, warm-up, noise, epsilon); False takes the
@@ -499,13 +506,13 @@ class SB3PolicyAdapter:
         ids = resolve_env_ids(env_ids, n_envs, vectorized)
         stamps = per_env_stamps(ts_env_sent_ns, ids)
         masks = self._action_masks(action_masks, ids)
+        starts = per_env_bools(episode_start, "episode_start", ids, self._default_starts(ids))
         if self._off_policy:
             env_acts, buffer_acts = off_policy_actions(model, batch, n_envs, explore)  # type: ignore[arg-type]
             per_env: list[dict[str, Any]] = [
                 {"action": env_acts[i], "buffer_action": buffer_acts[i]} for i in range(n_envs)
             ]
         elif self._on_policy:
-            starts = per_env_bools(episode_start, "episode_start", ids, self._default_starts(ids))
             per_env = self._act_on_policy(batch, ids, starts, masks, explore)
         else:
             raise TypeError(
