@@ -7,14 +7,23 @@ draws, in the same order.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
+from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 
-__all__ = ["mask_dims", "off_policy_actions", "on_policy_buffer_actions", "on_policy_env_actions"]
+__all__ = [
+    "check_action_masks",
+    "mask_dims",
+    "off_policy_actions",
+    "on_policy_buffer_actions",
+    "on_policy_env_actions",
+]
 
 
 def on_policy_env_actions(
@@ -119,3 +128,59 @@ def mask_dims(action_space: spaces.Space[Any]) -> int:
     if isinstance(action_space, spaces.MultiBinary):
         return 2 * int(np.prod(action_space.shape))
     raise ValueError(f"action masks need a discrete action space, got {action_space}")
+
+
+def check_action_masks(
+    model: BaseAlgorithm, maskable: bool, action_masks: Any, ids: Sequence[str]
+) -> np.ndarray:
+    """Validate MaskablePPO ``action_masks`` and return them as ``(n_envs, mask_dims)``.
+
+    The values are kept as given (booleans or 0/1; sb3-contrib's ``MaskableCategorical`` reads
+    them as booleans), only reshaped from ``(mask_dims,)`` for one env.
+
+    Args:
+        model: The SB3 model.
+        maskable: Whether the model is sb3-contrib's MaskablePPO.
+        action_masks: ``(n_envs, mask_dims)`` (or ``(mask_dims,)`` for one env), as
+            ``get_action_masks(env)`` returns them.
+        ids: The env ids of the batch, for messages.
+
+    Returns:
+        The masks, ``(n_envs, mask_dims)``.
+
+    Raises:
+        ValueError: the model does not use masks, the shape is wrong, a value is not 0/1, or an
+            env's mask allows no action in one of its sub-spaces (the env id is named).
+    """
+    if not maskable:
+        raise ValueError(
+            f"action_masks are used only by sb3-contrib's MaskablePPO; this model is "
+            f"{type(model).__name__}"
+        )
+    space = model.action_space
+    dims = mask_dims(space)
+    masks = np.asarray(action_masks)
+    if masks.shape == (dims,) and len(ids) == 1:
+        masks = masks.reshape(1, dims)
+    if masks.shape != (len(ids), dims):
+        raise ValueError(
+            f"action_masks must have shape ({len(ids)}, {dims}) (one mask of {dims} per env "
+            f"{list(ids)} for {space}), got shape {masks.shape}"
+        )
+    if masks.dtype != np.bool_ and not np.isin(masks, (0, 1)).all():
+        raise ValueError(f"action_masks must hold booleans (or 0/1), got {masks!r}")
+    if isinstance(space, spaces.Discrete):
+        blocks = [dims]
+    elif isinstance(space, spaces.MultiDiscrete):
+        blocks = [int(n) for n in np.ravel(space.nvec)]
+    else:
+        blocks = [2] * (dims // 2)
+    bounds = np.cumsum([0, *blocks]).tolist()
+    for row, env_id in zip(masks, ids, strict=True):
+        for start, stop in itertools.pairwise(bounds):
+            if not row[start:stop].any():
+                raise ValueError(
+                    f"action mask for env {env_id!r} allows no action in mask entries "
+                    f"[{start}:{stop}] (of {space}): got {row!r}"
+                )
+    return masks

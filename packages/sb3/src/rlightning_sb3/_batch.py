@@ -11,10 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 
 from rlightning import PolicyResponse
 
 __all__ = [
+    "batch_observation",
     "obs_tensor",
     "order_responses",
     "per_env_bools",
@@ -256,3 +258,58 @@ def order_responses(responses: object, env_ids: Sequence[str] | None) -> list[Po
             f"responses for unknown env ids: {unknown}"
         )
     return [by_id[env_id] for env_id in order]
+
+
+def batch_observation(policy: Any, observation: Any) -> tuple[Any, int, bool]:
+    """Return ``(batched observation, n_envs, vectorized)`` by SB3's ``predict`` rule.
+
+    Whether ``observation`` is a batch is decided by ``BasePolicy.is_vectorized_observation``
+    (as ``predict`` decides); one unbatched observation is given a leading axis of 1 (arrays of a
+    dict each get one). A batch is returned as is (not copied).
+
+    Args:
+        policy: The SB3 policy (its ``observation_space`` is the model's).
+        observation: What the caller passed.
+
+    Returns:
+        The batch, its number of rows, and whether the caller passed a batch.
+
+    Raises:
+        ValueError: ``observation`` is gymnasium's ``(obs, info)`` reset tuple, has the wrong
+            keys for a Dict space, or a shape that fits the space neither as one observation nor
+            as a batch (SB3's message).
+        TypeError: a dict for a non-Dict space or the reverse.
+    """
+    space = policy.observation_space
+    if (
+        isinstance(observation, tuple)
+        and len(observation) == 2
+        and isinstance(observation[1], dict)
+    ):
+        raise ValueError(
+            "observation is an (obs, info) tuple, as gymnasium's reset() returns; pass the "
+            "observation alone (a VecEnv's reset() returns only the observation)"
+        )
+    if isinstance(space, spaces.Dict) != isinstance(observation, dict):
+        raise TypeError(
+            f"the model's observation space is {space}, so the observation must be "
+            f"{'a dict of arrays' if isinstance(space, spaces.Dict) else 'an array'}, got "
+            f"{type(observation).__name__}"
+        )
+    if (
+        isinstance(observation, dict)
+        and isinstance(space, spaces.Dict)
+        and set(observation) != set(space.spaces)
+    ):
+        raise ValueError(
+            f"observation has keys {sorted(observation)}, the model's Dict observation space "
+            f"has keys {sorted(space.spaces)}"
+        )
+    vectorized = bool(policy.is_vectorized_observation(observation))
+    if isinstance(observation, dict):
+        if vectorized:
+            return observation, len(np.asarray(next(iter(observation.values())))), True
+        return {k: np.asarray(v)[None] for k, v in observation.items()}, 1, False
+    if vectorized:
+        return observation, len(observation), True
+    return np.asarray(observation)[None], 1, False

@@ -16,6 +16,7 @@ import numpy as np
 import torch as th
 
 __all__ = [
+    "predict_state",
     "split_numpy_states",
     "split_rnn_states",
     "stack_numpy_states",
@@ -114,3 +115,51 @@ def stack_numpy_states(
     hs = [zero if s is None else np.asarray(s[0]) for s in states]
     cs = [zero if s is None else np.asarray(s[1]) for s in states]
     return (np.stack(hs, axis=1), np.stack(cs, axis=1))
+
+
+def predict_state(policy: Any, state: Any, ids: Sequence[str]) -> tuple[np.ndarray, ...] | None:
+    """Turn ``SB3PolicyAdapter.predict``'s ``state`` argument into SB3's batched ``(h, c)`` form.
+
+    Args:
+        policy: A ``RecurrentActorCriticPolicy``.
+        state: None (SB3 starts from zeros), SB3's batched ``(h, c)`` tuple of
+            ``(n_layers, n_envs, hidden)`` arrays (passed through), or one entry per env: an
+            ``(h, c)`` tuple of ``(n_layers, hidden)`` arrays (a previous response's ``state``)
+            or None for a fresh env.
+        ids: The env ids of the batch, for messages.
+
+    Returns:
+        None or the batched ``(h, c)``.
+
+    Raises:
+        ValueError: the form or a shape is wrong (the env id is named).
+    """
+    if state is None:
+        return None
+    if isinstance(state, tuple) and state and isinstance(state[0], np.ndarray):
+        shapes = [np.shape(s) for s in state]
+        if len(state) != 2 or any(len(s) != 3 or s[1] != len(ids) for s in shapes):
+            raise ValueError(
+                f"state in SB3's batched form must be (h, c), each (n_layers, {len(ids)}, "
+                f"hidden) for envs {list(ids)}, got shapes {shapes}"
+            )
+        return state
+    if not isinstance(state, Sequence) or len(state) != len(ids):
+        raise ValueError(
+            f"state must be None, SB3's (h, c) tuple, or one entry per env ({len(ids)} for "
+            f"{list(ids)}: a previous response's state or None), got {type(state).__name__}"
+            + (f" of length {len(state)}" if isinstance(state, Sequence) else "")
+        )
+    lstm = policy.lstm_actor
+    zero = np.zeros((lstm.num_layers, lstm.hidden_size), dtype=np.float32)
+    for env_id, entry in zip(ids, state, strict=True):
+        if entry is not None and (
+            not isinstance(entry, tuple)
+            or len(entry) != 2
+            or any(np.shape(part) != zero.shape for part in entry)
+        ):
+            raise ValueError(
+                f"state for env {env_id!r} must be None or an (h, c) tuple of arrays of "
+                f"shape {zero.shape} (n_layers, hidden), got {entry!r}"
+            )
+    return stack_numpy_states(list(state), zero)

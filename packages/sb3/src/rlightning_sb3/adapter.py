@@ -14,26 +14,25 @@ Two ways to ask the model:
 from __future__ import annotations
 
 import functools
-import itertools
 import sys
 from collections.abc import Sequence
 from typing import Any, overload
 
 import numpy as np
 import torch as th
-from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning import PolicyResponse
 from rlightning_sb3._actions import (
-    mask_dims,
+    check_action_masks,
     off_policy_actions,
     on_policy_buffer_actions,
     on_policy_env_actions,
 )
 from rlightning_sb3._batch import (
+    batch_observation,
     obs_tensor,
     order_responses,
     per_env_bools,
@@ -41,9 +40,9 @@ from rlightning_sb3._batch import (
     resolve_env_ids,
 )
 from rlightning_sb3._recurrent import (
+    predict_state,
     split_numpy_states,
     split_rnn_states,
-    stack_numpy_states,
     stack_rnn_states,
     zero_rnn_state,
 )
@@ -159,82 +158,8 @@ class SB3PolicyAdapter:
             self._carried.pop(env_id, None)
 
     # ------------------------------------------------------------------ input checks
-    def _batch(self, observation: Any) -> tuple[Any, int, bool]:
-        """Return ``(batched observation, n_envs, vectorized)`` by SB3's ``predict`` rule."""
-        policy = self._model.policy
-        space = self._model.observation_space
-        if (
-            isinstance(observation, tuple)
-            and len(observation) == 2
-            and isinstance(observation[1], dict)
-        ):
-            raise ValueError(
-                "observation is an (obs, info) tuple, as gymnasium's reset() returns; pass the "
-                "observation alone (a VecEnv's reset() returns only the observation)"
-            )
-        if isinstance(space, spaces.Dict) != isinstance(observation, dict):
-            raise TypeError(
-                f"the model's observation space is {space}, so the observation must be "
-                f"{'a dict of arrays' if isinstance(space, spaces.Dict) else 'an array'}, got "
-                f"{type(observation).__name__}"
-            )
-        if (
-            isinstance(observation, dict)
-            and isinstance(space, spaces.Dict)
-            and set(observation) != set(space.spaces)
-        ):
-            raise ValueError(
-                f"observation has keys {sorted(observation)}, the model's Dict observation space "
-                f"has keys {sorted(space.spaces)}"
-            )
-        vectorized = bool(policy.is_vectorized_observation(observation))
-        if isinstance(observation, dict):
-            if vectorized:
-                return observation, len(np.asarray(next(iter(observation.values())))), True
-            return {k: np.asarray(v)[None] for k, v in observation.items()}, 1, False
-        if vectorized:
-            return observation, len(observation), True
-        return np.asarray(observation)[None], 1, False
-
     def _default_starts(self, ids: Sequence[str]) -> np.ndarray:
         return np.array([env_id not in self._carried for env_id in ids], dtype=bool)
-
-    def _action_masks(self, action_masks: Any, ids: Sequence[str]) -> np.ndarray | None:
-        """Validate ``action_masks`` as ``(n_envs, mask_dims)`` (MaskablePPO only)."""
-        if action_masks is None:
-            return None
-        if not self._maskable:
-            raise ValueError(
-                f"action_masks are used only by sb3-contrib's MaskablePPO; this model is "
-                f"{type(self._model).__name__}"
-            )
-        space = self._model.action_space
-        dims = mask_dims(space)
-        masks = np.asarray(action_masks)
-        if masks.shape == (dims,) and len(ids) == 1:
-            masks = masks.reshape(1, dims)
-        if masks.shape != (len(ids), dims):
-            raise ValueError(
-                f"action_masks must have shape ({len(ids)}, {dims}) (one mask of {dims} per env "
-                f"{list(ids)} for {space}), got shape {masks.shape}"
-            )
-        if masks.dtype != np.bool_ and not np.isin(masks, (0, 1)).all():
-            raise ValueError(f"action_masks must hold booleans (or 0/1), got {masks!r}")
-        if isinstance(space, spaces.Discrete):
-            blocks = [dims]
-        elif isinstance(space, spaces.MultiDiscrete):
-            blocks = [int(n) for n in np.ravel(space.nvec)]
-        else:
-            blocks = [2] * (dims // 2)
-        bounds = np.cumsum([0, *blocks])
-        for row, env_id in zip(masks, ids, strict=True):
-            for start, stop in itertools.pairwise(bounds.tolist()):
-                if not row[start:stop].any():
-                    raise ValueError(
-                        f"action mask for env {env_id!r} allows no action in mask entries "
-                        f"[{start}:{stop}] (of {space}): got {row!r}"
-                    )
-        return masks
 
     # ------------------------------------------------------------------ predict
     @overload
@@ -314,10 +239,14 @@ class SB3PolicyAdapter:
                 one, or ``action_masks`` is malformed or given to a model without masking.
         """
         model = self._model
-        _, n_envs, vectorized = self._batch(observation)
+        _, n_envs, vectorized = batch_observation(self._model.policy, observation)
         ids = resolve_env_ids(env_ids, n_envs, vectorized)
         stamps = per_env_stamps(ts_env_sent_ns, ids)
-        masks = self._action_masks(action_masks, ids)
+        masks = (
+            None
+            if action_masks is None
+            else check_action_masks(self._model, self._maskable, action_masks, ids)
+        )
         starts = (
             None
             if episode_start is None
@@ -328,7 +257,7 @@ class SB3PolicyAdapter:
             extra["action_masks"] = masks if vectorized else masks[0]
         next_states: list[tuple[np.ndarray, ...]] | None = None
         if self._recurrent:
-            sb3_state = self._predict_state(state, ids)
+            sb3_state = predict_state(self._model.policy, state, ids)
             actions, new_state = model.predict(
                 observation,
                 state=sb3_state,
@@ -359,39 +288,6 @@ class SB3PolicyAdapter:
             responses.append(PolicyResponse(env_id, **fields))
             self._carried.setdefault(env_id, None)
         return responses if vectorized else responses[0]
-
-    def _predict_state(self, state: Any, ids: Sequence[str]) -> tuple[np.ndarray, ...] | None:
-        """Turn ``predict``'s ``state`` argument into SB3's batched ``(h, c)`` form."""
-        if state is None:
-            return None
-        if isinstance(state, tuple) and state and isinstance(state[0], np.ndarray):
-            shapes = [np.shape(s) for s in state]
-            if len(state) != 2 or any(len(s) != 3 or s[1] != len(ids) for s in shapes):
-                raise ValueError(
-                    f"state in SB3's batched form must be (h, c), each (n_layers, {len(ids)}, "
-                    f"hidden) for envs {list(ids)}, got shapes {shapes}"
-                )
-            return state
-        if not isinstance(state, Sequence) or len(state) != len(ids):
-            raise ValueError(
-                f"state must be None, SB3's (h, c) tuple, or one entry per env ({len(ids)} for "
-                f"{list(ids)}: a previous response's state or None), got {type(state).__name__}"
-                + (f" of length {len(state)}" if isinstance(state, Sequence) else "")
-            )
-        policy: Any = self._model.policy
-        lstm = policy.lstm_actor
-        zero = np.zeros((lstm.num_layers, lstm.hidden_size), dtype=np.float32)
-        for env_id, entry in zip(ids, state, strict=True):
-            if entry is not None and (
-                not isinstance(entry, tuple)
-                or len(entry) != 2
-                or any(np.shape(part) != zero.shape for part in entry)
-            ):
-                raise ValueError(
-                    f"state for env {env_id!r} must be None or an (h, c) tuple of arrays of "
-                    f"shape {zero.shape} (n_layers, hidden), got {entry!r}"
-                )
-        return stack_numpy_states(list(state), zero)
 
     # ------------------------------------------------------------------ act
     @overload
@@ -502,13 +398,17 @@ class SB3PolicyAdapter:
             where ``collect_rollouts`` would.
         """
         model = self._model
-        batch, n_envs, vectorized = self._batch(observation)
+        batch, n_envs, vectorized = batch_observation(self._model.policy, observation)
         ids = resolve_env_ids(env_ids, n_envs, vectorized)
         stamps = per_env_stamps(ts_env_sent_ns, ids)
-        masks = self._action_masks(action_masks, ids)
+        masks = (
+            None
+            if action_masks is None
+            else check_action_masks(self._model, self._maskable, action_masks, ids)
+        )
         starts = per_env_bools(episode_start, "episode_start", ids, self._default_starts(ids))
-        if self._off_policy:
-            env_acts, buffer_acts = off_policy_actions(model, batch, n_envs, explore)  # type: ignore[arg-type]
+        if isinstance(model, OffPolicyAlgorithm):
+            env_acts, buffer_acts = off_policy_actions(model, batch, n_envs, explore)
             per_env: list[dict[str, Any]] = [
                 {"action": env_acts[i], "buffer_action": buffer_acts[i]} for i in range(n_envs)
             ]
