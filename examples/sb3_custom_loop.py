@@ -94,7 +94,9 @@ def evaluate(adapter: SB3PolicyAdapter, n_episodes: int, seed: int) -> float:
     return float(np.mean(returns[:n_episodes]))
 
 
-def train(seed: int, total: int, eval_every: int, eval_episodes: int) -> tuple[PPO, list[dict[str, float]]]:
+def train(
+    seed: int, total: int, eval_every: int, eval_episodes: int
+) -> tuple[PPO, list[dict[str, float]]]:
     """The training loop. Returns the model and the learning-curve rows."""
     model = make_model(seed)
     adapter = SB3PolicyAdapter(model)

@@ -46,3 +46,17 @@ def test_custom_loop_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert rows[0] == "timesteps,train_return_mean100,eval_return"
     assert len(rows) == 3
     assert "learning curve:" in capsys.readouterr().out
+
+
+def test_custom_loop_trains_exactly_what_learn_trains() -> None:
+    """The example's adapter loop and model.learn() end with bit-identical parameters."""
+    import torch as th
+
+    loop = _load("sb3_custom_loop")
+    reference = loop.make_model(0)
+    reference.learn(768)
+    trained, _ = loop.train(0, 768, eval_every=2, eval_episodes=1)
+    expected, got = reference.policy.state_dict(), trained.policy.state_dict()
+    assert expected.keys() == got.keys()
+    assert all(th.equal(expected[k], got[k]) for k in expected)
+    assert trained.num_timesteps == reference.num_timesteps == 768
