@@ -1,0 +1,56 @@
+"""rlightning-sb3: Stable-Baselines3 models answering with one PolicyResponse per env.
+
+Public names:
+
+* :class:`SB3PolicyAdapter` -- ``predict`` (wraps ``model.predict``), ``act`` (SB3's rollout
+  semantics: actions, buffer actions, values, log-probabilities, LSTM states, action masks) and
+  ``env_actions`` (responses back to a ``VecEnv.step`` array);
+* :func:`start_training`, :func:`add_rollout_step`, :func:`finish_rollout`,
+  :func:`add_replay_step` -- fill SB3's rollout and replay buffers from responses, exactly as
+  SB3's ``collect_rollouts`` does;
+* :data:`SB3_SUPPORTED` -- the supported stable-baselines3 range, checked at import.
+
+Importing this package with a stable-baselines3 outside :data:`SB3_SUPPORTED` raises ImportError.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+import stable_baselines3 as _sb3
+
+from rlightning_sb3._versions import (
+    SB3_CONTRIB_SUPPORTED,
+    SB3_SUPPORTED,
+    check_version,
+    installed_version,
+)
+
+check_version(
+    "stable-baselines3",
+    installed_version("stable-baselines3", getattr(_sb3, "__version__", None)),
+    SB3_SUPPORTED,
+)
+
+from rlightning_sb3.adapter import SB3PolicyAdapter  # noqa: E402  # only after the version check
+from rlightning_sb3.buffers import (  # noqa: E402
+    add_replay_step,
+    add_rollout_step,
+    finish_rollout,
+    start_training,
+)
+
+try:
+    __version__ = version("rlightning-sb3")
+except PackageNotFoundError:  # running from a source tree that was not installed
+    __version__ = "0.0.0+unknown"
+
+__all__ = [
+    "SB3_CONTRIB_SUPPORTED",
+    "SB3_SUPPORTED",
+    "SB3PolicyAdapter",
+    "__version__",
+    "add_replay_step",
+    "add_rollout_step",
+    "check_version",
+    "finish_rollout",
+    "start_training",
+]

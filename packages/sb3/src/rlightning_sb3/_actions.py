@@ -1,0 +1,186 @@
+"""Env action vs buffer action, per action space, exactly as SB3 computes them.
+
+Each function names the SB3 code it follows. None of them draws random numbers except
+:func:`off_policy_actions`, which draws exactly what SB3's ``OffPolicyAlgorithm._sample_action``
+draws, in the same order.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+from stable_baselines3.common.policies import BasePolicy
+
+__all__ = [
+    "check_action_masks",
+    "mask_dims",
+    "off_policy_actions",
+    "on_policy_buffer_actions",
+    "on_policy_env_actions",
+]
+
+
+def on_policy_env_actions(
+    policy: BasePolicy, action_space: spaces.Space[Any], actions: np.ndarray, *, unscale: bool
+) -> np.ndarray:
+    """Turn the policy's sampled actions into what the env's ``step`` takes.
+
+    As SB3's ``OnPolicyAlgorithm.collect_rollouts``: for a Box space, actions of a squashing
+    policy (``policy.squash_output``, output in [-1, 1]) are unscaled to ``[low, high]`` with
+    ``policy.unscale_action``; otherwise they are clipped to ``[low, high]`` (the Gaussian is
+    unbounded). Other spaces pass through. sb3-contrib's ``RecurrentPPO.collect_rollouts`` always
+    clips (``unscale=False``).
+
+    Args:
+        policy: The model's policy.
+        action_space: The model's action space.
+        actions: ``(n_envs, *action_shape)`` numpy actions as sampled (not modified).
+        unscale: Whether a squashing policy's actions are unscaled (False: always clip).
+
+    Returns:
+        ``(n_envs, *action_shape)`` env actions (a new array for Box, ``actions`` otherwise).
+    """
+    if isinstance(action_space, spaces.Box):
+        if unscale and policy.squash_output:
+            return np.asarray(policy.unscale_action(actions))
+        return np.asarray(np.clip(actions, action_space.low, action_space.high))
+    return actions
+
+
+def on_policy_buffer_actions(action_space: spaces.Space[Any], actions: np.ndarray) -> np.ndarray:
+    """Return the actions SB3 stores in its ``RolloutBuffer``.
+
+    As ``OnPolicyAlgorithm.collect_rollouts``: the sampled (unclipped, unscaled) actions, with
+    Discrete actions reshaped from ``(n_envs,)`` to ``(n_envs, 1)``.
+
+    Args:
+        action_space: The model's action space.
+        actions: ``(n_envs, *action_shape)`` sampled actions.
+
+    Returns:
+        ``(n_envs, action_dim)`` for Discrete, ``actions`` itself otherwise.
+    """
+    if isinstance(action_space, spaces.Discrete):
+        return actions.reshape(-1, 1)
+    return actions
+
+
+def off_policy_actions(
+    model: OffPolicyAlgorithm, observation: Any, n_envs: int, explore: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Choose off-policy actions and the buffer actions, as ``OffPolicyAlgorithm._sample_action``.
+
+    With ``explore``: while ``model.num_timesteps < model.learning_starts`` (and not gSDE at
+    warm-up) each env gets ``model.action_space.sample()``; afterwards
+    ``model.predict(observation, deterministic=False)`` (for DQN this includes its epsilon-greedy
+    draw). For Box spaces the action is scaled to [-1, 1] with ``policy.scale_action``, the
+    model's ``action_noise`` (if any) is added and the sum clipped to [-1, 1]: that is the buffer
+    action; the env action is its ``policy.unscale_action``. Without ``explore`` the action is
+    ``model.predict(observation, deterministic=True)``, and no noise is added.
+
+    Args:
+        model: An off-policy SB3 model (SAC, TD3, DDPG, DQN, ...).
+        observation: A batch of ``n_envs`` observations (array or dict of arrays).
+        n_envs: The batch size.
+        explore: Whether to explore (warm-up sampling, stochastic policy, noise, epsilon).
+
+    Returns:
+        ``(env_actions, buffer_actions)``, each ``(n_envs, *action_shape)``.
+    """
+    if (
+        explore
+        and model.num_timesteps < model.learning_starts
+        and not (model.use_sde and model.use_sde_at_warmup)
+    ):
+        unscaled = np.array([model.action_space.sample() for _ in range(n_envs)])
+    else:
+        unscaled, _ = model.predict(observation, deterministic=not explore)
+    if isinstance(model.action_space, spaces.Box):
+        scaled = model.policy.scale_action(unscaled)
+        if explore and model.action_noise is not None:
+            scaled = np.clip(scaled + model.action_noise(), -1, 1)
+        return np.asarray(model.policy.unscale_action(scaled)), np.asarray(scaled)
+    return unscaled, unscaled
+
+
+def mask_dims(action_space: spaces.Space[Any]) -> int:
+    """Return the length of one env's action mask, as sb3-contrib's ``MaskableRolloutBuffer``.
+
+    Args:
+        action_space: Discrete, MultiDiscrete or MultiBinary.
+
+    Returns:
+        ``n`` for Discrete, ``sum(nvec)`` for MultiDiscrete, ``2 * n`` for MultiBinary.
+
+    Raises:
+        ValueError: another space (masking needs discrete actions).
+    """
+    if isinstance(action_space, spaces.Discrete):
+        return int(action_space.n)
+    if isinstance(action_space, spaces.MultiDiscrete):
+        return int(np.sum(action_space.nvec))
+    if isinstance(action_space, spaces.MultiBinary):
+        return 2 * int(np.prod(action_space.shape))
+    raise ValueError(f"action masks need a discrete action space, got {action_space}")
+
+
+def check_action_masks(
+    model: BaseAlgorithm, maskable: bool, action_masks: Any, ids: Sequence[str]
+) -> np.ndarray:
+    """Validate MaskablePPO ``action_masks`` and return them as ``(n_envs, mask_dims)``.
+
+    The values are kept as given (booleans or 0/1; sb3-contrib's ``MaskableCategorical`` reads
+    them as booleans), only reshaped from ``(mask_dims,)`` for one env.
+
+    Args:
+        model: The SB3 model.
+        maskable: Whether the model is sb3-contrib's MaskablePPO.
+        action_masks: ``(n_envs, mask_dims)`` (or ``(mask_dims,)`` for one env), as
+            ``get_action_masks(env)`` returns them.
+        ids: The env ids of the batch, for messages.
+
+    Returns:
+        The masks, ``(n_envs, mask_dims)``.
+
+    Raises:
+        ValueError: the model does not use masks, the shape is wrong, a value is not 0/1, or an
+            env's mask allows no action in one of its sub-spaces (the env id is named).
+    """
+    if not maskable:
+        raise ValueError(
+            f"action_masks are used only by sb3-contrib's MaskablePPO; this model is "
+            f"{type(model).__name__}"
+        )
+    space = model.action_space
+    dims = mask_dims(space)
+    masks = np.asarray(action_masks)
+    if masks.shape == (dims,) and len(ids) == 1:
+        masks = masks.reshape(1, dims)
+    if masks.shape != (len(ids), dims):
+        raise ValueError(
+            f"action_masks must have shape ({len(ids)}, {dims}) (one mask of {dims} per env "
+            f"{list(ids)} for {space}), got shape {masks.shape}"
+        )
+    if masks.dtype != np.bool_ and not np.isin(masks, (0, 1)).all():
+        raise ValueError(f"action_masks must hold booleans (or 0/1), got {masks!r}")
+    if isinstance(space, spaces.Discrete):
+        blocks = [dims]
+    elif isinstance(space, spaces.MultiDiscrete):
+        blocks = [int(n) for n in np.ravel(space.nvec)]
+    else:
+        blocks = [2] * (dims // 2)
+    bounds = np.cumsum([0, *blocks]).tolist()
+    for row, env_id in zip(masks, ids, strict=True):
+        for start, stop in itertools.pairwise(bounds):
+            if not row[start:stop].any():
+                raise ValueError(
+                    f"action mask for env {env_id!r} allows no action in mask entries "
+                    f"[{start}:{stop}] (of {space}): got {row!r}"
+                )
+    return masks

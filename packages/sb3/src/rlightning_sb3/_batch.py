@@ -1,0 +1,315 @@
+"""Env ids, per-env arguments and response ordering: the checks every adapter entry point shares.
+
+Nothing here runs a policy; every function either validates what the caller passed (raising an
+error that names the argument, the env ids and what was expected) or reorders responses.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from rlightning import PolicyResponse
+
+__all__ = [
+    "batch_observation",
+    "obs_tensor",
+    "order_responses",
+    "per_env_bools",
+    "per_env_stamps",
+    "resolve_env_ids",
+]
+
+
+def obs_tensor(policy: Any, observation: Any, device: Any) -> Any:
+    """Convert a batch of observations to a tensor (or dict of tensors) as SB3's collection does.
+
+    A batch that is already numpy arrays of shape ``(n_envs, *space.shape)`` goes through
+    ``obs_as_tensor`` unchanged, as ``OnPolicyAlgorithm.collect_rollouts`` converts
+    ``_last_obs`` (keeping the array's memory layout, e.g. ``VecTransposeImage``'s transposed
+    view, which the convolution results depend on in the last bits). Anything else (channel-last
+    images, lists, one unbatched observation) goes through ``policy.obs_to_tensor``, as
+    ``predict`` does.
+
+    Args:
+        policy: The SB3 policy.
+        observation: The observation batch.
+        device: The torch device.
+
+    Returns:
+        The tensor, or dict of tensors, batched.
+    """
+    from stable_baselines3.common.utils import obs_as_tensor
+
+    space = policy.observation_space
+    if isinstance(observation, dict):
+        ready = all(
+            isinstance(v, np.ndarray) and v.shape[1:] == space.spaces[k].shape and v.ndim >= 1
+            for k, v in observation.items()
+        )
+    else:
+        ready = (
+            isinstance(observation, np.ndarray)
+            and observation.ndim >= 1
+            and observation.shape[1:] == space.shape
+        )
+    if ready:
+        return obs_as_tensor(observation, device)
+    return policy.obs_to_tensor(observation)[0]
+
+
+def _duplicates(ids: Sequence[Any]) -> list[Any]:
+    return [env_id for env_id, count in Counter(ids).items() if count > 1]
+
+
+def resolve_env_ids(env_ids: object, n_envs: int, vectorized: bool) -> list[str]:
+    """Check ``env_ids`` against the observation batch and return them as a list.
+
+    Follows SB3's ``predict`` rule for what counts as one observation or a batch
+    (``BasePolicy.is_vectorized_observation``): a single unbatched observation takes one ``str``
+    env id; a batch of ``n_envs`` observations takes a sequence of ``n_envs`` distinct ``str`` ids,
+    one per row, in row order.
+
+    Args:
+        env_ids: What the caller passed.
+        n_envs: Rows in the observation batch (1 for an unbatched observation).
+        vectorized: Whether the observation was a batch.
+
+    Returns:
+        The ids as a list of length ``n_envs``.
+
+    Raises:
+        TypeError: an id is not a str, or ``env_ids`` is neither a str nor a sequence of str.
+        ValueError: the number of ids differs from the batch size, an id repeats, or a single
+            str id comes with a batch (or a sequence of ids with an unbatched observation).
+    """
+    if isinstance(env_ids, str):
+        if vectorized:
+            raise ValueError(
+                f"env_ids is the single str {env_ids!r} but the observation is a batch of "
+                f"{n_envs}; pass one env id per row, e.g. a list of {n_envs} str"
+            )
+        return [env_ids]
+    if isinstance(env_ids, np.ndarray) and env_ids.ndim == 1:
+        env_ids = env_ids.tolist()
+    if not isinstance(env_ids, Sequence) or isinstance(env_ids, bytes):
+        raise TypeError(
+            f"env_ids must be a str (one unbatched observation) or a sequence of str (one per "
+            f"row of a batch), got {type(env_ids).__name__} {env_ids!r}"
+        )
+    ids = list(env_ids)
+    if not vectorized:
+        raise ValueError(
+            f"the observation is a single unbatched observation but env_ids is a sequence "
+            f"{ids!r}; pass one str env id (SB3's predict rule), or batch the observation as "
+            f"shape (1, *obs_shape)"
+        )
+    for index, env_id in enumerate(ids):
+        if not isinstance(env_id, str):
+            raise TypeError(
+                f"env_ids[{index}] must be a str, got {type(env_id).__name__} {env_id!r}; "
+                f"pass str({env_id!r}) if a number identifies the env"
+            )
+    if len(ids) != n_envs:
+        raise ValueError(
+            f"env_ids has {len(ids)} ids but the observation batch has {n_envs} rows; "
+            "pass one env id per row"
+        )
+    dups = _duplicates(ids)
+    if dups:
+        raise ValueError(f"env_ids repeats {dups}: each row needs its own env id")
+    return ids
+
+
+def per_env_bools(value: object, name: str, ids: Sequence[str], default: np.ndarray) -> np.ndarray:
+    """Return a per-env boolean argument (``episode_start``) as a ``(n_envs,)`` bool array.
+
+    Args:
+        value: None (use ``default``), a bool for one env, or a sequence / array of ``n_envs``
+            booleans (0/1 floats, as SB3's ``dones`` may be, are accepted when exactly 0 or 1).
+        name: The argument name, for messages.
+        ids: The env ids of the batch.
+        default: The ``(n_envs,)`` bool array used when ``value`` is None.
+
+    Returns:
+        A new ``(n_envs,)`` array of dtype ``bool``.
+
+    Raises:
+        ValueError: the shape is not ``(n_envs,)`` (or ``()`` for one env) or a value is not 0/1.
+    """
+    if value is None:
+        return default
+    arr = np.asarray(value)
+    if arr.shape == () and len(ids) == 1:
+        arr = arr.reshape(1)
+    if arr.shape != (len(ids),):
+        raise ValueError(
+            f"{name} must have shape ({len(ids)},), one flag per env {list(ids)}, "
+            f"got shape {arr.shape}"
+        )
+    if arr.dtype != np.bool_:
+        if not np.isin(arr, (0, 1)).all():
+            raise ValueError(f"{name} must hold booleans (or 0/1), got {arr!r}")
+        arr = arr.astype(bool)
+    return arr
+
+
+def per_env_stamps(value: object, ids: Sequence[str]) -> list[int] | None:
+    """Return ``ts_env_sent_ns`` as one int per env, or None when not given.
+
+    Args:
+        value: None, one int (nanoseconds since the epoch) shared by all envs, or a sequence of
+            ``n_envs`` ints.
+        ids: The env ids of the batch.
+
+    Returns:
+        A list of ``n_envs`` ints, or None.
+
+    Raises:
+        TypeError: a stamp is not an int.
+        ValueError: a sequence of the wrong length is given.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return [int(value)] * len(ids)
+    if not isinstance(value, (Sequence, np.ndarray)) or isinstance(value, str):
+        raise TypeError(
+            f"ts_env_sent_ns must be an int of nanoseconds since the epoch (time.time_ns()) or "
+            f"one int per env, got {type(value).__name__} {value!r}"
+        )
+    stamps = list(value)
+    if len(stamps) != len(ids):
+        raise ValueError(
+            f"ts_env_sent_ns has {len(stamps)} stamps but there are {len(ids)} envs {list(ids)}"
+        )
+    for env_id, stamp in zip(ids, stamps, strict=True):
+        if isinstance(stamp, bool) or not isinstance(stamp, (int, np.integer)):
+            raise TypeError(
+                f"ts_env_sent_ns for env {env_id!r} must be an int of nanoseconds, "
+                f"got {type(stamp).__name__} {stamp!r}"
+            )
+    return [int(s) for s in stamps]
+
+
+def order_responses(responses: object, env_ids: Sequence[str] | None) -> list[PolicyResponse]:
+    """Put responses in the VecEnv's env order.
+
+    Args:
+        responses: A sequence of :class:`~rlightning.PolicyResponse`, one per env.
+        env_ids: The VecEnv's env ids in env order (``env_ids[i]`` is env ``i``), or None to keep
+            the order of ``responses``.
+
+    Returns:
+        The responses as a list, ``result[i]`` being the response for env ``i``.
+
+    Raises:
+        TypeError: ``responses`` is not a sequence of PolicyResponse, or ``env_ids`` is not a
+            sequence of str.
+        ValueError: ``responses`` is empty; two responses share an env id; ``env_ids`` repeats an
+            id, has a different length than ``responses`` (both lengths are named), lacks a
+            response's env id (unknown ids are named) or has ids no response answers (missing envs
+            are named).
+    """
+    if isinstance(responses, PolicyResponse) or not isinstance(responses, Sequence):
+        raise TypeError(
+            f"responses must be a sequence of PolicyResponse (one per env), "
+            f"got {type(responses).__name__}"
+        )
+    out = list(responses)
+    if not out:
+        raise ValueError("responses is empty: pass one PolicyResponse per env")
+    for index, response in enumerate(out):
+        if not isinstance(response, PolicyResponse):
+            raise TypeError(
+                f"responses[{index}] must be a PolicyResponse, got {type(response).__name__}"
+            )
+    given = [r.env_id for r in out]
+    dups = _duplicates(given)
+    if dups:
+        raise ValueError(f"several responses for env id(s) {dups}: give one response per env")
+    if env_ids is None:
+        return out
+    if isinstance(env_ids, str) or not isinstance(env_ids, (Sequence, np.ndarray)):
+        raise TypeError(
+            f"env_ids must be a sequence of str in the VecEnv's env order, "
+            f"got {type(env_ids).__name__} {env_ids!r}"
+        )
+    order = list(env_ids)
+    dups = _duplicates(order)
+    if dups:
+        raise ValueError(f"env_ids repeats {dups}: each env of the VecEnv needs its own id")
+    by_id = {r.env_id: r for r in out}
+    missing = [env_id for env_id in order if env_id not in by_id]
+    known = set(order)
+    unknown = [env_id for env_id in given if env_id not in known]
+    if len(order) != len(out):
+        raise ValueError(
+            f"env_ids has {len(order)} ids but there are {len(out)} responses; "
+            f"envs without a response: {missing}, responses for unknown env ids: {unknown}"
+        )
+    if missing or unknown:
+        raise ValueError(
+            f"responses do not match env_ids: envs without a response: {missing}, "
+            f"responses for unknown env ids: {unknown}"
+        )
+    return [by_id[env_id] for env_id in order]
+
+
+def batch_observation(policy: Any, observation: Any) -> tuple[Any, int, bool]:
+    """Return ``(batched observation, n_envs, vectorized)`` by SB3's ``predict`` rule.
+
+    Whether ``observation`` is a batch is decided by ``BasePolicy.is_vectorized_observation``
+    (as ``predict`` decides); one unbatched observation is given a leading axis of 1 (arrays of a
+    dict each get one). A batch is returned as is (not copied).
+
+    Args:
+        policy: The SB3 policy (its ``observation_space`` is the model's).
+        observation: What the caller passed.
+
+    Returns:
+        The batch, its number of rows, and whether the caller passed a batch.
+
+    Raises:
+        ValueError: ``observation`` is gymnasium's ``(obs, info)`` reset tuple, has the wrong
+            keys for a Dict space, or a shape that fits the space neither as one observation nor
+            as a batch (SB3's message).
+        TypeError: a dict for a non-Dict space or the reverse.
+    """
+    space = policy.observation_space
+    if (
+        isinstance(observation, tuple)
+        and len(observation) == 2
+        and isinstance(observation[1], dict)
+    ):
+        raise ValueError(
+            "observation is an (obs, info) tuple, as gymnasium's reset() returns; pass the "
+            "observation alone (a VecEnv's reset() returns only the observation)"
+        )
+    if isinstance(space, spaces.Dict) != isinstance(observation, dict):
+        raise TypeError(
+            f"the model's observation space is {space}, so the observation must be "
+            f"{'a dict of arrays' if isinstance(space, spaces.Dict) else 'an array'}, got "
+            f"{type(observation).__name__}"
+        )
+    if (
+        isinstance(observation, dict)
+        and isinstance(space, spaces.Dict)
+        and set(observation) != set(space.spaces)
+    ):
+        raise ValueError(
+            f"observation has keys {sorted(observation)}, the model's Dict observation space "
+            f"has keys {sorted(space.spaces)}"
+        )
+    vectorized = bool(policy.is_vectorized_observation(observation))
+    if isinstance(observation, dict):
+        if vectorized:
+            return observation, len(np.asarray(next(iter(observation.values())))), True
+        return {k: np.asarray(v)[None] for k, v in observation.items()}, 1, False
+    if vectorized:
+        return observation, len(observation), True
+    return np.asarray(observation)[None], 1, False

@@ -1,0 +1,525 @@
+"""``SB3PolicyAdapter``: run a Stable-Baselines3 model and answer with one PolicyResponse per env.
+
+Two ways to ask the model:
+
+* :meth:`SB3PolicyAdapter.predict` wraps ``model.predict`` (evaluation, serving);
+* :meth:`SB3PolicyAdapter.act` runs the policy as SB3's own rollout collection does
+  (``OnPolicyAlgorithm.collect_rollouts``, sb3-contrib's ``RecurrentPPO.collect_rollouts`` and
+  ``MaskablePPO.collect_rollouts``, ``OffPolicyAlgorithm._sample_action``), so a training loop
+  built on responses computes exactly what SB3 would.
+
+:meth:`SB3PolicyAdapter.env_actions` stacks responses back into what ``VecEnv.step`` takes.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Sequence
+from typing import Any, overload
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+
+from rlightning import PolicyResponse
+from rlightning_sb3._actions import (
+    check_action_masks,
+    off_policy_actions,
+    on_policy_buffer_actions,
+    on_policy_env_actions,
+)
+from rlightning_sb3._batch import (
+    batch_observation,
+    obs_tensor,
+    order_responses,
+    per_env_bools,
+    per_env_stamps,
+    resolve_env_ids,
+)
+from rlightning_sb3._recurrent import (
+    predict_state,
+    split_numpy_states,
+    split_rnn_states,
+    stack_rnn_states,
+    zero_rnn_state,
+)
+from rlightning_sb3._versions import SB3_CONTRIB_SUPPORTED, check_version, installed_version
+
+__all__ = ["SB3PolicyAdapter"]
+
+
+@functools.cache
+def _check_contrib_version(module_version: str | None) -> None:
+    """Check the imported sb3-contrib against the supported range (once per process)."""
+    check_version(
+        "sb3-contrib", installed_version("sb3-contrib", module_version), SB3_CONTRIB_SUPPORTED
+    )
+
+
+def _contrib_kind(model: BaseAlgorithm) -> str | None:
+    """Return ``"recurrent"``/``"maskable"`` for sb3-contrib's RecurrentPPO/MaskablePPO, else None.
+
+    sb3-contrib is never imported here: a model of its classes can only exist once it is.
+    """
+    contrib = sys.modules.get("sb3_contrib")
+    if contrib is None:
+        return None
+    _check_contrib_version(getattr(contrib, "__version__", None))
+    if isinstance(model, contrib.RecurrentPPO):
+        return "recurrent"
+    if isinstance(model, contrib.MaskablePPO):
+        return "maskable"
+    return None
+
+
+class SB3PolicyAdapter:
+    """Answer for a Stable-Baselines3 model with one :class:`~rlightning.PolicyResponse` per env.
+
+    Works with every SB3 algorithm for :meth:`predict`; :meth:`act` supports on-policy
+    algorithms (PPO, A2C, and sb3-contrib's RecurrentPPO and MaskablePPO, TRPO) and off-policy ones
+    (SAC, TD3, DDPG, DQN, and sb3-contrib's TQC, QR-DQN, CrossQ), with every action space SB3
+    supports (Discrete, Box, MultiDiscrete, MultiBinary) and flat, Dict (``MultiInputPolicy``) and
+    image (``CnnPolicy``) observations.
+
+    The adapter holds one piece of state per env id: for RecurrentPPO, the LSTM state that
+    :meth:`act` carries to that env's next call; for every model, whether the env id was seen
+    before (the default ``episode_start``). :meth:`reset_state` forgets it.
+
+    Args:
+        model: A Stable-Baselines3 (or sb3-contrib) model. It is used, not copied: training it
+            changes what the adapter answers.
+
+    Raises:
+        TypeError: ``model`` is not an SB3 ``BaseAlgorithm``.
+        ImportError: sb3-contrib is imported but outside the supported range.
+
+    Examples:
+        >>> from stable_baselines3 import PPO
+        >>> model = PPO("MlpPolicy", "CartPole-v1", n_steps=64, seed=0)
+        >>> adapter = SB3PolicyAdapter(model)
+        >>> env = model.get_env()
+        >>> responses = adapter.predict(env.reset(), ["env-0"], deterministic=True)
+        >>> responses[0].env_id, responses[0].action.shape
+        ('env-0', ())
+    """
+
+    def __init__(self, model: BaseAlgorithm) -> None:
+        if not isinstance(model, BaseAlgorithm):
+            raise TypeError(
+                f"model must be a Stable-Baselines3 model (a BaseAlgorithm such as PPO or SAC), "
+                f"got {type(model).__name__}"
+            )
+        self._model = model
+        kind = _contrib_kind(model)
+        self._recurrent = kind == "recurrent"
+        self._maskable = kind == "maskable"
+        self._off_policy = isinstance(model, OffPolicyAlgorithm)
+        self._on_policy = isinstance(model, OnPolicyAlgorithm)
+        #: env id -> carried LSTM state (RecurrentPPO) or None (env seen, nothing carried).
+        self._carried: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def model(self) -> BaseAlgorithm:
+        """The wrapped SB3 model."""
+        return self._model
+
+    @property
+    def is_recurrent(self) -> bool:
+        """Whether the model is sb3-contrib's RecurrentPPO (responses then carry LSTM states)."""
+        return self._recurrent
+
+    @property
+    def is_maskable(self) -> bool:
+        """Whether the model is sb3-contrib's MaskablePPO (``action_masks`` are then accepted)."""
+        return self._maskable
+
+    @property
+    def is_off_policy(self) -> bool:
+        """Whether the model is an ``OffPolicyAlgorithm`` (SAC, TD3, DDPG, DQN, ...)."""
+        return self._off_policy
+
+    def reset_state(self, env_ids: str | Sequence[str] | None = None) -> None:
+        """Forget what the adapter carries for some env ids (all when None).
+
+        A forgotten env starts again from a zero LSTM state and a default ``episode_start`` of
+        True, as a fresh ``RecurrentPPO``/``_setup_learn`` starts.
+
+        Args:
+            env_ids: One id, several, or None for every env. Unknown ids are ignored.
+        """
+        if env_ids is None:
+            self._carried.clear()
+            return
+        for env_id in [env_ids] if isinstance(env_ids, str) else env_ids:
+            self._carried.pop(env_id, None)
+
+    # ------------------------------------------------------------------ input checks
+    def _default_starts(self, ids: Sequence[str]) -> np.ndarray:
+        return np.array([env_id not in self._carried for env_id in ids], dtype=bool)
+
+    # ------------------------------------------------------------------ predict
+    @overload
+    def predict(
+        self,
+        observation: Any,
+        env_ids: str,
+        state: Any = None,
+        episode_start: Any = None,
+        deterministic: bool = False,
+        *,
+        action_masks: Any = None,
+        ts_env_sent_ns: Any = None,
+    ) -> PolicyResponse: ...
+
+    @overload
+    def predict(
+        self,
+        observation: Any,
+        env_ids: Sequence[str],
+        state: Any = None,
+        episode_start: Any = None,
+        deterministic: bool = False,
+        *,
+        action_masks: Any = None,
+        ts_env_sent_ns: Any = None,
+    ) -> list[PolicyResponse]: ...
+
+    def predict(
+        self,
+        observation: Any,
+        env_ids: str | Sequence[str],
+        state: Any = None,
+        episode_start: Any = None,
+        deterministic: bool = False,
+        *,
+        action_masks: Any = None,
+        ts_env_sent_ns: Any = None,
+    ) -> PolicyResponse | list[PolicyResponse]:
+        """Run ``model.predict`` and return one response per env.
+
+        Follows SB3's ``BaseAlgorithm.predict`` (``BasePolicy.predict``; DQN's epsilon-greedy
+        ``DQN.predict`` when not deterministic; sb3-contrib's ``RecurrentActorCriticPolicy.predict``
+        and ``MaskablePPO.predict``): Box actions come back clipped to the action space, or
+        unscaled for a squashing policy (SAC, TD3).
+
+        Args:
+            observation: A batch ``(n_envs, *obs_shape)`` (a dict of such arrays for a Dict
+                space), or one unbatched observation ``obs_shape``.
+            env_ids: One str id per row of a batch, in row order; one str for an unbatched
+                observation.
+            state: Recurrent policies only (None otherwise). None starts every env from zeros,
+                as SB3 does; else one entry per env (the ``state`` of that env's previous
+                response, or None for a fresh env), or SB3's own batched ``(h, c)`` tuple of
+                ``(n_layers, n_envs, hidden)`` arrays.
+            episode_start: Recurrent policies reset the state where it is True: None (no reset),
+                a bool for an unbatched observation, or ``(n_envs,)`` booleans. Ignored by other
+                policies, as SB3 ignores it.
+            deterministic: Whether to take the mode of the action distribution.
+            action_masks: MaskablePPO only: ``(n_envs, mask_dims)`` booleans (``(mask_dims,)`` for
+                an unbatched observation). Each response carries its row as ``action_mask``.
+            ts_env_sent_ns: Optional stamp, nanoseconds since the epoch (``time.time_ns()``) when
+                the observation was sent: one int for all envs or one per env. Stored on each
+                response as ``ts_env_sent_ns``.
+
+        Returns:
+            For a batch, a list of ``n_envs`` responses in row order; for an unbatched
+            observation, one response. Fields: ``action`` (that env's row of the actions SB3
+            returned, numpy: ``action_shape``, a numpy scalar for Discrete in a batch), ``state``
+            (recurrent only: the next ``(h, c)``, numpy ``(n_layers, hidden)`` each, to pass back
+            through ``state``), ``action_mask`` (when given) and ``ts_env_sent_ns`` (when given).
+
+        Raises:
+            TypeError: ``env_ids`` or ``observation`` is of the wrong kind.
+            ValueError: ``env_ids`` does not match the batch (lengths named), the observation's
+                shape does not fit the model's space, ``state`` is given to a policy without
+                one, or ``action_masks`` is malformed or given to a model without masking.
+        """
+        model = self._model
+        _, n_envs, vectorized = batch_observation(self._model.policy, observation)
+        ids = resolve_env_ids(env_ids, n_envs, vectorized)
+        stamps = per_env_stamps(ts_env_sent_ns, ids)
+        masks = (
+            None
+            if action_masks is None
+            else check_action_masks(self._model, self._maskable, action_masks, ids)
+        )
+        starts = (
+            None
+            if episode_start is None
+            else per_env_bools(episode_start, "episode_start", ids, self._default_starts(ids))
+        )
+        extra: dict[str, Any] = {}
+        if masks is not None:
+            extra["action_masks"] = masks if vectorized else masks[0]
+        next_states: list[tuple[np.ndarray, ...]] | None = None
+        if self._recurrent:
+            sb3_state = predict_state(self._model.policy, state, ids)
+            actions, new_state = model.predict(
+                observation,
+                state=sb3_state,
+                episode_start=starts,
+                deterministic=deterministic,
+                **extra,
+            )
+            assert new_state is not None  # a recurrent policy always returns its state
+            next_states = split_numpy_states(new_state)
+        else:
+            if state is not None and not (
+                isinstance(state, Sequence) and all(s is None for s in state)
+            ):
+                raise ValueError(
+                    f"state is only used by recurrent policies (sb3-contrib's RecurrentPPO); "
+                    f"{type(model).__name__}'s policy has none, pass state=None"
+                )
+            actions, _ = model.predict(observation, deterministic=deterministic, **extra)
+        responses: list[PolicyResponse] = []
+        for i, env_id in enumerate(ids):
+            fields: dict[str, Any] = {"action": actions[i] if vectorized else actions}
+            if next_states is not None:
+                fields["state"] = next_states[i]
+            if masks is not None:
+                fields["action_mask"] = masks[i]
+            if stamps is not None:
+                fields["ts_env_sent_ns"] = stamps[i]
+            responses.append(PolicyResponse(env_id, **fields))
+            self._carried.setdefault(env_id, None)
+        return responses if vectorized else responses[0]
+
+    # ------------------------------------------------------------------ act
+    @overload
+    def act(
+        self,
+        observation: Any,
+        env_ids: str,
+        *,
+        episode_start: Any = None,
+        action_masks: Any = None,
+        explore: bool = True,
+        ts_env_sent_ns: Any = None,
+    ) -> PolicyResponse: ...
+
+    @overload
+    def act(
+        self,
+        observation: Any,
+        env_ids: Sequence[str],
+        *,
+        episode_start: Any = None,
+        action_masks: Any = None,
+        explore: bool = True,
+        ts_env_sent_ns: Any = None,
+    ) -> list[PolicyResponse]: ...
+
+    def act(
+        self,
+        observation: Any,
+        env_ids: str | Sequence[str],
+        *,
+        episode_start: Any = None,
+        action_masks: Any = None,
+        explore: bool = True,
+        ts_env_sent_ns: Any = None,
+    ) -> PolicyResponse | list[PolicyResponse]:
+        """Run the policy as SB3's rollout collection does and return one response per env.
+
+        Runs under ``torch.no_grad()`` with the policy in eval mode, converts the observation as
+        ``collect_rollouts`` does (``obs_as_tensor`` for a batch already shaped like the space,
+        else ``BasePolicy.obs_to_tensor`` as ``predict``), and draws random numbers exactly as
+        SB3 does (the
+        global torch RNG for sampling, numpy's global RNG and ``model.action_space``'s RNG for
+        warm-up, epsilon-greedy and action noise), so with the same seed and model state a loop
+        of ``act`` calls reproduces SB3's ``collect_rollouts`` bit for bit.
+
+        * On-policy (PPO, A2C, TRPO; sb3-contrib MaskablePPO), as
+          ``OnPolicyAlgorithm.collect_rollouts``: ``actions, values, log_probs =
+          policy(obs_tensor)``; Box env actions clipped to the space, or unscaled when the policy
+          squashes.
+        * RecurrentPPO, as its ``collect_rollouts``: the env's carried LSTM state goes in with
+          ``episode_start`` (the policy zeroes it where True); Box actions are clipped.
+        * Off-policy (SAC, TD3, DDPG, DQN, ...), as ``OffPolicyAlgorithm._sample_action``: see
+          ``explore``.
+
+        Per-env response fields (tensors on the model's device):
+
+        * ``action`` -- what ``env.step`` takes, numpy ``action_shape`` (a numpy int64 scalar for
+          Discrete in a batch).
+        * ``buffer_action`` -- what SB3 stores: on-policy, the sampled action before clipping
+          (``(1,)`` for Discrete, as ``collect_rollouts`` reshapes it); off-policy, the action
+          scaled to [-1, 1] (with noise) for Box, the action itself otherwise.
+        * ``value``, ``log_prob`` -- on-policy only: 0-d float32 tensors, that env's entry of
+          ``values.flatten()`` and ``log_probs``, as ``RolloutBuffer.add`` stores them.
+        * ``episode_start`` -- on-policy only: the flag used for this step (a Python bool), as
+          ``RolloutBuffer.add`` stores ``_last_episode_starts``.
+        * ``state`` / ``buffer_state`` -- RecurrentPPO only: sb3-contrib ``RNNStates(pi=(h, c),
+          vf=(h, c))`` of ``(n_lstm_layers, hidden_size)`` tensors: ``state`` is the state after
+          this step (the adapter carries it to the env's next call; the buffer helpers use its
+          ``vf`` part to bootstrap truncated episodes), ``buffer_state`` the state this step
+          started from, before the ``episode_start`` reset (what ``RecurrentRolloutBuffer``
+          stores).
+        * ``action_mask`` -- MaskablePPO, when ``action_masks`` is given: the env's mask row.
+        * ``ts_env_sent_ns`` -- when given.
+
+        Args:
+            observation: A batch ``(n_envs, *obs_shape)`` (dict of such arrays for a Dict space)
+                as the VecEnv returned it, or one unbatched observation.
+            env_ids: One str id per row (in row order); one str for an unbatched observation.
+            episode_start: Whether each env's observation starts an episode, as SB3's
+                ``_last_episode_starts`` (pass the previous step's ``dones``): a bool for an
+                unbatched observation or ``(n_envs,)`` booleans. None: True for env ids this
+                adapter has not seen since construction or :meth:`reset_state`, False for the
+                others -- right for a loop whose episodes never end between calls, wrong for
+                training: pass ``dones``. Checked but not used by off-policy models (SB3's
+                off-policy collection has no such input).
+            action_masks: MaskablePPO only: ``(n_envs, mask_dims)`` booleans (as
+                ``get_action_masks(env)``); None uses no mask (as ``use_masking=False``).
+            explore: True as in training (sampling, warm-up, noise, epsilon); False takes the
+                deterministic action (off-policy: ``predict(deterministic=True)``, no noise).
+            ts_env_sent_ns: Optional int stamp (nanoseconds since the epoch), one for all envs or
+                one per env.
+
+        Returns:
+            A list of ``n_envs`` responses in row order, or one response for an unbatched
+            observation.
+
+        Raises:
+            TypeError: the model is neither on- nor off-policy (e.g. sb3-contrib's ARS), or an
+                argument is of the wrong kind.
+            ValueError: ``env_ids``, ``episode_start``, ``action_masks`` or the observation does
+                not fit the batch or the model (the message names the ids and shapes).
+
+        Note:
+            gSDE (``use_sde=True``): SB3 resamples the noise matrix at the start of each rollout
+            and every ``sde_sample_freq`` steps; ``act`` does not know where a rollout starts, so
+            call ``model.policy.reset_noise(n_envs)`` (off-policy: ``model.actor.reset_noise``)
+            where ``collect_rollouts`` would.
+        """
+        model = self._model
+        batch, n_envs, vectorized = batch_observation(self._model.policy, observation)
+        ids = resolve_env_ids(env_ids, n_envs, vectorized)
+        stamps = per_env_stamps(ts_env_sent_ns, ids)
+        masks = (
+            None
+            if action_masks is None
+            else check_action_masks(self._model, self._maskable, action_masks, ids)
+        )
+        starts = per_env_bools(episode_start, "episode_start", ids, self._default_starts(ids))
+        if isinstance(model, OffPolicyAlgorithm):
+            env_acts, buffer_acts = off_policy_actions(model, batch, n_envs, explore)
+            per_env: list[dict[str, Any]] = [
+                {"action": env_acts[i], "buffer_action": buffer_acts[i]} for i in range(n_envs)
+            ]
+        elif self._on_policy:
+            per_env = self._act_on_policy(batch, ids, starts, masks, explore)
+        else:
+            raise TypeError(
+                f"act() supports on-policy and off-policy SB3 algorithms; "
+                f"{type(model).__name__} is neither (use predict())"
+            )
+        responses: list[PolicyResponse] = []
+        for i, env_id in enumerate(ids):
+            fields = per_env[i]
+            if not vectorized:
+                # SB3's predict returns an unbatched action as an ndarray (0-d for Discrete).
+                fields["action"] = np.asarray(fields["action"])
+            if stamps is not None:
+                fields["ts_env_sent_ns"] = stamps[i]
+            responses.append(PolicyResponse(env_id, **fields))
+            self._carried.setdefault(env_id, None)
+        return responses if vectorized else responses[0]
+
+    def _act_on_policy(
+        self,
+        batch: Any,
+        ids: Sequence[str],
+        starts: np.ndarray,
+        masks: np.ndarray | None,
+        explore: bool,
+    ) -> list[dict[str, Any]]:
+        """On-policy step for :meth:`act`; returns per-env field dicts."""
+        model = self._model
+        policy: Any = model.policy
+        policy.set_training_mode(False)
+        obs = obs_tensor(policy, batch, model.device)
+        states_in: list[Any] | None = None
+        states_out: list[Any] | None = None
+        with th.no_grad():
+            if self._recurrent:
+                zero = zero_rnn_state(policy)
+                states_in = [self._carried.get(env_id) or zero for env_id in ids]
+                episode_starts = th.tensor(starts, dtype=th.float32, device=model.device)
+                actions, values, log_probs, lstm_out = policy(
+                    obs, stack_rnn_states(states_in), episode_starts, not explore
+                )
+                states_out = split_rnn_states(lstm_out)
+            elif self._maskable:
+                actions, values, log_probs = policy(
+                    obs, deterministic=not explore, action_masks=masks
+                )
+            else:
+                actions, values, log_probs = policy(obs, deterministic=not explore)
+        sampled = actions.cpu().numpy()
+        env_acts = on_policy_env_actions(
+            policy, model.action_space, sampled, unscale=not self._recurrent
+        )
+        buffer_acts = on_policy_buffer_actions(model.action_space, sampled)
+        flat_values = values.flatten()
+        out: list[dict[str, Any]] = []
+        for i, env_id in enumerate(ids):
+            fields: dict[str, Any] = {
+                "action": env_acts[i],
+                "buffer_action": buffer_acts[i],
+                "value": flat_values[i],
+                "log_prob": log_probs[i],
+                "episode_start": bool(starts[i]),
+            }
+            if states_out is not None and states_in is not None:
+                fields["state"] = states_out[i]
+                fields["buffer_state"] = states_in[i]
+                self._carried[env_id] = states_out[i]
+            if masks is not None:
+                fields["action_mask"] = masks[i]
+            out.append(fields)
+        return out
+
+    # ------------------------------------------------------------------ env_actions
+    def env_actions(
+        self, responses: Sequence[PolicyResponse], env_ids: Sequence[str] | None = None
+    ) -> np.ndarray:
+        """Stack the responses' actions into the array ``VecEnv.step`` takes.
+
+        Args:
+            responses: One response per env (from :meth:`act` or :meth:`predict`, possibly
+                reordered, e.g. after a transport).
+            env_ids: The VecEnv's env ids in env order (``env_ids[i]`` names env ``i``); None
+                keeps the order of ``responses``.
+
+        Returns:
+            ``(n_envs, *action_shape)`` numpy array, row ``i`` the action for env ``i`` (a new
+            array; the responses are not modified).
+
+        Raises:
+            TypeError: ``responses`` is not a sequence of PolicyResponse.
+            ValueError: two responses have the same env id; ``env_ids`` repeats an id, has a
+                different length than ``responses`` (both lengths named), names envs that have
+                no response, or misses env ids that responses carry (both named); a response has
+                no ``action``; or actions of different shapes.
+        """
+        ordered = order_responses(responses, env_ids)
+        actions = []
+        for response in ordered:
+            if "action" not in response.__dict__:
+                raise ValueError(f"response for env {response.env_id!r} has no action field")
+            actions.append(np.asarray(response.action))
+        shapes = {a.shape for a in actions}
+        if len(shapes) > 1:
+            raise ValueError(
+                "actions have different shapes: "
+                + ", ".join(
+                    f"{r.env_id!r}: {a.shape}" for r, a in zip(ordered, actions, strict=True)
+                )
+            )
+        return np.stack(actions)

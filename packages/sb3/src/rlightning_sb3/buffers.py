@@ -1,0 +1,371 @@
+"""Add a step of responses, plus what the env returned, to SB3's rollout and replay buffers.
+
+With :meth:`SB3PolicyAdapter.act <rlightning_sb3.SB3PolicyAdapter.act>`, these helpers make an
+SB3 training loop a few lines long and fill the buffers exactly as SB3's own collection does:
+
+* :func:`start_training` -- begin as ``BaseAlgorithm.learn`` begins (``_setup_learn``);
+* :func:`add_rollout_step` / :func:`finish_rollout` -- the buffer half of
+  ``OnPolicyAlgorithm.collect_rollouts`` (and of sb3-contrib's ``RecurrentPPO`` /
+  ``MaskablePPO`` versions): truncated episodes bootstrapped with the terminal observation's
+  value, then returns and advantages;
+* :func:`add_replay_step` -- ``OffPolicyAlgorithm._store_transition`` plus the bookkeeping
+  ``collect_rollouts`` does after each step (timesteps, exploration schedule, target updates,
+  action-noise resets).
+
+Observations and rewards are those of the VecEnv the model was built with (``model.get_env()``,
+which SB3 may have wrapped, e.g. in ``VecTransposeImage`` for images). With ``VecNormalize``,
+SB3's replay buffer stores the original (unnormalized) observations and rewards: pass
+``env.get_original_obs()`` / ``env.get_original_reward()`` to :func:`add_replay_step`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from copy import deepcopy
+from typing import Any
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.buffers import ReplayBuffer, RolloutBuffer
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+
+from rlightning import PolicyResponse
+from rlightning_sb3._batch import obs_tensor, order_responses
+from rlightning_sb3._recurrent import stack_rnn_states
+
+__all__ = ["add_replay_step", "add_rollout_step", "finish_rollout", "start_training"]
+
+
+def start_training(
+    model: BaseAlgorithm,
+    total_timesteps: int,
+    *,
+    reset_num_timesteps: bool = True,
+    tb_log_name: str = "run",
+) -> Any:
+    """Prepare ``model`` for a training loop, as ``BaseAlgorithm.learn`` does before collecting.
+
+    Calls SB3's ``model._setup_learn``: resets the episode-info buffers, ``num_timesteps`` and
+    the action noise, records ``total_timesteps`` (schedules and DQN's exploration rate read it),
+    resets the model's env (``model.get_env()``) when ``reset_num_timesteps`` or it was never
+    reset, and configures the logger ``model.train()`` writes to.
+
+    Args:
+        model: The SB3 model (it must have an env).
+        total_timesteps: The step budget of the loop, as passed to ``learn``.
+        reset_num_timesteps: As ``learn``'s argument of that name.
+        tb_log_name: As ``learn``'s argument of that name.
+
+    Returns:
+        The current observation of ``model.get_env()``, ``(n_envs, *obs_shape)`` (or a dict):
+        where the loop starts, with every env at an episode start.
+
+    Raises:
+        ValueError: ``total_timesteps`` is not a positive int, or the model has no env.
+    """
+    if isinstance(total_timesteps, bool) or not isinstance(total_timesteps, int):
+        raise ValueError(f"total_timesteps must be a positive int, got {total_timesteps!r}")
+    if total_timesteps <= 0:
+        raise ValueError(f"total_timesteps must be a positive int, got {total_timesteps!r}")
+    if model.get_env() is None:
+        raise ValueError(
+            f"{type(model).__name__} has no env: build it with one or call model.set_env(env)"
+        )
+    model._setup_learn(
+        total_timesteps,
+        callback=None,
+        reset_num_timesteps=reset_num_timesteps,
+        tb_log_name=tb_log_name,
+        progress_bar=False,
+    )
+    return model._last_obs
+
+
+def _check_step(
+    buffer_n_envs: int,
+    ordered: list[PolicyResponse],
+    rewards: Any,
+    dones: Any,
+    infos: Any,
+) -> tuple[np.ndarray, np.ndarray]:
+    n_envs = len(ordered)
+    if n_envs != buffer_n_envs:
+        raise ValueError(
+            f"the buffer holds {buffer_n_envs} envs but there are {n_envs} responses "
+            f"(env ids {[r.env_id for r in ordered]})"
+        )
+    rewards_arr = np.array(rewards)  # a copy: SB3 adds the bootstrap value in place
+    dones_arr = np.asarray(dones)
+    for name, arr in (("rewards", rewards_arr), ("dones", dones_arr)):
+        if arr.shape != (n_envs,):
+            raise ValueError(f"{name} must have shape ({n_envs},), one per env, got {arr.shape}")
+    if not isinstance(infos, Sequence) or len(infos) != n_envs:
+        raise ValueError(
+            f"infos must be a list of {n_envs} dicts (one per env, as VecEnv.step returns), "
+            f"got {type(infos).__name__}"
+            + (f" of length {len(infos)}" if isinstance(infos, Sequence) else "")
+        )
+    return rewards_arr, dones_arr
+
+
+def _field(ordered: list[PolicyResponse], name: str, producer: str) -> list[Any]:
+    values = []
+    for response in ordered:
+        fields = response.__dict__
+        if name not in fields:
+            raise ValueError(
+                f"response for env {response.env_id!r} has no {name!r} field; the buffer helpers "
+                f"need responses from {producer}"
+            )
+        values.append(fields[name])
+    return values
+
+
+def add_rollout_step(
+    model: OnPolicyAlgorithm,
+    observation: Any,
+    responses: Sequence[PolicyResponse],
+    rewards: Any,
+    dones: Any,
+    infos: Sequence[dict[str, Any]],
+    *,
+    buffer: RolloutBuffer | None = None,
+    env_ids: Sequence[str] | None = None,
+    update_model: bool = True,
+) -> np.ndarray:
+    """Add one step to an on-policy rollout buffer, as ``OnPolicyAlgorithm.collect_rollouts``.
+
+    For each env whose episode was truncated (``done`` with ``infos[i]["TimeLimit.truncated"]``
+    and a ``terminal_observation``), ``gamma * V(terminal_observation)`` is added to its reward
+    (SB3 issue #633); for RecurrentPPO ``V`` runs from the env's state after the step
+    (``response.state.vf``), as sb3-contrib does. Then ``buffer.add(observation, buffer actions,
+    rewards, episode starts, values, log_probs)`` -- with ``lstm_states`` (from
+    ``buffer_state``) for RecurrentPPO and ``action_masks`` for MaskablePPO. A full buffer (the
+    previous rollout's) is reset first, as ``collect_rollouts`` resets it at each rollout's start.
+
+    Args:
+        model: PPO, A2C, RecurrentPPO, MaskablePPO or another ``OnPolicyAlgorithm``.
+        observation: The observation the responses answered, ``(n_envs, *obs_shape)`` (dict for
+            a Dict space), as the VecEnv returned it.
+        responses: From :meth:`SB3PolicyAdapter.act`, one per env.
+        rewards: ``(n_envs,)`` rewards from ``env.step``; not modified (a copy is bootstrapped).
+        dones: ``(n_envs,)`` booleans from ``env.step``.
+        infos: ``n_envs`` info dicts from ``env.step``.
+        buffer: The buffer to fill; default ``model.rollout_buffer``.
+        env_ids: The VecEnv's env ids in env order, when ``responses`` are in another order.
+        update_model: Also advance ``model.num_timesteps`` by ``n_envs`` and record finished
+            episodes (``model._update_info_buffer``), as ``collect_rollouts`` does.
+
+    Returns:
+        The ``(n_envs,)`` rewards as stored (bootstrapped where truncated), a new array.
+
+    Raises:
+        ValueError: the responses, rewards, dones or infos do not match the buffer's envs, or a
+            response lacks a field :meth:`~SB3PolicyAdapter.act` gives (``buffer_action``,
+            ``value``, ``log_prob``, ``episode_start``; ``buffer_state``/``state`` for
+            RecurrentPPO).
+    """
+    if update_model:
+        _require_started(model)
+    buf: Any = model.rollout_buffer if buffer is None else buffer
+    ordered = order_responses(responses, env_ids)
+    rewards_arr, dones_arr = _check_step(buf.n_envs, ordered, rewards, dones, infos)
+    producer = "SB3PolicyAdapter.act() on an on-policy model"
+    actions = np.stack(_field(ordered, "buffer_action", producer))
+    values = th.stack(_field(ordered, "value", producer))
+    log_probs = th.stack(_field(ordered, "log_prob", producer))
+    episode_starts = np.array(_field(ordered, "episode_start", producer), dtype=bool)
+    recurrent = hasattr(buf, "hidden_states_pi")
+    extra: dict[str, Any] = {}
+    if recurrent:
+        extra["lstm_states"] = stack_rnn_states(_field(ordered, "buffer_state", producer))
+        next_states = _field(ordered, "state", producer)
+    masks = [r.__dict__.get("action_mask") for r in ordered]
+    if any(m is not None for m in masks):
+        missing = [r.env_id for r, m in zip(ordered, masks, strict=True) if m is None]
+        if missing:
+            raise ValueError(
+                f"responses for env(s) {missing} have no action_mask but others do; "
+                "give every env a mask or none"
+            )
+        extra["action_masks"] = np.stack([m for m in masks if m is not None])
+
+    policy: Any = model.policy
+    for idx, done in enumerate(dones_arr):
+        if (
+            done
+            and infos[idx].get("terminal_observation") is not None
+            and infos[idx].get("TimeLimit.truncated", False)
+        ):
+            terminal_obs = policy.obs_to_tensor(infos[idx]["terminal_observation"])[0]
+            with th.no_grad():
+                if recurrent:
+                    vf_h, vf_c = next_states[idx].vf
+                    terminal_state = (
+                        vf_h.unsqueeze(1).contiguous(),
+                        vf_c.unsqueeze(1).contiguous(),
+                    )
+                    starts = th.tensor([False], dtype=th.float32, device=model.device)
+                    terminal_value = policy.predict_values(terminal_obs, terminal_state, starts)[0]
+                else:
+                    terminal_value = policy.predict_values(terminal_obs)[0]
+            rewards_arr[idx] += model.gamma * terminal_value
+
+    if buf.full:
+        buf.reset()
+    buf.add(observation, actions, rewards_arr, episode_starts, values, log_probs, **extra)
+    if update_model:
+        model.num_timesteps += len(ordered)
+        model._update_info_buffer(list(infos), dones_arr)
+    return rewards_arr
+
+
+def finish_rollout(
+    model: OnPolicyAlgorithm,
+    new_observation: Any,
+    dones: Any,
+    *,
+    responses: Sequence[PolicyResponse] | None = None,
+    buffer: RolloutBuffer | None = None,
+    env_ids: Sequence[str] | None = None,
+    update_model: bool = True,
+) -> None:
+    """Compute returns and advantages of a full rollout, as the end of ``collect_rollouts``.
+
+    ``values = policy.predict_values(new_observation)`` (RecurrentPPO: from the envs' states
+    after the last step, ``responses[i].state.vf``, reset where ``dones``), then
+    ``buffer.compute_returns_and_advantage(last_values=values, dones=dones)``. With
+    ``update_model``, ``model._update_current_progress_remaining`` is called as ``learn()`` does
+    right after ``collect_rollouts``, so that ``model.train()`` reads the right schedule values.
+
+    Args:
+        model: The on-policy model.
+        new_observation: The observation ``env.step`` returned at the rollout's last step.
+        dones: The ``(n_envs,)`` dones of that step.
+        responses: The last step's responses; needed for RecurrentPPO (their ``state``).
+        buffer: The buffer; default ``model.rollout_buffer``.
+        env_ids: The VecEnv's env ids in env order, when ``responses`` are in another order.
+        update_model: Also update the model's progress (needs :func:`start_training` first).
+
+    Raises:
+        ValueError: the buffer is not full, ``dones`` has the wrong shape, or RecurrentPPO
+            ``responses`` are missing.
+    """
+    if update_model:
+        _require_started(model)
+    buf: Any = model.rollout_buffer if buffer is None else buffer
+    if not buf.full:
+        raise ValueError(
+            f"the rollout buffer holds {buf.pos} of {buf.buffer_size} steps; "
+            "finish_rollout() needs a full rollout (add_rollout_step n_steps times)"
+        )
+    dones_arr = np.asarray(dones)
+    if dones_arr.shape != (buf.n_envs,):
+        raise ValueError(f"dones must have shape ({buf.n_envs},), got {dones_arr.shape}")
+    policy: Any = model.policy
+    last_obs = obs_tensor(policy, new_observation, model.device)
+    with th.no_grad():
+        if hasattr(buf, "hidden_states_pi"):
+            if responses is None:
+                raise ValueError(
+                    "finish_rollout() needs the last step's responses for a recurrent policy "
+                    "(their state holds the LSTM state to compute the last values from)"
+                )
+            ordered = order_responses(responses, env_ids)
+            states = stack_rnn_states(_field(ordered, "state", "SB3PolicyAdapter.act()"))
+            starts = th.tensor(dones_arr, dtype=th.float32, device=model.device)
+            values = policy.predict_values(last_obs, states.vf, starts)
+        else:
+            values = policy.predict_values(last_obs)
+    buf.compute_returns_and_advantage(last_values=values, dones=dones_arr)
+    if update_model:
+        _update_progress(model)
+
+
+def _require_started(model: BaseAlgorithm) -> None:
+    """Refuse to update a model's counters before :func:`start_training` (nothing is changed)."""
+    if model._total_timesteps <= 0 or model.ep_info_buffer is None:
+        raise ValueError(
+            "the model has no step budget yet: call start_training(model, total_timesteps) "
+            "before the loop (or pass update_model=False)"
+        )
+
+
+def _update_progress(model: BaseAlgorithm) -> None:
+    model._update_current_progress_remaining(model.num_timesteps, model._total_timesteps)
+
+
+def add_replay_step(
+    model: OffPolicyAlgorithm,
+    observation: Any,
+    responses: Sequence[PolicyResponse],
+    new_observation: Any,
+    rewards: Any,
+    dones: Any,
+    infos: Sequence[dict[str, Any]],
+    *,
+    buffer: ReplayBuffer | None = None,
+    env_ids: Sequence[str] | None = None,
+    update_model: bool = True,
+) -> None:
+    """Add one step to a replay buffer, as ``OffPolicyAlgorithm._store_transition``.
+
+    The next observation of an env whose episode ended is its ``infos[i]["terminal_observation"]``
+    (the VecEnv has already reset it), on a deep copy of ``new_observation``; then
+    ``buffer.add(observation, next_obs, buffer actions, rewards, dones, infos)``. The buffer
+    itself handles truncation (``handle_timeout_termination``: ``TimeLimit.truncated`` steps are
+    not terminal for the TD target).
+
+    With ``update_model``, the rest of ``collect_rollouts``' step: ``num_timesteps += n_envs``,
+    ``_update_info_buffer``, ``_update_current_progress_remaining``, ``_on_step`` (DQN: target
+    update and exploration rate), and for each finished episode ``_episode_num += 1`` and the
+    env's action-noise reset.
+
+    Args:
+        model: SAC, TD3, DDPG, DQN or another ``OffPolicyAlgorithm``.
+        observation: The observation the responses answered.
+        responses: From :meth:`SB3PolicyAdapter.act`, one per env (their ``buffer_action``).
+        new_observation: What ``env.step`` returned (not modified).
+        rewards: ``(n_envs,)`` rewards from ``env.step``.
+        dones: ``(n_envs,)`` booleans from ``env.step``.
+        infos: ``n_envs`` info dicts from ``env.step``.
+        buffer: The buffer to fill; default ``model.replay_buffer``.
+        env_ids: The VecEnv's env ids in env order, when ``responses`` are in another order.
+        update_model: Also advance the model's counters as described (needs
+            :func:`start_training` first).
+
+    Raises:
+        ValueError: the responses, rewards, dones or infos do not match the buffer's envs, or a
+            response has no ``buffer_action``.
+    """
+    if update_model:
+        _require_started(model)
+    buf: Any = model.replay_buffer if buffer is None else buffer
+    ordered = order_responses(responses, env_ids)
+    rewards_arr, dones_arr = _check_step(buf.n_envs, ordered, rewards, dones, infos)
+    actions = np.stack(_field(ordered, "buffer_action", "SB3PolicyAdapter.act()"))
+    next_obs = deepcopy(new_observation)
+    for i, done in enumerate(dones_arr):
+        terminal = infos[i].get("terminal_observation")
+        if done and terminal is not None:
+            if isinstance(next_obs, dict):
+                for key in next_obs:
+                    next_obs[key][i] = terminal[key]
+            else:
+                next_obs[i] = terminal
+    buf.add(observation, next_obs, actions, rewards_arr, dones_arr, list(infos))
+    if not update_model:
+        return
+    n_envs = len(ordered)
+    model.num_timesteps += n_envs
+    model._update_info_buffer(list(infos), dones_arr)
+    _update_progress(model)
+    model._on_step()
+    for idx, done in enumerate(dones_arr):
+        if done:
+            model._episode_num += 1
+            if model.action_noise is not None:
+                kwargs = {"indices": [idx]} if n_envs > 1 else {}
+                model.action_noise.reset(**kwargs)

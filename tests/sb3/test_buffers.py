@@ -1,0 +1,179 @@
+"""The buffer helpers: truncation bootstrapping, model bookkeeping, and their errors."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3 import PPO, SAC
+from stable_baselines3.common.env_util import make_vec_env
+
+from rlightning import PolicyResponse
+from rlightning_sb3 import (
+    SB3PolicyAdapter,
+    add_replay_step,
+    add_rollout_step,
+    finish_rollout,
+    start_training,
+)
+
+pytestmark = pytest.mark.torch
+
+NET = {"net_arch": [16]}
+IDS = ["a", "b"]
+
+
+def _ppo(max_steps: int = 5) -> PPO:
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=1, env_kwargs={"max_episode_steps": max_steps})
+    return PPO("MlpPolicy", env, n_steps=4, batch_size=8, seed=1, policy_kwargs=dict(NET))
+
+
+def test_truncated_episode_reward_is_bootstrapped_with_the_terminal_value() -> None:
+    model = _ppo(max_steps=1)  # every step truncates (CartPole never fails on its first step)
+    obs = start_training(model, 100)
+    adapter = SB3PolicyAdapter(model)
+    env = model.get_env()
+    responses = adapter.act(obs, IDS, episode_start=[True, True])
+    _, rewards, dones, infos = env.step(adapter.env_actions(responses))
+    assert dones.all()
+    assert all(info["TimeLimit.truncated"] for info in infos)
+    rewards_before = rewards.copy()
+    stored = add_rollout_step(model, obs, responses, rewards, dones, infos)
+    np.testing.assert_array_equal(rewards, rewards_before)  # the caller's array is untouched
+    for i in range(2):
+        terminal = th.as_tensor(infos[i]["terminal_observation"][None])
+        with th.no_grad():
+            value = model.policy.predict_values(terminal)[0]
+        np.testing.assert_allclose(stored[i], rewards[i] + model.gamma * float(value), rtol=1e-6)
+    np.testing.assert_array_equal(model.rollout_buffer.rewards[0], stored)
+    assert model.num_timesteps == 2
+
+
+def test_a_full_buffer_is_reset_for_the_next_rollout() -> None:
+    model = _ppo()
+    obs = start_training(model, 100)
+    adapter = SB3PolicyAdapter(model)
+    env = model.get_env()
+    starts = np.ones(2, bool)
+    for _rollout in range(2):
+        for _ in range(model.n_steps):
+            responses = adapter.act(obs, IDS, episode_start=starts)
+            new_obs, rewards, dones, infos = env.step(adapter.env_actions(responses))
+            add_rollout_step(model, obs, responses, rewards, dones, infos)
+            obs, starts = new_obs, dones
+        finish_rollout(model, obs, dones)
+        assert model.rollout_buffer.full
+        model.train()
+    assert model.num_timesteps == 16
+    assert model._n_updates > 0
+    assert model._current_progress_remaining == pytest.approx(1 - 16 / 100)
+
+
+def test_rollout_step_errors() -> None:
+    model = _ppo()
+    obs = start_training(model, 100)
+    adapter = SB3PolicyAdapter(model)
+    responses = adapter.act(obs, IDS)
+    rewards, dones, infos = np.ones(2), np.zeros(2, bool), [{}, {}]
+    with pytest.raises(ValueError, match=re.escape("the buffer holds 2 envs but there are 1")):
+        add_rollout_step(model, obs, responses[:1], rewards, dones, infos)
+    with pytest.raises(ValueError, match=re.escape("rewards must have shape (2,), one per env")):
+        add_rollout_step(model, obs, responses, np.ones(3), dones, infos)
+    with pytest.raises(ValueError, match=re.escape("infos must be a list of 2 dicts")):
+        add_rollout_step(model, obs, responses, rewards, dones, [{}])
+    predicted = adapter.predict(obs, IDS)
+    with pytest.raises(ValueError, match=re.escape("response for env 'a' has no 'buffer_action'")):
+        add_rollout_step(model, obs, predicted, rewards, dones, infos)
+    with pytest.raises(ValueError, match=re.escape("envs without a response: ['c']")):
+        add_rollout_step(model, obs, responses, rewards, dones, infos, env_ids=["a", "c"])
+    with pytest.raises(ValueError, match=re.escape("holds 0 of 4 steps; finish_rollout() needs")):
+        finish_rollout(model, obs, dones)
+
+
+def test_mixed_masks_are_refused() -> None:
+    model = _ppo()
+    obs = start_training(model, 100)
+    responses = SB3PolicyAdapter(model).act(obs, IDS)
+    responses[0].action_mask = np.ones(2, bool)
+    with pytest.raises(ValueError, match=re.escape("env(s) ['b'] have no action_mask")):
+        add_rollout_step(model, obs, responses, np.ones(2), np.zeros(2, bool), [{}, {}])
+
+
+def test_recurrent_finish_needs_the_last_responses() -> None:
+    contrib = pytest.importorskip("sb3_contrib")
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    model = contrib.RecurrentPPO(
+        "MlpLstmPolicy",
+        env,
+        n_steps=2,
+        batch_size=4,
+        seed=0,
+        policy_kwargs={"net_arch": [8], "lstm_hidden_size": 4},
+    )
+    obs = start_training(model, 100)
+    adapter = SB3PolicyAdapter(model)
+    for _ in range(2):
+        responses = adapter.act(obs, IDS)
+        obs, rewards, dones, infos = env.step(adapter.env_actions(responses))
+        add_rollout_step(model, obs, responses, rewards, dones, infos)
+    with pytest.raises(ValueError, match=re.escape("needs the last step's responses")):
+        finish_rollout(model, obs, dones)
+    finish_rollout(model, obs, dones, responses=responses)
+
+
+def test_replay_step_stores_terminal_observations_and_counts() -> None:
+    env = make_vec_env("Pendulum-v1", n_envs=2, seed=0, env_kwargs={"max_episode_steps": 2})
+    model = SAC("MlpPolicy", env, seed=0, learning_starts=10, policy_kwargs=dict(NET))
+    obs = start_training(model, 50)
+    adapter = SB3PolicyAdapter(model)
+    for _ in range(2):
+        responses = adapter.act(obs, IDS)
+        new_obs, rewards, dones, infos = env.step(adapter.env_actions(responses))
+        kept = {k: np.copy(v) for k, v in {"new": new_obs, "rew": rewards}.items()}
+        add_replay_step(model, obs, responses, new_obs, rewards, dones, infos)
+        np.testing.assert_array_equal(new_obs, kept["new"])  # not modified
+        obs = new_obs
+    buffer = model.replay_buffer
+    assert dones.all()
+    for i in range(2):
+        np.testing.assert_array_equal(
+            buffer.next_observations[1, i], infos[i]["terminal_observation"]
+        )
+    np.testing.assert_array_equal(buffer.timeouts[1], [1.0, 1.0])
+    np.testing.assert_array_equal(buffer.actions[1], np.stack([r.buffer_action for r in responses]))
+    assert model.num_timesteps == 4
+    assert model._episode_num == 2
+    assert model._current_progress_remaining == pytest.approx(1 - 4 / 50)
+
+
+def test_update_model_needs_a_budget() -> None:
+    env = make_vec_env("Pendulum-v1", n_envs=2, seed=0)
+    model = SAC("MlpPolicy", env, seed=0, policy_kwargs=dict(NET))
+    obs = env.reset()
+    adapter = SB3PolicyAdapter(model)
+    responses = adapter.act(obs, IDS)
+    new_obs, rewards, dones, infos = env.step(adapter.env_actions(responses))
+    with pytest.raises(ValueError, match=re.escape("call start_training(model, total_timesteps)")):
+        add_replay_step(model, obs, responses, new_obs, rewards, dones, infos)
+    assert model.replay_buffer.pos == 0  # refused before anything changed
+    add_replay_step(model, obs, responses, new_obs, rewards, dones, infos, update_model=False)
+    assert model.replay_buffer.pos == 1
+    assert model.num_timesteps == 0
+
+
+@pytest.mark.parametrize("total", [0, -5, 1.5, True])
+def test_start_training_budget_errors(total: Any) -> None:
+    with pytest.raises(ValueError, match=re.escape("total_timesteps must be a positive int")):
+        start_training(_ppo(), total)
+
+
+def test_response_without_buffer_action_in_replay() -> None:
+    env = make_vec_env("Pendulum-v1", n_envs=2, seed=0)
+    model = SAC("MlpPolicy", env, seed=0, policy_kwargs=dict(NET))
+    obs = start_training(model, 10)
+    responses = [PolicyResponse("a", action=np.zeros(1)), PolicyResponse("b", action=np.zeros(1))]
+    with pytest.raises(ValueError, match=re.escape("response for env 'a' has no 'buffer_action'")):
+        add_replay_step(model, obs, responses, obs, np.zeros(2), np.zeros(2, bool), [{}, {}])

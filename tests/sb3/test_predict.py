@@ -1,0 +1,256 @@
+"""SB3PolicyAdapter.predict: model.predict, answered as one PolicyResponse per env."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3 import DQN, PPO, SAC
+from stable_baselines3.common.env_util import make_vec_env
+
+from rlightning import PolicyResponse
+from rlightning_sb3 import SB3PolicyAdapter
+
+pytestmark = pytest.mark.torch
+
+NET = {"net_arch": [16]}
+
+
+def _ppo(env_id: str = "CartPole-v1", n_envs: int = 3, policy: str = "MlpPolicy", **kw: Any) -> PPO:
+    env = make_vec_env(env_id, n_envs=n_envs, seed=0)
+    return PPO(
+        policy, env, n_steps=16, seed=0, policy_kwargs=kw.pop("policy_kwargs", dict(NET)), **kw
+    )
+
+
+def test_batch_gives_one_response_per_env_with_its_row_of_sb3_actions() -> None:
+    model = _ppo()
+    adapter = SB3PolicyAdapter(model)
+    obs = model.get_env().reset()
+    expected, _ = model.predict(obs, deterministic=True)
+    responses = adapter.predict(obs, ["a", "b", "c"], deterministic=True)
+    assert [type(r) for r in responses] == [PolicyResponse] * 3
+    assert [r.env_id for r in responses] == ["a", "b", "c"]
+    for i, response in enumerate(responses):
+        assert response.action == expected[i]
+        assert np.asarray(response.action).dtype == expected.dtype
+        assert "state" not in response.to_dict()
+    np.testing.assert_array_equal(adapter.env_actions(responses), expected, strict=True)
+
+
+def test_stochastic_predict_draws_what_model_predict_draws() -> None:
+    model = _ppo("Pendulum-v1")
+    adapter = SB3PolicyAdapter(model)
+    obs = model.get_env().reset()
+    th.manual_seed(1)
+    expected, _ = model.predict(obs)
+    th.manual_seed(1)
+    responses = adapter.predict(obs, ["a", "b", "c"])
+    np.testing.assert_array_equal(adapter.env_actions(responses), expected, strict=True)
+    space = model.action_space
+    assert all(space.contains(r.action) for r in responses)  # clipped, as predict clips
+
+
+def test_single_unbatched_observation_and_str_id_give_one_response() -> None:
+    model = _ppo("Pendulum-v1")
+    adapter = SB3PolicyAdapter(model)
+    single = model.get_env().reset()[0]
+    expected, _ = model.predict(single, deterministic=True)
+    response = adapter.predict(single, "only", deterministic=True)
+    assert isinstance(response, PolicyResponse)
+    assert response.env_id == "only"
+    assert response.action.shape == model.action_space.shape
+    np.testing.assert_array_equal(response.action, expected, strict=True)
+
+
+def test_single_discrete_observation_gives_an_unbatched_0d_action() -> None:
+    model = _ppo()
+    response = SB3PolicyAdapter(model).predict(model.get_env().reset()[0], "x", deterministic=True)
+    assert isinstance(response.action, np.ndarray)
+    assert response.action.shape == ()
+
+
+def test_off_policy_predict_is_model_predict() -> None:
+    env = make_vec_env("Pendulum-v1", n_envs=2, seed=0)
+    model = SAC("MlpPolicy", env, seed=0, policy_kwargs=dict(NET), learning_starts=0)
+    obs = env.reset()
+    expected, _ = model.predict(obs, deterministic=True)
+    responses = SB3PolicyAdapter(model).predict(obs, ["p", "q"], deterministic=True)
+    np.testing.assert_array_equal(np.stack([r.action for r in responses]), expected, strict=True)
+
+
+def test_dqn_predict_keeps_epsilon_greedy() -> None:
+    env = make_vec_env("CartPole-v1", n_envs=4, seed=0)
+    model = DQN("MlpPolicy", env, seed=0, policy_kwargs=dict(NET))
+    model.exploration_rate = 1.0  # every action random: drawn from model.action_space
+    obs = env.reset()
+    np.random.seed(5)
+    model.action_space.seed(9)
+    expected, _ = model.predict(obs)
+    np.random.seed(5)
+    model.action_space.seed(9)
+    got = SB3PolicyAdapter(model).env_actions(SB3PolicyAdapter(model).predict(obs, list("abcd")))
+    np.testing.assert_array_equal(got, expected, strict=True)
+
+
+def test_timestamps_and_latency() -> None:
+    model = _ppo()
+    obs = model.get_env().reset()
+    sent = time.time_ns()
+    responses = SB3PolicyAdapter(model).predict(obs, ["a", "b", "c"], ts_env_sent_ns=sent)
+    for response in responses:
+        assert response.ts_env_sent_ns == sent
+        response.mark_policy_sent()
+        assert response.ts_policy_sent_ns >= sent
+        assert response.compute_sent_latency() >= 0.0
+        assert "ts_env_sent_ns" not in response.to_dict()
+    per_env = SB3PolicyAdapter(model).predict(obs, ["a", "b", "c"], ts_env_sent_ns=[1, 2, 3])
+    assert [r.ts_env_sent_ns for r in per_env] == [1, 2, 3]
+
+
+# ---------------------------------------------------------------------------- recurrent
+
+
+@pytest.fixture(scope="module")
+def recurrent_model() -> Any:
+    contrib = pytest.importorskip("sb3_contrib")
+    env = make_vec_env("CartPole-v1", n_envs=3, seed=0)
+    return contrib.RecurrentPPO(
+        "MlpLstmPolicy",
+        env,
+        n_steps=16,
+        seed=0,
+        policy_kwargs={"net_arch": [16], "lstm_hidden_size": 8, "n_lstm_layers": 2},
+    )
+
+
+def test_recurrent_state_is_per_env_and_round_trips(recurrent_model: Any) -> None:
+    model = recurrent_model
+    adapter = SB3PolicyAdapter(model)
+    obs = model.get_env().reset()
+    ids = ["a", "b", "c"]
+    starts = np.ones(3, dtype=bool)
+    # SB3's own two calls, batched state passed back
+    a1, s1 = model.predict(obs, state=None, episode_start=starts, deterministic=True)
+    a2, s2 = model.predict(obs, state=s1, episode_start=np.zeros(3, bool), deterministic=True)
+    # the adapter's: per-env states carried by the responses
+    r1 = adapter.predict(obs, ids, episode_start=starts, deterministic=True)
+    for i, response in enumerate(r1):
+        h, c = response.state
+        assert h.shape == (2, 8)
+        assert c.shape == (2, 8)
+        np.testing.assert_array_equal(h, s1[0][:, i, :])
+        np.testing.assert_array_equal(c, s1[1][:, i, :])
+    r2 = adapter.predict(
+        obs, ids, state=[r.state for r in r1], episode_start=[False] * 3, deterministic=True
+    )
+    np.testing.assert_array_equal(adapter.env_actions(r2), a2)
+    for i, response in enumerate(r2):
+        np.testing.assert_array_equal(response.state[0], s2[0][:, i, :])
+    # SB3's batched form is accepted too, and None entries mean "fresh env"
+    r2b = adapter.predict(obs, ids, state=s1, deterministic=True)
+    np.testing.assert_array_equal(adapter.env_actions(r2b), a2)
+    fresh = adapter.predict(obs, ids, state=[None, None, None], deterministic=True)
+    np.testing.assert_array_equal(adapter.env_actions(fresh), a1)
+
+
+def test_recurrent_single_observation(recurrent_model: Any) -> None:
+    model = recurrent_model
+    single = model.get_env().reset()[0]
+    expected, state = model.predict(single, deterministic=True)
+    response = SB3PolicyAdapter(model).predict(single, "solo", deterministic=True)
+    np.testing.assert_array_equal(response.action, expected)
+    np.testing.assert_array_equal(response.state[0], state[0][:, 0, :])
+
+
+def test_recurrent_state_errors(recurrent_model: Any) -> None:
+    adapter = SB3PolicyAdapter(recurrent_model)
+    obs = recurrent_model.get_env().reset()
+    with pytest.raises(ValueError, match=re.escape("one entry per env (3 for ['a', 'b', 'c']")):
+        adapter.predict(obs, ["a", "b", "c"], state=[None])
+    bad = (np.zeros((2, 8)), np.zeros((2, 9)))
+    with pytest.raises(ValueError, match=re.escape("state for env 'b' must be None or an (h, c)")):
+        adapter.predict(obs, ["a", "b", "c"], state=[None, bad, None])
+    with pytest.raises(ValueError, match=re.escape("each (n_layers, 3, hidden)")):
+        adapter.predict(obs, ["a", "b", "c"], state=(np.zeros((2, 2, 8)), np.zeros((2, 2, 8))))
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+def test_state_for_a_policy_without_one_is_refused() -> None:
+    model = _ppo()
+    adapter = SB3PolicyAdapter(model)
+    obs = model.get_env().reset()
+    with pytest.raises(ValueError, match=re.escape("state is only used by recurrent policies")):
+        adapter.predict(obs, ["a", "b", "c"], state=[(np.zeros(1), np.zeros(1))] * 3)
+    # what evaluate_policy passes back for a non-recurrent policy is fine
+    adapter.predict(obs, ["a", "b", "c"], state=None)
+    adapter.predict(obs, ["a", "b", "c"], state=[None, None, None])
+
+
+@pytest.mark.parametrize(
+    ("env_ids", "error", "message"),
+    [
+        ("a", ValueError, "env_ids is the single str 'a' but the observation is a batch of 3"),
+        (["a", "b"], ValueError, "env_ids has 2 ids but the observation batch has 3 rows"),
+        (["a", "b", "c", "d"], ValueError, "env_ids has 4 ids but the observation batch has 3"),
+        (["a", "a", "b"], ValueError, "env_ids repeats ['a']"),
+        (["a", 1, "b"], TypeError, "env_ids[1] must be a str, got int 1"),
+        (7, TypeError, "env_ids must be a str (one unbatched observation) or a sequence of str"),
+    ],
+)
+def test_env_id_errors(env_ids: Any, error: type[Exception], message: str) -> None:
+    model = _ppo()
+    obs = model.get_env().reset()
+    with pytest.raises(error, match=re.escape(message)):
+        SB3PolicyAdapter(model).predict(obs, env_ids)
+
+
+def test_sequence_of_ids_with_an_unbatched_observation_is_refused() -> None:
+    model = _ppo()
+    with pytest.raises(ValueError, match=re.escape("single unbatched observation but env_ids")):
+        SB3PolicyAdapter(model).predict(model.get_env().reset()[0], ["a"])
+
+
+def test_gymnasium_reset_tuple_is_refused() -> None:
+    model = _ppo()
+    import gymnasium as gym
+
+    reset = gym.make("CartPole-v1").reset(seed=0)
+    with pytest.raises(ValueError, match=re.escape("observation is an (obs, info) tuple")):
+        SB3PolicyAdapter(model).predict(reset, "a")
+
+
+def test_wrong_observation_shape_names_it() -> None:
+    model = _ppo()
+    with pytest.raises(ValueError, match=re.escape("Unexpected observation shape (3, 5)")):
+        SB3PolicyAdapter(model).predict(np.zeros((3, 5), np.float32), ["a", "b", "c"])
+
+
+def test_bad_timestamps() -> None:
+    model = _ppo()
+    obs = model.get_env().reset()
+    adapter = SB3PolicyAdapter(model)
+    with pytest.raises(TypeError, match=re.escape("ts_env_sent_ns for env 'b' must be an int")):
+        adapter.predict(obs, ["a", "b", "c"], ts_env_sent_ns=[1, 2.5, 3])
+    with pytest.raises(ValueError, match=re.escape("ts_env_sent_ns has 2 stamps but there are 3")):
+        adapter.predict(obs, ["a", "b", "c"], ts_env_sent_ns=[1, 2])
+    with pytest.raises(TypeError, match=re.escape("ts_env_sent_ns must be an int of nanoseconds")):
+        adapter.predict(obs, ["a", "b", "c"], ts_env_sent_ns=1.5)
+
+
+def test_adapter_needs_an_sb3_model() -> None:
+    with pytest.raises(TypeError, match=re.escape("model must be a Stable-Baselines3 model")):
+        SB3PolicyAdapter(object())  # type: ignore[arg-type]
+
+
+def test_numpy_array_of_ids_is_accepted() -> None:
+    model = _ppo()
+    obs = model.get_env().reset()
+    responses = SB3PolicyAdapter(model).predict(obs, np.array(["a", "b", "c"]))
+    assert [r.env_id for r in responses] == ["a", "b", "c"]
