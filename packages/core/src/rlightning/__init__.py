@@ -3,7 +3,9 @@
 Public names:
 
 * :class:`PolicyResponse` -- a single-agent response (``action`` plus any extra fields);
-* :class:`MultiAgentPolicyResponse` -- per-agent actions keyed by agent id.
+* :class:`MultiAgentPolicyResponse` -- per-agent actions keyed by agent id;
+* :class:`PerEnv` -- per-env values of a stacked response (``PolicyResponse.stack``);
+* :class:`WireFormatError` -- raised by ``from_bytes`` for bad bytes (see :mod:`rlightning.wire`).
 
 torch is optional (``pip install rlightning-core[torch]``); without it everything but ``cuda()``
 works on numpy and Python data.
@@ -11,11 +13,19 @@ works on numpy and Python data.
 
 from importlib.metadata import PackageNotFoundError, version
 
+from rlightning._stack import PerEnv
 from rlightning.types.policy_response import MultiAgentPolicyResponse, PolicyResponse
+from rlightning.wire import WireFormatError
 
 try:
     __version__ = version("rlightning-core")
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0.0.0+unknown"
 
-__all__ = ["MultiAgentPolicyResponse", "PolicyResponse", "__version__"]
+__all__ = [
+    "MultiAgentPolicyResponse",
+    "PerEnv",
+    "PolicyResponse",
+    "WireFormatError",
+    "__version__",
+]
