@@ -32,7 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from rlightning._torch import NUMPY_UNSUPPORTED_DTYPES, tensor_type, torch_if_imported
+from rlightning._torch import (
+    NUMPY_UNSUPPORTED_DTYPES,
+    require_torch,
+    tensor_type,
+    torch_if_imported,
+)
 from rlightning._tree import map_leaves
 
 __all__ = ["reduce_response"]
@@ -50,19 +55,35 @@ class _TensorPickle:
     def __init__(self, tensor: Any) -> None:
         self.tensor = tensor
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         tensor = self.tensor
-        data = tensor.detach()
-        if data.is_conj():
-            data = data.resolve_conj()
-        if data.is_neg():
-            data = data.resolve_neg()
+        requires_grad = tensor.requires_grad
+        data = tensor.detach() if requires_grad else tensor
+        try:
+            array = data.numpy()  # refuses conj/neg bits, dtypes numpy lacks, odd layouts
+        except (TypeError, RuntimeError):
+            return self._slow_reduce(protocol)
+        if requires_grad:
+            return (_rebuild_tensor_ex, (array, None, True))
+        return (_rebuild_tensor, (array,))
+
+    def _slow_reduce(self, protocol: Any) -> tuple[Any, ...]:
+        tensor = self.tensor
+        if tensor.layout is not _strided() or tensor.is_quantized or tensor.is_nested:
+            return tensor.__reduce_ex__(protocol)  # type: ignore[no-any-return]  # torch's own
+        data = tensor.detach().resolve_conj().resolve_neg()
+        dtype = None
         if data.dtype in NUMPY_UNSUPPORTED_DTYPES:
-            torch = torch_if_imported()
-            assert torch is not None
-            view = _INT_BY_SIZE[data.element_size()]
-            return (_rebuild_tensor, (data.view(getattr(torch, view)).numpy(), data.dtype, tensor.requires_grad))
-        return (_rebuild_tensor, (data.numpy(), None, tensor.requires_grad))
+            view = _INT_BY_SIZE.get(data.element_size())
+            if view is None:
+                return tensor.__reduce_ex__(protocol)  # type: ignore[no-any-return]
+            dtype = data.dtype
+            data = data.view(getattr(torch_if_imported(), view))
+        try:
+            array = data.numpy()
+        except (TypeError, RuntimeError):
+            return tensor.__reduce_ex__(protocol)  # type: ignore[no-any-return]
+        return (_rebuild_tensor_ex, (array, dtype, tensor.requires_grad))
 
     def __copy__(self) -> Any:
         return self.tensor
@@ -75,29 +96,20 @@ class _TensorPickle:
 _INT_BY_SIZE: dict[int, str] = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 
 
-def _rebuild_tensor(array: np.ndarray[Any, Any], dtype: Any, requires_grad: bool) -> Any:
+def _rebuild_tensor(array: np.ndarray[Any, Any]) -> Any:
     """Rebuild a pickled CPU tensor on the memory of ``array`` (no copy)."""
-    from rlightning._torch import require_torch
+    torch = torch_if_imported() or require_torch("unpickling a torch tensor")
+    return torch.from_numpy(array)
 
-    torch = require_torch("unpickling a torch tensor")
-    tensor = torch.from_numpy(array)
+
+def _rebuild_tensor_ex(array: np.ndarray[Any, Any], dtype: Any, requires_grad: bool) -> Any:
+    """Rebuild a pickled CPU tensor viewed as ``dtype``, with ``requires_grad`` (no copy)."""
+    tensor = _rebuild_tensor(array)
     if dtype is not None:
         tensor = tensor.view(dtype)
     if requires_grad:
         tensor.requires_grad_(True)
     return tensor
-
-
-def _fast_path(tensor: Any, tensor_cls: type[Any]) -> bool:
-    """Whether ``tensor`` is a plain strided CPU tensor that numpy can view."""
-    return (
-        type(tensor) is tensor_cls
-        and tensor.device.type == "cpu"
-        and tensor.layout is _strided()
-        and not tensor.is_quantized
-        and not tensor.is_nested
-        and (tensor.dtype not in NUMPY_UNSUPPORTED_DTYPES or tensor.element_size() in _INT_BY_SIZE)
-    )
 
 
 def _strided() -> Any:
@@ -111,7 +123,7 @@ def _wrap_fields(fields: dict[str, Any], tensor_cls: type[Any]) -> bool:
     seen: dict[int, _TensorPickle] = {}  # one stand-in per tensor object keeps aliasing
 
     def wrap(value: Any) -> Any:
-        if isinstance(value, tensor_cls) and _fast_path(value, tensor_cls):
+        if type(value) is tensor_cls and value.is_cpu:
             stand_in = seen.get(id(value))
             if stand_in is None:
                 stand_in = seen[id(value)] = _TensorPickle(value)

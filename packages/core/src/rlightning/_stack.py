@@ -3,19 +3,24 @@
 A *stacked* response is an ordinary response of the same class whose fields carry a leading batch
 dimension of size ``n`` (one row per env), plus a field ``env_ids`` listing the env ids in order:
 
-* numpy arrays of shape ``S`` become one array of shape ``(n, *S)`` (``np.stack``);
+* numpy arrays of shape ``S`` become one array of shape ``(n, *S)`` (``np.stack``), and numpy
+  scalars (``np.int64(3)``, what gymnasium's ``Discrete.sample()`` returns) one array of shape
+  ``(n,)`` of their dtype;
 * torch tensors of shape ``S`` become one tensor of shape ``(n, *S)`` (``torch.stack``), on the
   tensors' device;
 * dicts, lists, tuples and namedtuples are walked: the stacked value has the same container types
   and keys, holding the stacked leaves;
-* every other leaf (Python and numpy scalars, str, bytes, None, other objects) has no batch
-  dimension to stack along: the ``n`` values are kept, in order, in a :class:`PerEnv` list.
+* every other leaf (Python scalars, str, bytes, None, other objects) has no dtype to stack
+  with: the ``n`` values are kept, in order, in a :class:`PerEnv` list (Python scalars are not
+  turned into numpy scalars, so the round trip stays exact).
 
-``unbind`` is the inverse: row ``i`` of every array and tensor (a view, not a copy), item ``i`` of
-every :class:`PerEnv`, and any other value shared as is by all rows. ``unbind(stack(rs)) == rs``
-holds for every list ``rs`` that ``stack`` accepts. The layout follows ``torch.stack`` /
-``torch.unbind`` (dimension 0) and TensorDict's ``torch.stack(list_of_tds)``, but keeps scalars
-exactly rather than turning them into arrays, so the round trip is exact.
+``unbind`` is the inverse: row ``i`` of every array and tensor (``a[i]``, ``t[i]``: views, not
+copies), item ``i`` of every :class:`PerEnv`, and any other value shared as is by all rows. Row
+``i`` of a 1-D array is a numpy scalar, as numpy indexing gives; where ``stack`` stacked 0-d
+arrays, ``env_ids`` (an :class:`EnvIds` list) records the field so that rows come back as 0-d
+arrays. ``unbind(stack(rs)) == rs`` holds for every list ``rs`` that ``stack`` accepts. The layout
+follows ``torch.stack`` / ``torch.unbind`` (dimension 0) and TensorDict's
+``torch.stack(list_of_tds)``.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import numpy as np
 
 from rlightning._torch import tensor_type, torch_if_imported
 
-__all__ = ["ENV_IDS_FIELD", "PerEnv", "stack_responses", "unbind_response"]
+__all__ = ["ENV_IDS_FIELD", "EnvIds", "PerEnv", "stack_responses", "unbind_response"]
 
 #: Field of a stacked response that lists the env ids, in row order.
 ENV_IDS_FIELD = "env_ids"
@@ -57,6 +62,27 @@ class PerEnv(list[Any]):
 
     def __repr__(self) -> str:
         return f"PerEnv({list.__repr__(self)})"
+
+
+class EnvIds(list[Any]):
+    """The ``env_ids`` of a stacked response: the env ids (str or None) in row order.
+
+    A plain list of ids, plus one record :meth:`PolicyResponse.unbind` needs: ``array_rows``, the
+    paths (``(field, key, ...)`` tuples) of the 1-D arrays that ``stack`` built from 0-d arrays,
+    whose rows are 0-d arrays again rather than numpy scalars. A hand-built stacked response may
+    use a plain list instead.
+
+    Args:
+        ids: The env ids.
+        array_rows: Paths whose rows are 0-d arrays.
+    """
+
+    def __init__(self, ids: Any = (), array_rows: Any = ()) -> None:
+        super().__init__(ids)
+        self.array_rows: tuple[tuple[Any, ...], ...] = tuple(tuple(p) for p in array_rows)
+
+    def __repr__(self) -> str:
+        return list.__repr__(self)
 
 
 # ---------------------------------------------------------------------------------------- stack
@@ -97,7 +123,9 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def _stack_node(values: list[Any], path: tuple[Any, ...], env_ids: Sequence[str | None]) -> Any:
+def _stack_node(
+    values: list[Any], path: tuple[Any, ...], env_ids: Sequence[str | None], rows_0d: list[Any]
+) -> Any:
     first = values[0]
     kind = type(first)
     for value in values:
@@ -110,7 +138,15 @@ def _stack_node(values: list[Any], path: tuple[Any, ...], env_ids: Sequence[str 
                 raise _mismatch(path, "shape", env_ids, values, lambda v: v.shape)
             if value.dtype != dtype:
                 raise _mismatch(path, "dtype", env_ids, values, lambda v: v.dtype)
-        return np.stack(values)
+        if not shape:
+            rows_0d.append(path)
+        return np.stack(values, dtype=dtype)  # keeps byte order and string widths
+    if isinstance(first, np.generic):
+        dtype = first.dtype
+        for value in values:
+            if value.dtype != dtype:
+                raise _mismatch(path, "dtype", env_ids, values, lambda v: v.dtype)
+        return np.array(values, dtype=dtype)
     tensor = tensor_type()
     if tensor is not None and isinstance(first, tensor):
         return _stack_tensors(values, path, env_ids)
@@ -121,7 +157,10 @@ def _stack_node(values: list[Any], path: tuple[Any, ...], env_ids: Sequence[str 
         for value in values:
             if value.keys() != keys:
                 raise _mismatch(path, "keys", env_ids, values, lambda v: list(v.keys()))
-        stacked = {key: _stack_node([v[key] for v in values], (*path, key), env_ids) for key in keys}
+        stacked = {
+            key: _stack_node([v[key] for v in values], (*path, key), env_ids, rows_0d)
+            for key in keys
+        }
         if kind is dict:
             return stacked
         out = copy.copy(first)  # OrderedDict, defaultdict, ...: keep type and extra state
@@ -132,7 +171,10 @@ def _stack_node(values: list[Any], path: tuple[Any, ...], env_ids: Sequence[str 
         for value in values:
             if len(value) != length:
                 raise _mismatch(path, "length", env_ids, values, len)
-        items = [_stack_node([v[i] for v in values], (*path, i), env_ids) for i in range(length)]
+        items = [
+            _stack_node([v[i] for v in values], (*path, i), env_ids, rows_0d)
+            for i in range(length)
+        ]
         return _rebuild_sequence(first, items)
     return PerEnv(values)
 
@@ -220,11 +262,14 @@ def stack_responses(cls: type[_R], responses: Sequence[Any]) -> _R:
                 f"{ENV_IDS_FIELD!r}, where stack() puts the env ids (is it a stacked response? "
                 "unbind() it first, or rename the field)"
             )
-    data: dict[str, Any] = {ENV_IDS_FIELD: env_ids}
+    ids = EnvIds(env_ids)
+    data: dict[str, Any] = {ENV_IDS_FIELD: ids}
+    rows_0d: list[tuple[Any, ...]] = []
     for name in names:
         if name == "env_id":
             continue
-        data[name] = _stack_node([d[name] for d in dicts], (name,), env_ids)
+        data[name] = _stack_node([d[name] for d in dicts], (name,), env_ids, rows_0d)
+    ids.array_rows = tuple(rows_0d)
     return kind(None, **data)  # type: ignore[no-any-return]
 
 
@@ -246,7 +291,7 @@ def _raise_field_mismatch(
 
 
 # --------------------------------------------------------------------------------------- unbind
-def _split(value: Any, n: int, path: tuple[Any, ...]) -> list[Any]:
+def _split(value: Any, n: int, path: tuple[Any, ...], rows_0d: frozenset[Any]) -> list[Any]:
     kind = type(value)
     if kind is np.ndarray:
         if value.ndim == 0 or value.shape[0] != n:
@@ -254,7 +299,9 @@ def _split(value: Any, n: int, path: tuple[Any, ...]) -> list[Any]:
                 f"unbind(): field {_path_str(path)} is an array of shape {value.shape}, expected a "
                 f"leading dimension of {n} (one row per env id)"
             )
-        return [value[i, ...] for i in range(n)]
+        if value.ndim == 1 and path in rows_0d:
+            return [value[i, ...] for i in range(n)]
+        return list(value) if value.ndim == 1 else [value[i] for i in range(n)]
     if kind is PerEnv:
         if len(value) != n:
             raise ValueError(
@@ -271,7 +318,7 @@ def _split(value: Any, n: int, path: tuple[Any, ...]) -> list[Any]:
             )
         return list(value.unbind(0))
     if isinstance(value, dict):
-        columns = {key: _split(item, n, (*path, key)) for key, item in value.items()}
+        columns = {key: _split(item, n, (*path, key), rows_0d) for key, item in value.items()}
         rows: list[Any] = []
         for i in range(n):
             row = {key: column[i] for key, column in columns.items()}
@@ -282,7 +329,7 @@ def _split(value: Any, n: int, path: tuple[Any, ...]) -> list[Any]:
             rows.append(row)
         return rows
     if isinstance(value, (list, tuple)):
-        splits = [_split(item, n, (*path, j)) for j, item in enumerate(value)]
+        splits = [_split(item, n, (*path, j), rows_0d) for j, item in enumerate(value)]
         return [_rebuild_sequence(value, [column[i] for column in splits]) for i in range(n)]
     return [value] * n
 
@@ -341,7 +388,7 @@ def unbind_response(response: _R) -> list[_R]:
                 "or PerEnv with a batch dimension, so the number of rows is unknown"
             )
         env_ids = [None] * n
-    elif not isinstance(env_ids, list) or not all(
+    elif not isinstance(env_ids, list) or not all(  # EnvIds is a list
         e is None or isinstance(e, str) for e in env_ids
     ):
         raise TypeError(
@@ -349,7 +396,8 @@ def unbind_response(response: _R) -> list[_R]:
             f"got {type(env_ids).__name__} {env_ids!r}"
         )
     n = len(env_ids)
-    columns = {name: _split(value, n, (name,)) for name, value in fields.items()}
+    rows_0d = frozenset(getattr(env_ids, "array_rows", ()))
+    columns = {name: _split(value, n, (name,), rows_0d) for name, value in fields.items()}
     return [
         cls(env_id, **{name: column[i] for name, column in columns.items()})
         for i, env_id in enumerate(env_ids)

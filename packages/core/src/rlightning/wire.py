@@ -23,7 +23,8 @@ A node is a msgpack nil, bool, int (64-bit), float, str or bin for the Python va
 or a msgpack array whose first item is a tag: ``[0, *items]`` list, ``[1, *items]`` tuple,
 ``[2, k0, v0, k1, v1, ...]`` dict, ``[3, *items]`` :class:`~rlightning.PerEnv`,
 ``[4, dtype, shape]`` numpy array, ``[5, dtype]`` numpy scalar, ``[6, torch_dtype, shape]`` torch
-tensor, ``[7, digits]`` int beyond 64 bits, ``[8, real, imag]`` complex.
+tensor, ``[7, digits]`` int beyond 64 bits, ``[8, real, imag]`` complex, ``[9, ids, paths]`` the
+``env_ids`` of a stacked response (:class:`~rlightning._stack.EnvIds`).
 
 Decoding checks everything against the bytes actually present and against ``max_bytes`` before it
 creates anything, so truncated, corrupted or hostile input raises :class:`WireFormatError` (and
@@ -40,7 +41,7 @@ from typing import Any, TypeVar
 import msgpack
 import numpy as np
 
-from rlightning._stack import PerEnv
+from rlightning._stack import EnvIds, PerEnv
 from rlightning._torch import tensor_type, torch_if_imported
 
 __all__ = [
@@ -70,7 +71,7 @@ _MAX_NDIM = 32
 _MAX_BIGINT_DIGITS = 4300  # Python's own default limit for int(str)
 
 _T_LIST, _T_TUPLE, _T_DICT, _T_PERENV = 0, 1, 2, 3
-_T_ARRAY, _T_NPSCALAR, _T_TENSOR, _T_BIGINT, _T_COMPLEX = 4, 5, 6, 7, 8
+_T_ARRAY, _T_NPSCALAR, _T_TENSOR, _T_BIGINT, _T_COMPLEX, _T_ENVIDS = 4, 5, 6, 7, 8, 9
 
 _INT64_MIN, _UINT64_MAX = -(1 << 63), (1 << 64) - 1
 
@@ -200,6 +201,13 @@ class _Encoder:
             return out
         if kind is complex:
             return [_T_COMPLEX, value.real, value.imag]
+        if kind is EnvIds:
+            try:
+                paths = [self.key(path, depth + 1) for path in value.array_rows]
+            except _FieldError as exc:
+                exc.path.append("array_rows")
+                raise
+            return [_T_ENVIDS, self.node(list(value), depth + 1), [_T_LIST, *paths]]
         if isinstance(value, np.generic) and kind in _SCALAR_TYPES:
             array = self.array(np.asarray(value))
             return [_T_NPSCALAR, array[1]]
@@ -443,6 +451,8 @@ class _Decoder:
             return self.torch_tensor(node)
         if tag == _T_BIGINT:
             return self.bigint(node)
+        if tag == _T_ENVIDS:
+            return self.env_ids(node, depth)
         if tag == _T_COMPLEX:
             if len(node) != 3 or type(node[1]) is not float or type(node[2]) is not float:
                 raise self.fail("a complex node must be [8, real, imag] with two floats")
@@ -460,6 +470,20 @@ class _Decoder:
                 return self.bigint(node)
             return tuple(self.key(item, depth + 1) for item in node[1:])
         raise self.fail("a dict key must be a str, int, float, bool, None, bytes or tuple")
+
+    def env_ids(self, node: list[Any], depth: int) -> EnvIds:
+        if len(node) != 3:
+            raise self.fail("an env-ids node must be [9, ids, paths]")
+        ids = self.value(node[1], depth + 1)
+        if type(ids) is not list or not all(i is None or type(i) is str for i in ids):
+            raise self.fail("env ids must be a list of str or nil")
+        paths = node[2]
+        if type(paths) is not list or not paths or paths[0] != _T_LIST:
+            raise self.fail("env-ids paths must be a list node")
+        rows = [self.key(path, depth + 2) for path in paths[1:]]
+        if not all(type(path) is tuple for path in rows):
+            raise self.fail("env-ids paths must be tuples")
+        return EnvIds(ids, rows)
 
     def bigint(self, node: list[Any]) -> int:
         if len(node) != 2 or type(node[1]) is not str or len(node[1]) > _MAX_BIGINT_DIGITS:

@@ -343,9 +343,10 @@ class PolicyResponse(SimpleNamespace):
 
         numpy arrays and torch tensors (nested in dicts, lists, tuples and namedtuples too) of
         shape ``S`` become one array/tensor of shape ``(n_envs, *S)`` (``np.stack`` /
-        ``torch.stack``, on the tensors' device); other leaves (scalars, str, None, ...) are kept
-        as a :class:`~rlightning.PerEnv` list. The result has ``env_id=None`` and a field
-        ``env_ids`` listing the ``n_envs`` env ids in order. :meth:`unbind` is the inverse.
+        ``torch.stack``, on the tensors' device), numpy scalars one array of shape ``(n_envs,)``;
+        other leaves (Python scalars, str, None, ...) are kept as a :class:`~rlightning.PerEnv`
+        list. The result has ``env_id=None`` and a field ``env_ids`` listing the ``n_envs`` env
+        ids in order. :meth:`unbind` is the inverse (see ``rlightning._stack`` for the rules).
         ``MultiAgentPolicyResponse.stack`` stacks each agent's entries (the agents must match).
 
         Args:
