@@ -7,7 +7,6 @@ import pickle
 import warnings
 from typing import Any
 
-import cloudpickle
 import numpy as np
 import pytest
 
@@ -17,7 +16,9 @@ from rlightning import MultiAgentPolicyResponse, PerEnv, PolicyResponse
 def _address(buffer: pickle.PickleBuffer) -> int:
     """Start address of the memory a PickleBuffer exposes."""
     raw = buffer.raw()
-    return int(np.frombuffer(raw, dtype=np.uint8).__array_interface__["data"][0]) if raw.nbytes else 0
+    return (
+        int(np.frombuffer(raw, dtype=np.uint8).__array_interface__["data"][0]) if raw.nbytes else 0
+    )
 
 
 def _dumps_oob(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
@@ -40,7 +41,8 @@ def test_numpy_fields_travel_out_of_band_without_copy() -> None:
     assert len(data) < 1024  # only the structure is in band
     back = pickle.loads(data, buffers=buffers)
     assert back == response
-    assert type(back) is PolicyResponse and back.env_id == "env-0"
+    assert type(back) is PolicyResponse
+    assert back.env_id == "env-0"
     assert np.shares_memory(back.action, action)  # loaded on the very same memory
 
 
@@ -50,10 +52,16 @@ def test_in_band_pickling_and_copies_still_work() -> None:
     )
     for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
         assert pickle.loads(pickle.dumps(response, protocol=protocol)) == response
-    assert cloudpickle.loads(cloudpickle.dumps(response)) == response
+    try:
+        import cloudpickle  # what Ray uses; optional here
+    except ImportError:
+        pass
+    else:
+        assert cloudpickle.loads(cloudpickle.dumps(response)) == response
     assert copy.copy(response) == response
     deep = copy.deepcopy(response)
-    assert deep == response and not np.shares_memory(deep.action["a"], response.action["a"])
+    assert deep == response
+    assert not np.shares_memory(deep.action["a"], response.action["a"])
 
 
 def test_stacked_response_pickles_with_its_env_ids() -> None:
@@ -89,7 +97,9 @@ def test_cpu_tensors_travel_out_of_band_without_copy(dtype_name: str) -> None:
 
     dtype = getattr(torch, dtype_name)
     source = torch.randn(64, 3, dtype=torch.float32)
-    tensor = source.to(dtype) if dtype is not torch.complex32 else source.to(torch.complex64).to(dtype)
+    tensor = (
+        source.to(dtype) if dtype is not torch.complex32 else source.to(torch.complex64).to(dtype)
+    )
     response = PolicyResponse("env-1", action=tensor, nested={"h": [tensor[1:5]]})
     data, buffers = _dumps_oob(response)
     addresses = sorted(_address(b) for b in buffers)
@@ -129,14 +139,17 @@ def test_tensor_flags_and_odd_tensors_round_trip() -> None:
     )
     data, buffers = _dumps_oob(response)
     back = pickle.loads(data, buffers=buffers)
-    assert back.leaf.requires_grad and back.leaf.is_leaf
-    assert back.non_leaf.requires_grad and back.non_leaf.is_leaf  # as torch's own pickling
+    assert back.leaf.requires_grad
+    assert back.leaf.is_leaf
+    assert back.non_leaf.requires_grad
+    assert back.non_leaf.is_leaf
     assert torch.equal(back.non_leaf.detach(), non_leaf.detach())
     assert torch.equal(back.conj, conj.resolve_conj())
     assert torch.equal(back.transposed, transposed)
     assert torch.equal(back.strided, strided)
     assert type(back.parameter) is torch.nn.Parameter  # subclasses keep torch's pickling
-    assert back.scalar.shape == () and back.scalar.item() == 7
+    assert back.scalar.shape == ()
+    assert back.scalar.item() == 7
     assert back.empty.shape == (0, 4)
 
 
@@ -149,9 +162,11 @@ def test_aliasing_and_copy_semantics_with_tensors() -> None:
     back = pickle.loads(pickle.dumps(response, protocol=5))
     assert back.a is back.b[0]  # one tensor object stays one object
     shallow = copy.copy(response)
-    assert shallow.a is shared and shallow.b[0] is shared  # a shallow copy shares tensors
+    assert shallow.a is shared
+    assert shallow.b[0] is shared
     deep = copy.deepcopy(response)
-    assert deep == response and deep.a.data_ptr() != shared.data_ptr()
+    assert deep == response
+    assert deep.a.data_ptr() != shared.data_ptr()
     assert deep.a is deep.b[0]
     assert vars(response)["a"] is shared  # pickling does not mutate the response
 

@@ -41,7 +41,8 @@ def test_stack_gives_leading_batch_dimension_and_env_ids() -> None:
     assert type(stacked) is PolicyResponse
     assert stacked.env_id is None
     assert stacked.env_ids == ["env-0", "env-1", "env-2"]
-    assert stacked.action.shape == (3, 2) and stacked.action.dtype == np.int64
+    assert stacked.action.shape == (3, 2)
+    assert stacked.action.dtype == np.int64
     np.testing.assert_array_equal(stacked.action, [[0, 1], [1, 2], [2, 3]])
     assert stacked.log_prob.shape == (3,)
     assert stacked.obs["pos"].shape == (3, 2, 3)
@@ -81,9 +82,7 @@ def test_stack_does_not_mutate_inputs_and_unbind_gives_views() -> None:
 
 
 def test_stack_of_one_and_dict_subclasses() -> None:
-    response = PolicyResponse(
-        None, action=OrderedDict(b=np.ones(2), a=np.zeros(2)), extra=[]
-    )
+    response = PolicyResponse(None, action=OrderedDict(b=np.ones(2), a=np.zeros(2)), extra=[])
     stacked = PolicyResponse.stack([response])
     assert type(stacked.action) is OrderedDict
     assert list(stacked.action) == ["b", "a"]
@@ -130,7 +129,12 @@ def test_multi_agent_stack_refuses_different_agents() -> None:
         MultiAgentPolicyResponse("e1", action={"a0": 1, "a1": 0}),
         MultiAgentPolicyResponse("e2", action={"a0": 1}),
     ]
-    with pytest.raises(ValueError, match=re.escape("field 'action' has keys ['a0', 'a1'] for env 'e0' but ['a0'] for env(s) ['e2']")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "field 'action' has keys ['a0', 'a1'] for env 'e0' but ['a0'] for env(s) ['e2']"
+        ),
+    ):
         MultiAgentPolicyResponse.stack(responses)
 
 
@@ -176,24 +180,38 @@ def test_stack_errors_in_nested_fields_list_every_odd_env() -> None:
     ]
     with pytest.raises(
         ValueError,
-        match=re.escape("field 'obs'['rgb'][1] has shape (1,) for env 'e0' but (2,), (2,) for env(s) ['e1', 'e3']"),
+        match=re.escape(
+            "field 'obs'['rgb'][1] has shape (1,) for env 'e0' but (2,), (2,) for env(s) "
+            "['e1', 'e3']"
+        ),
     ):
         PolicyResponse.stack(responses)
     anonymous = [PolicyResponse(None, x=1), PolicyResponse(None, x=1.0)]
-    with pytest.raises(TypeError, match=re.escape("for env #0 (env_id=None) but float for env(s) [#1 (env_id=None)]")):
+    with pytest.raises(
+        TypeError,
+        match=re.escape("for env #0 (env_id=None) but float for env(s) [#1 (env_id=None)]"),
+    ):
         PolicyResponse.stack(anonymous)
 
 
 def test_stack_refuses_bad_input() -> None:
     with pytest.raises(ValueError, match=re.escape("stack() needs at least one response")):
         PolicyResponse.stack([])
-    with pytest.raises(TypeError, match=re.escape("stack() takes a list of PolicyResponse objects, got dict")):
+    with pytest.raises(
+        TypeError, match=re.escape("stack() takes a list of PolicyResponse objects, got dict")
+    ):
         PolicyResponse.stack({"a": PolicyResponse(None, action=1)})  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=re.escape("item 1 is a MultiAgentPolicyResponse but item 0 is a PolicyResponse")):
+    with pytest.raises(
+        TypeError,
+        match=re.escape("item 1 is a MultiAgentPolicyResponse but item 0 is a PolicyResponse"),
+    ):
         PolicyResponse.stack(
             [PolicyResponse(None, action=1), MultiAgentPolicyResponse(None, action={"a": 1})]
         )
-    with pytest.raises(TypeError, match=re.escape("item 0 is a PolicyResponse, expected a MultiAgentPolicyResponse")):
+    with pytest.raises(
+        TypeError,
+        match=re.escape("item 0 is a PolicyResponse, expected a MultiAgentPolicyResponse"),
+    ):
         MultiAgentPolicyResponse.stack([PolicyResponse(None, action=1)])  # type: ignore[list-item]
     stacked = PolicyResponse.stack([PolicyResponse("a", action=1)])
     with pytest.raises(ValueError, match=re.escape("already has a field 'env_ids'")):
@@ -218,7 +236,9 @@ def test_unbind_of_a_hand_built_batch() -> None:
         info={"note": "hi", "q": np.int64(3)},  # rows of a 1-D array are numpy scalars
     )
     assert x == expected
-    assert y.env_id == "y" and y.ts_env_sent_ns == 20 and y.info["q"] == 4
+    assert y.env_id == "y"
+    assert y.ts_env_sent_ns == 20
+    assert y.info["q"] == 4
     assert x.compute_sent_latency(now_ns=1_000_000_010) == pytest.approx(1.0)
     # stamps as an int64 array work too: rows are np.int64, which the latency methods accept
     stamped = PolicyResponse(None, env_ids=["x"], ts_env_sent_ns=np.array([10], dtype=np.int64))
@@ -230,11 +250,22 @@ def test_unbind_of_a_hand_built_batch() -> None:
 
 def test_unbind_errors() -> None:
     bad_rows = PolicyResponse(None, env_ids=["a", "b"], action=np.zeros((3, 2)))
-    with pytest.raises(ValueError, match=re.escape("unbind(): field 'action' is an array of shape (3, 2), expected a leading dimension of 2 (one row per env id)")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "unbind(): field 'action' is an array of shape (3, 2), expected a leading "
+            "dimension of 2 (one row per env id)"
+        ),
+    ):
         bad_rows.unbind()
-    with pytest.raises(ValueError, match=re.escape("field 'v' is a PerEnv of length 1, expected 2")):
+    with pytest.raises(
+        ValueError, match=re.escape("field 'v' is a PerEnv of length 1, expected 2")
+    ):
         PolicyResponse(None, env_ids=["a", "b"], v=PerEnv([1])).unbind()
-    with pytest.raises(TypeError, match=re.escape("field 'env_ids' must be a list of env ids (str or None), got tuple")):
+    with pytest.raises(
+        TypeError,
+        match=re.escape("field 'env_ids' must be a list of env ids (str or None), got tuple"),
+    ):
         PolicyResponse(None, env_ids=("a",), action=np.zeros((1,))).unbind()
     with pytest.raises(ValueError, match=re.escape("the number of rows is unknown")):
         PolicyResponse(None, action=1).unbind()
@@ -254,7 +285,8 @@ def test_stack_and_unbind_torch_tensors(device: str) -> None:
         for i in range(3)
     ]
     stacked = PolicyResponse.stack(responses)
-    assert stacked.action.shape == (3, 2) and stacked.action.device.type == device
+    assert stacked.action.shape == (3, 2)
+    assert stacked.action.device.type == device
     assert stacked.hidden[0].dtype == torch.bfloat16
     assert stacked.log_prob.requires_grad
     assert stacked.unbind() == responses
@@ -266,10 +298,18 @@ def test_stack_refuses_mixed_tensor_dtypes_and_arrays() -> None:
 
     a = PolicyResponse("a", action=torch.zeros(2))
     b = PolicyResponse("b", action=torch.zeros(2, dtype=torch.float64))
-    with pytest.raises(ValueError, match=re.escape("field 'action' has dtype torch.float32 for env 'a' but torch.float64 for env(s) ['b']")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "field 'action' has dtype torch.float32 for env 'a' but torch.float64 for env(s) ['b']"
+        ),
+    ):
         PolicyResponse.stack([a, b])
     c = PolicyResponse("c", action=np.zeros(2, dtype=np.float32))
-    with pytest.raises(TypeError, match=re.escape("field 'action' has type Tensor for env 'a' but ndarray for env(s) ['c']")):
+    with pytest.raises(
+        TypeError,
+        match=re.escape("field 'action' has type Tensor for env 'a' but ndarray for env(s) ['c']"),
+    ):
         PolicyResponse.stack([a, c])
 
 
@@ -321,7 +361,9 @@ def _batches(draw: st.DrawFn) -> list[PolicyResponse]:
             return type(value)(vary(v, i) for v in value)
         return value if i == 0 else draw(st.from_type(type(value))) if value is not None else None
 
-    return [PolicyResponse(f"env-{i}", **{k: vary(v, i) for k, v in template.items()}) for i in range(n)]
+    return [
+        PolicyResponse(f"env-{i}", **{k: vary(v, i) for k, v in template.items()}) for i in range(n)
+    ]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

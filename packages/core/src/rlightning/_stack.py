@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -38,7 +38,10 @@ __all__ = ["ENV_IDS_FIELD", "EnvIds", "PerEnv", "stack_responses", "unbind_respo
 #: Field of a stacked response that lists the env ids, in row order.
 ENV_IDS_FIELD = "env_ids"
 
-_R = TypeVar("_R")
+if TYPE_CHECKING:
+    from rlightning.types.policy_response import PolicyResponse
+
+_R = TypeVar("_R", bound="PolicyResponse")
 
 
 class PerEnv(list[Any]):
@@ -172,8 +175,7 @@ def _stack_node(
             if len(value) != length:
                 raise _mismatch(path, "length", env_ids, values, len)
         items = [
-            _stack_node([v[i] for v in values], (*path, i), env_ids, rows_0d)
-            for i in range(length)
+            _stack_node([v[i] for v in values], (*path, i), env_ids, rows_0d) for i in range(length)
         ]
         return _rebuild_sequence(first, items)
     return PerEnv(values)
@@ -211,7 +213,7 @@ def _rebuild_sequence(original: list[Any] | tuple[Any, ...], items: list[Any]) -
     return new
 
 
-def stack_responses(cls: type[_R], responses: Sequence[Any]) -> _R:
+def stack_responses(cls: type[_R], responses: Sequence[_R]) -> _R:
     """Stack responses into one response with a leading batch dimension (see module docstring).
 
     Args:
@@ -231,7 +233,8 @@ def stack_responses(cls: type[_R], responses: Sequence[Any]) -> _R:
             shapes, dtypes or devices (the message names the field and the env ids), or a response
             already has a field named ``env_ids``.
     """
-    if isinstance(responses, (str, bytes)) or not isinstance(responses, Sequence):
+    given: object = responses  # checked at run time: callers may pass anything
+    if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
         raise TypeError(
             f"stack() takes a list of {cls.__name__} objects, got {type(responses).__name__}"
         )
@@ -270,7 +273,7 @@ def stack_responses(cls: type[_R], responses: Sequence[Any]) -> _R:
             continue
         data[name] = _stack_node([d[name] for d in dicts], (name,), env_ids, rows_0d)
     ids.array_rows = tuple(rows_0d)
-    return kind(None, **data)  # type: ignore[no-any-return]
+    return kind(None, **data)
 
 
 def _raise_field_mismatch(
@@ -372,7 +375,7 @@ def unbind_response(response: _R) -> list[_R]:
         ValueError: an array, tensor or PerEnv does not have ``n`` rows (the message names the
             field), or ``n`` cannot be found.
     """
-    fields = dict(response.__dict__)  # type: ignore[attr-defined]
+    fields = dict(response.__dict__)
     cls = type(response)
     fields.pop("env_id")
     env_ids = fields.pop(ENV_IDS_FIELD, None)

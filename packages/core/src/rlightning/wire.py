@@ -594,7 +594,9 @@ def decode(
         raise WireFormatError(f"message of {size} bytes is shorter than the 16-byte header")
     magic, version, flags, reserved, header_len, crc = _HEADER.unpack_from(view)
     if magic != MAGIC:
-        raise WireFormatError(f"bad magic {bytes(magic)!r}, expected {MAGIC!r}: not an rlightning message")
+        raise WireFormatError(
+            f"bad magic {bytes(magic)!r}, expected {MAGIC!r}: not an rlightning message"
+        )
     if version != FORMAT_VERSION:
         raise WireFormatError(
             f"format version {version}; this rlightning reads version {FORMAT_VERSION}"
