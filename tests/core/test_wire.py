@@ -192,6 +192,13 @@ def test_a_small_message_claiming_a_terabyte_is_refused_before_allocating() -> N
     )
 
 
+def test_empty_arrays_with_large_other_dimensions() -> None:
+    # found by the fuzzer: an empty array's other dimensions may multiply past the message size
+    response = PolicyResponse(None, a=np.zeros((4, 3, 3, 0), dtype=np.complex128))
+    assert _round_trip(response) == response
+    _expect_refusal(_message([0, None, "x", [4, "<f8", [0, 1 << 62, 1 << 62]]]), "claims at least")
+
+
 def test_max_bytes_limit() -> None:
     data = PolicyResponse(None, a=np.zeros(100)).to_bytes()
     _expect_refusal(data, f"message of {len(data)} bytes exceeds max_bytes=500", max_bytes=500)

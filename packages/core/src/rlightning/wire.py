@@ -69,6 +69,7 @@ _FLAG_CRC = 1
 _ALIGN = 8
 _MAX_NDIM = 32
 _MAX_BIGINT_DIGITS = 4300  # Python's own default limit for int(str)
+_MAX_EMPTY_PRODUCT = 1 << 40  # bound on the non-zero dimensions of an empty array, in bytes
 
 _T_LIST, _T_TUPLE, _T_DICT, _T_PERENV = 0, 1, 2, 3
 _T_ARRAY, _T_NPSCALAR, _T_TENSOR, _T_BIGINT, _T_COMPLEX, _T_ENVIDS = 4, 5, 6, 7, 8, 9
@@ -402,17 +403,23 @@ class _Decoder:
     def shape(self, node: Any, itemsize: int) -> tuple[tuple[int, ...], int]:
         if type(node) is not list or len(node) > _MAX_NDIM:
             raise self.fail(f"an array shape must be a list of at most {_MAX_NDIM} ints")
-        count = 1
         for dim in node:
             if type(dim) is not int or dim < 0:
                 raise self.fail(f"an array dimension must be an int >= 0, got {dim!r}")
-            count *= dim
-            if count * itemsize > self.end:  # also bounds the product before it can grow
-                raise self.fail(
-                    f"an array of shape {node} claims at least {count * itemsize} bytes but the "
-                    f"message has only {self.end} (truncated or hostile)"
-                )
-        return tuple(node), count
+        empty = 0 in node
+        # An empty array holds no bytes, but numpy still needs its other dimensions' product to
+        # fit in an index: bound it by the same limit as for a non-empty array, in bytes.
+        limit = _MAX_EMPTY_PRODUCT if empty else self.end
+        count = 1
+        for dim in node:
+            if dim:
+                count *= dim
+                if count * itemsize > limit:  # checked per dimension: never a huge product
+                    raise self.fail(
+                        f"an array of shape {node} claims at least {count * itemsize} bytes but "
+                        f"the message has only {self.end} (truncated or hostile)"
+                    )
+        return tuple(node), 0 if empty else count
 
     def value(self, node: Any, depth: int) -> Any:
         kind = type(node)
