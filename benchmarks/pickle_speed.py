@@ -32,7 +32,6 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 
 from rlightning import PolicyResponse
@@ -100,7 +99,8 @@ def measure_pickle(quick: bool) -> dict[str, Any]:
             "in_band_bytes": len(data),
         }
     base = result["rows"]["dict of tensors"]["dumps_loads_us"]
-    result["ratio_in_band"] = round(base / result["rows"]["response (in band)"]["dumps_loads_us"], 2)
+    in_band = result["rows"]["response (in band)"]["dumps_loads_us"]
+    result["ratio_in_band"] = round(base / in_band, 2)
     result["ratio_out_of_band"] = round(
         base / result["rows"]["response (out of band)"]["dumps_loads_us"], 2
     )
@@ -117,7 +117,8 @@ def measure_ray(quick: bool) -> dict[str, Any]:
     try:
         big = torch.randn(16 * 1024 * 1024)
         out: dict[str, Any] = {"tensor_bytes": big.numel() * big.element_size()}
-        for name, obj in (("dict of tensors", {"x": big}), ("response", PolicyResponse("e", x=big))):
+        payloads = {"dict of tensors": {"x": big}, "response": PolicyResponse("e", x=big)}
+        for name, obj in payloads.items():
             ref = ray.put(obj)
             first, second = ray.get(ref), ray.get(ref)
             x1 = first["x"] if isinstance(first, dict) else first.x
