@@ -81,9 +81,10 @@ def run_hypothesis(seconds: float) -> dict[str, Any]:
     from hypothesis import strategies as st
     from hypothesis.extra import numpy as hnp
 
-    from rlightning import PerEnv, PolicyResponse, WireFormatError, wire
+    from rlightning import PerEnv, PolicyResponse, WireFormatError
+    from rlightning._wire_spec import _NUMPY_DTYPES
 
-    dtypes = st.sampled_from(sorted(wire._NUMPY_DTYPES))
+    dtypes = st.sampled_from(sorted(_NUMPY_DTYPES))
     leaf = st.one_of(
         st.none(),
         st.booleans(),

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from rlightning import MultiAgentPolicyResponse, PerEnv, PolicyResponse, WireFormatError, wire
+from rlightning._wire_spec import _NUMPY_DTYPES
 
 CORE_SRC = Path(__file__).resolve().parents[2] / "packages" / "core" / "src"
 
@@ -389,7 +390,7 @@ def test_tensor_message_without_torch_raises_torch_unavailable() -> None:
 
 
 # ------------------------------------------------------------------ property tests and fuzz
-_DTYPES = st.sampled_from(sorted(wire._NUMPY_DTYPES))
+_DTYPES = st.sampled_from(sorted(_NUMPY_DTYPES))
 _leaf = st.one_of(
     st.none(),
     st.booleans(),
