@@ -5,6 +5,7 @@ Public names:
 * :class:`PolicyResponse` -- a single-agent response (``action`` plus any extra fields);
 * :class:`MultiAgentPolicyResponse` -- per-agent actions keyed by agent id;
 * :class:`PerEnv` -- per-env values of a stacked response (``PolicyResponse.stack``);
+* :class:`EnvIds` -- the ``env_ids`` of a stacked response;
 * :class:`WireFormatError` -- raised by ``from_bytes`` for bad bytes (see :mod:`rlightning.wire`).
 
 torch is optional (``pip install rlightning-core[torch]``); without it everything but ``cuda()``
@@ -13,7 +14,7 @@ works on numpy and Python data.
 
 from importlib.metadata import PackageNotFoundError, version
 
-from rlightning._stack import PerEnv
+from rlightning._stack import EnvIds, PerEnv
 from rlightning.types.policy_response import MultiAgentPolicyResponse, PolicyResponse
 from rlightning.wire import WireFormatError
 
@@ -23,6 +24,7 @@ except PackageNotFoundError:  # running from a source tree that was not installe
     __version__ = "0.0.0+unknown"
 
 __all__ = [
+    "EnvIds",
     "MultiAgentPolicyResponse",
     "PerEnv",
     "PolicyResponse",
