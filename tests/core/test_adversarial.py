@@ -44,9 +44,6 @@ def _torch_itself_fails(probe: Any) -> bool:
     return False
 
 
-_TORCH_PICKLE_FAILS_UINT16 = _torch_itself_fails(
-    lambda torch: pickle.loads(pickle.dumps(torch.zeros(1, dtype=torch.uint16)))
-)
 _TORCH_FLOAT4_TOLIST_FAILS = _torch_itself_fails(
     lambda torch: torch.zeros(1, dtype=torch.uint8).view(torch.float4_e2m1fn_x2).tolist()
 )
@@ -417,12 +414,6 @@ def test_repr_never_raises_on_tensor_kinds(kind: str) -> None:
 
 
 @pytest.mark.torch
-@pytest.mark.xfail(
-    condition=_TORCH_PICKLE_FAILS_UINT16,
-    strict=True,
-    reason="pickle.dumps succeeds but pickle.loads fails (AttributeError: UntypedStorage has no "
-    "dtype; a torch bug the core does not work around) for uint16/32/64, complex32 and float8",
-)
 @pytest.mark.parametrize(
     "dtype_name", ["uint16", "uint32", "uint64", "complex32", "float8_e4m3fn", "float8_e5m2"]
 )

@@ -3,7 +3,10 @@
 Public names:
 
 * :class:`PolicyResponse` -- a single-agent response (``action`` plus any extra fields);
-* :class:`MultiAgentPolicyResponse` -- per-agent actions keyed by agent id.
+* :class:`MultiAgentPolicyResponse` -- per-agent actions keyed by agent id;
+* :class:`PerEnv` -- per-env values of a stacked response (``PolicyResponse.stack``);
+* :class:`EnvIds` -- the ``env_ids`` of a stacked response;
+* :class:`WireFormatError` -- raised by ``from_bytes`` for bad bytes (see :mod:`rlightning.wire`).
 
 torch is optional (``pip install rlightning-core[torch]``); without it everything but ``cuda()``
 works on numpy and Python data.
@@ -11,11 +14,20 @@ works on numpy and Python data.
 
 from importlib.metadata import PackageNotFoundError, version
 
+from rlightning._stack import EnvIds, PerEnv
 from rlightning.types.policy_response import MultiAgentPolicyResponse, PolicyResponse
+from rlightning.wire import WireFormatError
 
 try:
     __version__ = version("rlightning-core")
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0.0.0+unknown"
 
-__all__ = ["MultiAgentPolicyResponse", "PolicyResponse", "__version__"]
+__all__ = [
+    "EnvIds",
+    "MultiAgentPolicyResponse",
+    "PerEnv",
+    "PolicyResponse",
+    "WireFormatError",
+    "__version__",
+]

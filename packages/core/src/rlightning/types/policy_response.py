@@ -15,7 +15,7 @@ Timing stamps are integers in nanoseconds since the Unix epoch (``time.time_ns()
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any, ClassVar, TypeVar
 
@@ -23,6 +23,8 @@ import gymnasium as gym
 import numpy as np
 
 from rlightning._convert import fields_to_cpu, fields_to_device, fields_to_numpy
+from rlightning._pickle import reduce_response
+from rlightning._stack import stack_responses, unbind_response
 from rlightning._torch import require_torch, torch_if_imported
 from rlightning._tree import tree_equal, tree_repr
 
@@ -188,9 +190,7 @@ class PolicyResponse(SimpleNamespace):
         return f"{type(self).__name__}({', '.join(parts)})"
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
-        fields = self.__dict__.copy()
-        env_id = fields.pop("env_id")
-        return (_restore, (type(self), env_id, fields))
+        return reduce_response(self, protocol)
 
     # ------------------------------------------------------------------ data access
     def to_dict(self) -> dict[str, Any]:
@@ -380,6 +380,97 @@ class PolicyResponse(SimpleNamespace):
         if "action" in data:
             raise TypeError("make_example() samples the action; do not pass action=")
         return PolicyResponse(env_id, action=action_space.sample(), **data)
+
+    # ------------------------------------------------------------------ batching and transport
+    @classmethod
+    def stack(cls: type[_Self], responses: Sequence[_Self]) -> _Self:
+        """Stack per-env responses into one response with a leading batch dimension.
+
+        numpy arrays and torch tensors (nested in dicts, lists, tuples and namedtuples too) of
+        shape ``S`` become one array/tensor of shape ``(n_envs, *S)`` (``np.stack`` /
+        ``torch.stack``, on the tensors' device), numpy scalars one array of shape ``(n_envs,)``;
+        other leaves (Python scalars, str, None, ...) are kept as a :class:`~rlightning.PerEnv`
+        list. The result has ``env_id=None`` and a field ``env_ids`` listing the ``n_envs`` env
+        ids in order. :meth:`unbind` is the inverse (see ``rlightning._stack`` for the rules).
+        ``MultiAgentPolicyResponse.stack`` stacks each agent's entries (the agents must match).
+
+        Args:
+            responses: Responses of one class (``cls`` or a subclass), one per env, in row order.
+
+        Returns:
+            A new response of that class; the inputs are not mutated.
+
+        Raises:
+            TypeError: mixed classes, or a field with values of different types.
+            ValueError: empty input, or responses whose fields, keys, lengths, shapes, dtypes or
+                devices differ (the message names the field and the env ids).
+        """
+        return stack_responses(cls, responses)
+
+    def unbind(self: _Self) -> list[_Self]:
+        """Split a stacked response into one response per env (the inverse of :meth:`stack`).
+
+        Row ``i`` of every array and tensor (a view: no copy, writes reach the stacked data), item
+        ``i`` of every :class:`~rlightning.PerEnv`, and every other value shared as is. Env ids
+        come from the ``env_ids`` field (which is removed); without it they are None.
+
+        Returns:
+            ``n_envs`` new responses of this class, in row order.
+
+        Raises:
+            TypeError: ``env_ids`` is not a list of str/None.
+            ValueError: a batched value does not have ``len(env_ids)`` rows (the message names
+                the field).
+        """
+        return unbind_response(self)
+
+    def to_bytes(self, *, checksum: bool = True) -> bytes:
+        """Encode as a safe, versioned byte message (see :mod:`rlightning.wire`).
+
+        msgpack for the structure, raw little-endian buffers for arrays and tensors; decoding
+        with :meth:`from_bytes` never runs code. Tensors are copied to the CPU for the message.
+
+        Args:
+            checksum: Store a CRC-32 that :meth:`from_bytes` verifies.
+
+        Returns:
+            The message.
+
+        Raises:
+            TypeError: a value has a type the format does not carry (the message names the
+                field), or ``self`` is a user subclass.
+            ValueError: nesting deeper than ``rlightning.wire.MAX_DEPTH``.
+        """
+        from rlightning import wire
+
+        return wire.encode(self, checksum=checksum)
+
+    @classmethod
+    def from_bytes(
+        cls: type[_Self], data: Any, *, max_bytes: int | None = None, copy: bool = False
+    ) -> _Self:
+        """Decode a message made by :meth:`to_bytes`; never runs code.
+
+        Args:
+            data: ``bytes``, ``bytearray`` or ``memoryview``.
+            max_bytes: Largest message accepted (default ``rlightning.wire.MAX_BYTES_DEFAULT``,
+                1 GiB), checked before anything is allocated.
+            copy: False: arrays are views into ``data`` (read-only for ``bytes``); True: copies.
+
+        Returns:
+            The response, of the class stored in the message (this class or a subclass); tensors
+            are CPU tensors with their dtype kept.
+
+        Raises:
+            rlightning.wire.WireFormatError: truncated, corrupted, oversized or hostile bytes, or
+                a message of another class.
+            rlightning.wire.TorchUnavailableError: the message holds a tensor and torch is not
+                installed.
+            TypeError: ``data`` is not bytes-like.
+        """
+        from rlightning import wire
+
+        return wire.decode(data, cls, max_bytes=max_bytes, copy=copy)
 
 
 def _check_space(space: object, name: str) -> None:

@@ -1,0 +1,347 @@
+"""Decoding side of the wire format: ``PolicyResponse.from_bytes`` (see :mod:`rlightning.wire`).
+
+Every check runs against the bytes actually present before anything is built; every refusal is a
+:class:`~rlightning.wire.WireFormatError`.
+"""
+
+from __future__ import annotations
+
+import sys
+import zlib
+from typing import Any, TypeVar
+
+import msgpack
+import numpy as np
+
+from rlightning._stack import EnvIds, PerEnv
+from rlightning._torch import torch_if_imported
+from rlightning._wire_spec import (
+    _FLAG_CRC,
+    _HEADER,
+    _KEY_TYPES,
+    _KINDS,
+    _LEAF_NODE_TYPES,
+    _MAX_BIGINT_DIGITS,
+    _MAX_EMPTY_PRODUCT,
+    _MAX_NDIM,
+    _NUMPY_DTYPES,
+    _T_ARRAY,
+    _T_BIGINT,
+    _T_COMPLEX,
+    _T_DICT,
+    _T_ENVIDS,
+    _T_LIST,
+    _T_NPSCALAR,
+    _T_PERENV,
+    _T_TENSOR,
+    _T_TUPLE,
+    _TORCH_DTYPES,
+    _TORCH_RAW,
+    FORMAT_VERSION,
+    MAGIC,
+    MAX_BYTES_DEFAULT,
+    MAX_DEPTH,
+    TorchUnavailableError,
+    WireFormatError,
+    _align,
+)
+
+__all__ = ["decode"]
+
+_R = TypeVar("_R")
+
+
+class _Decoder:
+    """One decoding pass over a validated header: builds values, consumes payload buffers."""
+
+    __slots__ = ("copy", "data", "end", "offset", "torch", "writable")
+
+    def __init__(self, data: memoryview, start: int, copy: bool) -> None:
+        self.data = data
+        self.offset = start
+        self.end = len(data)
+        self.copy = copy
+        self.writable = not data.readonly
+        self.torch: Any = None
+
+    def fail(self, message: str) -> WireFormatError:
+        return WireFormatError(message)
+
+    def take(self, nbytes: int) -> int:
+        """Reserve ``nbytes`` at the next aligned offset; return that offset."""
+        start = _align(self.offset)
+        if start + nbytes > self.end:
+            raise self.fail(
+                f"a buffer claims {nbytes} bytes at offset {start} but the message has only "
+                f"{max(self.end - start, 0)} left (truncated or hostile)"
+            )
+        if any(self.data[self.offset : start]):
+            raise self.fail(f"non-zero padding bytes at offset {self.offset}")
+        self.offset = start + nbytes
+        return start
+
+    def shape(self, node: Any, itemsize: int) -> tuple[tuple[int, ...], int]:
+        if type(node) is not list or len(node) > _MAX_NDIM:
+            raise self.fail(f"an array shape must be a list of at most {_MAX_NDIM} ints")
+        for dim in node:
+            if type(dim) is not int or dim < 0:
+                raise self.fail(f"an array dimension must be an int >= 0, got {dim!r}")
+        empty = 0 in node
+        # An empty array holds no bytes, but numpy still needs its other dimensions' product to
+        # fit in an index: bound it by the same limit as for a non-empty array, in bytes.
+        limit = _MAX_EMPTY_PRODUCT if empty else self.end
+        count = 1
+        for dim in node:
+            if dim:
+                count *= dim
+                if count * itemsize > limit:  # checked per dimension: never a huge product
+                    raise self.fail(
+                        f"an array of shape {node} claims at least {count * itemsize} bytes but "
+                        f"the message has only {self.end} (truncated or hostile)"
+                    )
+        return tuple(node), 0 if empty else count
+
+    def value(self, node: Any, depth: int) -> Any:
+        kind = type(node)
+        if kind is not list:
+            if kind in _LEAF_NODE_TYPES:
+                return node
+            raise self.fail(f"unexpected msgpack object of type {kind.__name__}")
+        if depth > MAX_DEPTH:
+            raise self.fail(f"nesting deeper than MAX_DEPTH={MAX_DEPTH}")
+        if not node or type(node[0]) is not int:
+            raise self.fail("a msgpack array must start with an int tag")
+        tag = node[0]
+        if tag == _T_LIST:
+            return [self.value(item, depth + 1) for item in node[1:]]
+        if tag == _T_TUPLE:
+            return tuple(self.value(item, depth + 1) for item in node[1:])
+        if tag == _T_PERENV:
+            return PerEnv(self.value(item, depth + 1) for item in node[1:])
+        if tag == _T_DICT:
+            if len(node) % 2 != 1:
+                raise self.fail("a dict node must hold key/value pairs")
+            out = {}
+            for i in range(1, len(node), 2):
+                key = self.key(node[i], depth + 1)
+                if key in out:
+                    raise self.fail(f"duplicate dict key {key!r}")
+                out[key] = self.value(node[i + 1], depth + 1)
+            return out
+        if tag == _T_ARRAY:
+            return self.array(node)
+        if tag == _T_NPSCALAR:
+            if len(node) != 2:
+                raise self.fail("a numpy scalar node must be [5, dtype]")
+            return self.array([_T_ARRAY, node[1], []])[()]
+        if tag == _T_TENSOR:
+            return self.torch_tensor(node)
+        if tag == _T_BIGINT:
+            return self.bigint(node)
+        if tag == _T_ENVIDS:
+            return self.env_ids(node, depth)
+        if tag == _T_COMPLEX:
+            if len(node) != 3 or type(node[1]) is not float or type(node[2]) is not float:
+                raise self.fail("a complex node must be [8, real, imag] with two floats")
+            return complex(node[1], node[2])
+        raise self.fail(f"unknown tag {tag!r}")
+
+    def key(self, node: Any, depth: int) -> Any:
+        kind = type(node)
+        if kind in _KEY_TYPES:
+            return node
+        if kind is list and node and node[0] in (_T_TUPLE, _T_BIGINT) and type(node[0]) is int:
+            if depth > MAX_DEPTH:
+                raise self.fail(f"nesting deeper than MAX_DEPTH={MAX_DEPTH}")
+            if node[0] == _T_BIGINT:
+                return self.bigint(node)
+            return tuple(self.key(item, depth + 1) for item in node[1:])
+        raise self.fail("a dict key must be a str, int, float, bool, None, bytes or tuple")
+
+    def env_ids(self, node: list[Any], depth: int) -> EnvIds:
+        if len(node) != 3:
+            raise self.fail("an env-ids node must be [9, ids, paths]")
+        ids = self.value(node[1], depth + 1)
+        if type(ids) is not list or not all(i is None or type(i) is str for i in ids):
+            raise self.fail("env ids must be a list of str or nil")
+        paths = node[2]
+        if type(paths) is not list or not paths or paths[0] != _T_LIST:
+            raise self.fail("env-ids paths must be a list node")
+        rows = [self.key(path, depth + 2) for path in paths[1:]]
+        if not all(type(path) is tuple for path in rows):
+            raise self.fail("env-ids paths must be tuples")
+        return EnvIds(ids, rows)
+
+    def bigint(self, node: list[Any]) -> int:
+        if len(node) != 2 or type(node[1]) is not str or len(node[1]) > _MAX_BIGINT_DIGITS:
+            raise self.fail(f"a big-int node must be [7, digits] with <= {_MAX_BIGINT_DIGITS}")
+        digits = node[1]
+        body = digits[1:] if digits.startswith("-") else digits
+        if not body.isascii() or not body.isdigit():
+            raise self.fail(f"a big-int node holds {digits[:40]!r}, not decimal digits")
+        return int(digits)
+
+    def array(self, node: list[Any]) -> np.ndarray[Any, Any]:
+        if len(node) != 3 or type(node[1]) is not str:
+            raise self.fail("an array node must be [4, dtype, shape]")
+        dtype = _NUMPY_DTYPES.get(node[1])
+        if dtype is None:
+            raise self.fail(f"unsupported numpy dtype {node[1][:40]!r}")
+        shape, count = self.shape(node[2], dtype.itemsize)
+        start = self.take(count * dtype.itemsize)
+        array = np.frombuffer(self.data, dtype, count, start).reshape(shape)
+        return array.copy() if self.copy else array
+
+    def torch_tensor(self, node: list[Any]) -> Any:
+        if len(node) != 3 or type(node[1]) is not str:
+            raise self.fail("a tensor node must be [6, dtype, shape]")
+        name = node[1]
+        spec = _TORCH_DTYPES.get(name)
+        if spec is None:
+            raise self.fail(f"unsupported torch dtype {name[:40]!r}")
+        itemsize, wire_dtype = spec
+        shape, count = self.shape(node[2], itemsize)
+        start = self.take(count * itemsize)
+        torch = self.torch
+        if torch is None:
+            torch = self.torch = _import_torch(name, shape)
+        bits = np.frombuffer(self.data, np.dtype(wire_dtype), count, start)
+        if sys.byteorder == "big":
+            bits = bits.astype(bits.dtype.newbyteorder("="))
+        elif self.copy or not self.writable:
+            bits = bits.copy()  # torch has no read-only tensors: never alias immutable bytes
+        tensor = torch.from_numpy(bits)
+        if name in _TORCH_RAW:
+            tensor = tensor.view(getattr(torch, name))
+        return tensor.reshape(shape)
+
+
+def _import_torch(dtype: str, shape: tuple[int, ...]) -> Any:
+    torch = torch_if_imported()
+    if torch is not None:
+        return torch
+    try:
+        import torch
+    except ImportError:
+        raise TorchUnavailableError(
+            f"the message holds a torch tensor (dtype {dtype}, shape {shape}) and torch is not "
+            "installed: install it with `pip install rlightning-core[torch]`"
+        ) from None
+    return torch
+
+
+def decode(
+    data: Any, expected: type[_R], *, max_bytes: int | None = None, copy: bool = False
+) -> _R:
+    """Decode a message made by :func:`encode` (``Class.from_bytes(data)``).
+
+    Args:
+        data: The message: ``bytes``, ``bytearray``, ``memoryview`` or any C-contiguous buffer.
+        expected: The class ``from_bytes`` was called on; the message's class must be it or a
+            subclass of it (``PolicyResponse.from_bytes`` accepts both kinds).
+        max_bytes: Largest message accepted, in bytes; None means :data:`MAX_BYTES_DEFAULT`
+            (1 GiB). Checked before anything is decoded; since every array must fit in the
+            message, nothing larger than the message is ever allocated.
+        copy: False (default): numpy arrays are views into ``data`` (read-only when ``data`` is
+            ``bytes``; no copy), and tensors are views too when ``data`` is writable, copies
+            otherwise (torch has no read-only tensors). True: every array and tensor is a fresh
+            copy, independent of ``data``.
+
+    Returns:
+        A new response of the class stored in the message. Tensors are CPU tensors with the
+        stored dtype (bfloat16 included) and ``requires_grad=False``.
+
+    Raises:
+        TypeError: ``data`` is not a bytes-like object.
+        WireFormatError: the bytes are truncated, corrupted, too large, hostile, or of another
+            class than ``expected``.
+        TorchUnavailableError: the message holds a tensor and torch is not installed (a
+            WireFormatError and an ImportError).
+    """
+    try:
+        view = memoryview(data)
+    except TypeError:
+        raise TypeError(
+            f"from_bytes() takes bytes, bytearray or memoryview, got {type(data).__name__}"
+        ) from None
+    if view.ndim != 1 or view.itemsize != 1:
+        view = view.cast("B") if view.c_contiguous else view
+        if view.ndim != 1 or view.itemsize != 1:
+            raise TypeError("from_bytes() needs a C-contiguous buffer")
+    limit = MAX_BYTES_DEFAULT if max_bytes is None else max_bytes
+    size = len(view)
+    if size > limit:
+        raise WireFormatError(
+            f"message of {size} bytes exceeds max_bytes={limit}; raise max_bytes to accept it"
+        )
+    if size < _HEADER.size:
+        raise WireFormatError(f"message of {size} bytes is shorter than the 16-byte header")
+    magic, version, flags, reserved, header_len, crc = _HEADER.unpack_from(view)
+    if magic != MAGIC:
+        raise WireFormatError(
+            f"bad magic {bytes(magic)!r}, expected {MAGIC!r}: not an rlightning message"
+        )
+    if version != FORMAT_VERSION:
+        raise WireFormatError(
+            f"format version {version}; this rlightning reads version {FORMAT_VERSION}"
+        )
+    if flags & ~_FLAG_CRC or reserved:
+        raise WireFormatError(f"unknown flags {flags:#04x} / reserved bytes {reserved:#06x}")
+    body_end = _HEADER.size + header_len
+    start = _align(body_end)
+    if start > size:
+        raise WireFormatError(
+            f"header claims {header_len} bytes but the message has {size - _HEADER.size} after "
+            "the fixed header (truncated)"
+        )
+    if flags & _FLAG_CRC and zlib.crc32(view[_HEADER.size :]) != crc:
+        raise WireFormatError("checksum mismatch: the message is corrupted")
+    try:
+        header = msgpack.unpackb(view[_HEADER.size : body_end], raw=False, use_list=True)
+    except Exception as exc:  # msgpack raises ValueError, FormatError, StackError, ...
+        raise WireFormatError(f"invalid msgpack header: {type(exc).__name__}: {exc}") from None
+    decoder = _Decoder(view, start, copy)
+    if any(view[body_end:start]):
+        raise WireFormatError(f"non-zero padding bytes after the header at offset {body_end}")
+    cls, env_id, fields = _decode_header(header, decoder, expected)
+    if decoder.offset != size:
+        raise WireFormatError(
+            f"{size - decoder.offset} trailing bytes after the last buffer (offset "
+            f"{decoder.offset})"
+        )
+    try:
+        return cls(env_id, **fields)  # type: ignore[no-any-return]
+    except (TypeError, ValueError) as exc:
+        raise WireFormatError(f"the decoded fields are refused by {cls.__name__}: {exc}") from None
+
+
+def _decode_header(
+    header: Any, decoder: _Decoder, expected: type[Any]
+) -> tuple[type[Any], Any, dict[str, Any]]:
+    from rlightning.types.policy_response import MultiAgentPolicyResponse, PolicyResponse
+
+    if type(header) is not list or len(header) < 2 or len(header) % 2:
+        raise WireFormatError("the header must be a msgpack array [class, env_id, name, node, ...]")
+    kind, env_id = header[0], header[1]
+    if type(kind) is not int or not 0 <= kind < len(_KINDS):
+        raise WireFormatError(f"unknown response class code {kind!r}")
+    cls = (PolicyResponse, MultiAgentPolicyResponse)[kind]
+    if not issubclass(cls, expected):
+        raise WireFormatError(
+            f"the message holds a {cls.__name__}, not a {expected.__name__}; decode it with "
+            f"{cls.__name__}.from_bytes()"
+        )
+    if env_id is not None and type(env_id) is not str:
+        raise WireFormatError(f"env_id must be a str or nil, got {type(env_id).__name__}")
+    fields: dict[str, Any] = {}
+    for i in range(2, len(header), 2):
+        name = header[i]
+        if type(name) is not str or name == "env_id" or name in fields:
+            raise WireFormatError(f"bad or duplicate field name {name!r}")
+        try:
+            fields[name] = decoder.value(header[i + 1], 1)
+        except WireFormatError as exc:
+            raise type(exc)(f"field {name!r}: {exc}") from None
+        except (ValueError, TypeError, OverflowError, MemoryError) as exc:  # numpy refusals
+            raise WireFormatError(f"field {name!r}: {type(exc).__name__}: {exc}") from None
+    return cls, env_id, fields

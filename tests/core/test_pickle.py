@@ -1,0 +1,194 @@
+"""Zero-copy pickling: protocol 5 out-of-band buffers alias the response's own memory."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rlightning import MultiAgentPolicyResponse, PerEnv, PolicyResponse
+
+
+def _address(buffer: pickle.PickleBuffer) -> int:
+    """Start address of the memory a PickleBuffer exposes."""
+    raw = buffer.raw()
+    return (
+        int(np.frombuffer(raw, dtype=np.uint8).__array_interface__["data"][0]) if raw.nbytes else 0
+    )
+
+
+def _dumps_oob(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    return data, buffers
+
+
+def test_numpy_fields_travel_out_of_band_without_copy() -> None:
+    action = np.arange(1000, dtype=np.float32)
+    nested = {"obs": [np.ones((8, 8)), (np.zeros(3, dtype=np.int8), "tag")]}
+    response = PolicyResponse("env-0", action=action, nested=nested, value=0.5)
+    data, buffers = _dumps_oob(response)
+    addresses = {_address(b) for b in buffers}
+    assert addresses == {
+        action.ctypes.data,
+        nested["obs"][0].ctypes.data,
+        nested["obs"][1][0].ctypes.data,
+    }
+    assert len(data) < 1024  # only the structure is in band
+    back = pickle.loads(data, buffers=buffers)
+    assert back == response
+    assert type(back) is PolicyResponse
+    assert back.env_id == "env-0"
+    assert np.shares_memory(back.action, action)  # loaded on the very same memory
+
+
+def test_in_band_pickling_and_copies_still_work() -> None:
+    response = MultiAgentPolicyResponse(
+        "e", action={"a": np.array([1]), "b": np.array([2])}, stacked=PerEnv([1, 2])
+    )
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        assert pickle.loads(pickle.dumps(response, protocol=protocol)) == response
+    try:
+        import cloudpickle  # what Ray uses; optional here
+    except ImportError:
+        pass
+    else:
+        assert cloudpickle.loads(cloudpickle.dumps(response)) == response
+    assert copy.copy(response) == response
+    deep = copy.deepcopy(response)
+    assert deep == response
+    assert not np.shares_memory(deep.action["a"], response.action["a"])
+
+
+def test_stacked_response_pickles_with_its_env_ids() -> None:
+    stacked = PolicyResponse.stack(
+        [PolicyResponse(f"e{i}", log_prob=np.array(i * 1.0)) for i in range(3)]
+    )
+    back = pickle.loads(pickle.dumps(stacked, protocol=5))
+    assert back.env_ids.array_rows == stacked.env_ids.array_rows
+    assert back.unbind() == stacked.unbind()
+
+
+_TORCH_DTYPES = [
+    "float32",
+    "float64",
+    "float16",
+    "bfloat16",
+    "int64",
+    "int8",
+    "uint8",
+    "bool",
+    "complex64",
+    "complex32",
+    "float8_e4m3fn",
+    "float8_e5m2",
+]
+
+
+@pytest.mark.torch
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+@pytest.mark.parametrize("dtype_name", _TORCH_DTYPES)
+def test_cpu_tensors_travel_out_of_band_without_copy(dtype_name: str) -> None:
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    source = torch.randn(64, 3, dtype=torch.float32)
+    tensor = (
+        source.to(dtype) if dtype is not torch.complex32 else source.to(torch.complex64).to(dtype)
+    )
+    response = PolicyResponse("env-1", action=tensor, nested={"h": [tensor[1:5]]})
+    data, buffers = _dumps_oob(response)
+    addresses = sorted(_address(b) for b in buffers)
+    expected = sorted([tensor.data_ptr(), tensor[1:5].data_ptr()])
+    assert addresses == expected  # the buffers alias the tensors' own memory
+    assert sum(b.raw().nbytes for b in buffers) == (64 + 4) * 3 * tensor.element_size()
+    back = pickle.loads(data, buffers=buffers)
+    assert back.action.dtype == dtype
+    assert back.action.data_ptr() == tensor.data_ptr()  # rebuilt on the same memory
+    assert torch.equal(back.action.view(torch.uint8), tensor.view(torch.uint8))  # bit-exact
+    assert back.nested["h"][0].shape == (4, 3)
+    # in band (no buffer_callback): still equal, bit for bit
+    in_band = pickle.loads(pickle.dumps(response, protocol=5))
+    assert torch.equal(in_band.action.view(torch.uint8), tensor.view(torch.uint8))
+
+
+@pytest.mark.torch
+def test_tensor_flags_and_odd_tensors_round_trip() -> None:
+    import torch
+
+    leaf = torch.randn(3, requires_grad=True)
+    non_leaf = leaf * 2
+    conj = torch.tensor([1 + 2j, 3 - 1j]).conj()
+    transposed = torch.arange(6.0).reshape(2, 3).t()
+    strided = torch.arange(10.0)[::3]
+    parameter = torch.nn.Parameter(torch.ones(2))
+    response = PolicyResponse(
+        None,
+        leaf=leaf,
+        non_leaf=non_leaf,
+        conj=conj,
+        transposed=transposed,
+        strided=strided,
+        parameter=parameter,
+        scalar=torch.tensor(7),
+        empty=torch.zeros(0, 4),
+    )
+    data, buffers = _dumps_oob(response)
+    back = pickle.loads(data, buffers=buffers)
+    assert back.leaf.requires_grad
+    assert back.leaf.is_leaf
+    assert back.non_leaf.requires_grad
+    assert back.non_leaf.is_leaf
+    assert torch.equal(back.non_leaf.detach(), non_leaf.detach())
+    assert torch.equal(back.conj, conj.resolve_conj())
+    assert torch.equal(back.transposed, transposed)
+    assert torch.equal(back.strided, strided)
+    assert type(back.parameter) is torch.nn.Parameter  # subclasses keep torch's pickling
+    assert back.scalar.shape == ()
+    assert back.scalar.item() == 7
+    assert back.empty.shape == (0, 4)
+
+
+@pytest.mark.torch
+def test_aliasing_and_copy_semantics_with_tensors() -> None:
+    import torch
+
+    shared = torch.ones(5)
+    response = PolicyResponse("e", a=shared, b=[shared], c=torch.zeros(2, requires_grad=True))
+    back = pickle.loads(pickle.dumps(response, protocol=5))
+    assert back.a is back.b[0]  # one tensor object stays one object
+    shallow = copy.copy(response)
+    assert shallow.a is shared
+    assert shallow.b[0] is shared
+    deep = copy.deepcopy(response)
+    assert deep == response
+    assert deep.a.data_ptr() != shared.data_ptr()
+    assert deep.a is deep.b[0]
+    assert vars(response)["a"] is shared  # pickling does not mutate the response
+
+
+@pytest.mark.torch
+def test_read_only_buffers_give_tensors_on_that_memory() -> None:
+    import torch
+
+    tensor = torch.arange(16, dtype=torch.bfloat16)
+    data, buffers = _dumps_oob(PolicyResponse("e", x=tensor, y=tensor.float().numpy()))
+    frozen = [memoryview(bytes(b.raw())) for b in buffers]  # like Ray's read-only object store
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        back = pickle.loads(data, buffers=frozen)
+    assert not back.y.flags.writeable
+    assert back.x.data_ptr() == np.frombuffer(frozen[0], np.uint8).ctypes.data
+    assert torch.equal(back.x, tensor)
+
+
+def test_numpy_only_responses_take_the_plain_path() -> None:
+    # no tensor: no stand-ins, the plain restore function, arrays out of band
+    response = PolicyResponse("e", action=np.zeros(4))
+    data, buffers = _dumps_oob(response)
+    assert len(buffers) == 1
+    assert b"_restore_wrapped" not in data
