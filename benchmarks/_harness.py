@@ -7,7 +7,9 @@ operation of one round is the elapsed time divided by ``n``.
 
 All benches of one case (rlightning, the floor, the anchors) are measured in the same rounds, in
 a fresh random order each round, so load from other processes on a shared machine falls on all of
-them alike. The figure reported is the median over rounds, with the quartiles beside it.
+them alike. The figure reported is the median over rounds, with the quartiles beside it; every
+round's figure is kept (``samples_s``, in round order) so that a ratio between two benches can be
+taken round by round (see :func:`paired_ratio`).
 """
 
 from __future__ import annotations
@@ -133,6 +135,28 @@ def measure(
                 n=sizes[bench.row_id],
                 repeats=repeats,
                 per_divisor=bench.per_divisor,
+                samples_s=values,
             )
         rows.append(row)
     return rows
+
+
+def paired_ratio(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """Median over rounds of ``a``'s time over ``b``'s in the same round.
+
+    The two benches ran in the same rounds, a few milliseconds apart, so a burst of load from
+    another process on a shared machine usually falls on both and cancels out of the ratio;
+    it does not cancel out of a ratio of medians. Falls back to the ratio of medians when the
+    rows do not have the same rounds (e.g. measured in different processes).
+
+    Args:
+        a: A measured row (numerator).
+        b: A measured row of the same case (denominator).
+
+    Returns:
+        The ratio.
+    """
+    xs, ys = a.get("samples_s"), b.get("samples_s")
+    if xs and ys and len(xs) == len(ys) and a.get("process") == b.get("process"):
+        return statistics.median(x / y for x, y in zip(xs, ys, strict=True))
+    return float(a["median_s"]) / float(b["median_s"])

@@ -14,7 +14,11 @@ HOW = """\
   `Batch`). Each round runs each implementation `n` times back to back (`n` is calibrated so a
   round takes a few milliseconds) in a fresh random order, with the garbage collector off; the
   table gives the **median** time per operation over all rounds and the quartiles beside it.
-  Ratios are between medians of the same run.
+* Ratios ("x floor", "rlightning / it") are the median over rounds of the ratio within each
+  round: the two things compared ran a few milliseconds apart, so a burst of load from another
+  process on the shared machine falls on both and cancels out. (A ratio of the two medians is
+  close to it on a quiet machine; under bursty load it is not, and the paired one is the honest
+  figure.)
 * Inputs are built once, outside the timed loop. In-place conversions (`numpy()`, `cpu()`,
   `Batch.to_numpy_()`) get a fresh container per operation, built untimed; the same tensors are
   shared by all of them.

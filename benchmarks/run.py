@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 #: (repeats, seconds per round) for the full run and the smoke run.
-FULL = (41, 0.004)
+FULL = (101, 0.0015)
 SMOKE = (2, 0.0005)
 
 

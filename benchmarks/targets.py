@@ -1,9 +1,11 @@
 """The performance issue's targets, checked against one run's rows.
 
-Ratios are taken between rows of the same run. An anchor measured in the anchor interpreter
-(another process) is compared through each process's own floor: rlightning's ratio to its floor
-divided by the anchor's ratio to the floor measured beside it, so a difference between the two
-processes' speed does not count for or against either.
+Ratios are taken between rows of the same run, round by round where both rows ran in the same
+rounds (the median of the per-round ratios, robust to bursts of load on a shared machine). An
+anchor measured in the anchor interpreter (another process) is compared through each process's
+own floor: rlightning's ratio to its floor divided by the anchor's ratio to the floor measured
+beside it, so a difference between the two processes' speed does not count for or against
+either.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks import cases_adapters
+from benchmarks._harness import paired_ratio
 
 ANCHORS = ("tensordict", "batch")
 
@@ -37,11 +40,11 @@ def floor_of(rows: list[dict[str, Any]], row: dict[str, Any]) -> dict[str, Any] 
 
 
 def ratio_to_floor(rows: list[dict[str, Any]], row: dict[str, Any]) -> float | None:
-    """``row``'s median over its own process's floor median."""
+    """``row``'s time over its own process's floor, round by round (see ``paired_ratio``)."""
     floor = floor_of(rows, row)
     if floor is None:
         return None
-    return float(row["median_s"]) / float(floor["median_s"])
+    return paired_ratio(row, floor)
 
 
 def ratio_to_anchor(rows: list[dict[str, Any]], case: str, anchor: str) -> float | None:
@@ -50,7 +53,7 @@ def ratio_to_anchor(rows: list[dict[str, Any]], case: str, anchor: str) -> float
     if ours is None or theirs is None:
         return None
     if ours.get("process") == theirs.get("process"):
-        return float(ours["median_s"]) / float(theirs["median_s"])
+        return paired_ratio(ours, theirs)
     a, b = ratio_to_floor(rows, ours), ratio_to_floor(rows, theirs)
     return None if a is None or b is None else a / b
 
