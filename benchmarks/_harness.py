@@ -106,8 +106,14 @@ def measure(
         ``per_divisor``), ``n`` and ``repeats``.
     """
     benches = list(benches)
+    sizes: dict[str, int] = {}
+    for bench in benches:
+        if bench.skip_reason is None:
+            try:
+                sizes[bench.row_id] = _calibrate(bench, target_s)
+            except Exception as exc:  # a broken implementation gets a row saying so
+                bench.skip_reason = f"raised {type(exc).__name__}: {exc}"
     live = [b for b in benches if b.skip_reason is None]
-    sizes = {b.row_id: _calibrate(b, target_s) for b in live}
     samples: dict[str, list[float]] = {b.row_id: [] for b in live}
     order = list(live)
     rng = random.Random(seed)

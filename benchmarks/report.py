@@ -11,6 +11,8 @@ from benchmarks.targets import ANCHORS, ratio_to_anchor, ratio_to_floor
 IMPL_LABELS = {
     "floor": "floor",
     "dict": "plain dict",
+    "py_init": "SimpleNamespace subclass, Python __init__, no checks",
+    "pytree": "torch.utils._pytree.tree_map walk",
     "rlightning": "rlightning",
     "tensordict": "TensorDict",
     "batch": "Tianshou Batch",
@@ -148,27 +150,35 @@ def write_chart(results: dict[str, Any], path: Path) -> None:
     colors = {
         "rlightning": "#1f77b4",
         "dict": "#7f7f7f",
+        "py_init": "#bcbd22",
+        "pytree": "#9467bd",
         "tensordict": "#ff7f0e",
         "batch": "#2ca02c",
     }
-    impls = [i for i in colors if any(r["impl"] == i for r in rows)]
-    fig, ax = plt.subplots(figsize=(10, 0.55 * len(cases) + 1.5))
-    height = 0.8 / max(1, len(impls))
-    for j, impl in enumerate(impls):
-        ys, xs = [], []
-        for i, case in enumerate(cases):
+    fig, ax = plt.subplots(figsize=(10, 0.75 * len(cases) + 1.5))
+    height = 0.8 / 5
+    labelled: set[str] = set()
+    for i, case in enumerate(cases):
+        present = []
+        for impl in colors:
             row = next((r for r in rows if r["case"] == case and r["impl"] == impl), None)
             ratio = None if row is None else ratio_to_floor(results["rows"], row)
             if ratio is not None and ratio > 0 and math.isfinite(ratio):
-                ys.append(i + (j - (len(impls) - 1) / 2) * height)
-                xs.append(ratio)
-        ax.barh(ys, xs, height=height, label=IMPL_LABELS[impl], color=colors[impl])
+                present.append((impl, ratio))
+        for j, (impl, ratio) in enumerate(present):
+            y = i + (j - (len(present) - 1) / 2) * height
+            label = None if impl in labelled else IMPL_LABELS[impl]
+            labelled.add(impl)
+            ax.barh(y, ratio, height=height * 0.95, color=colors[impl], label=label)
+            ax.text(ratio * 1.04, y, f"{ratio:.2f}x", va="center", fontsize=7)
     ax.axvline(1.0, color="black", linewidth=1, linestyle="--", label="floor (raw calls)")
     ax.set_xscale("log")
+    ax.set_xlim(0.1, None)
     ax.set_yticks(range(len(cases)), cases)
     ax.invert_yaxis()
     ax.set_xlabel("time / floor (log scale; lower is better, 1 = the raw calls)")
-    ax.set_title(f"rlightning vs anchors, median of {results['meta']['repeats']} rounds")
+    rounds = results["meta"]["repeats"]
+    ax.set_title(f"Time over the floor (median of per-round ratios, {rounds} rounds)")
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(axis="x", which="both", alpha=0.3)
     fig.tight_layout()
@@ -176,8 +186,44 @@ def write_chart(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def write_docs(results: dict[str, Any], docs: Path) -> None:
-    """Write ``performance.md`` and ``performance.png`` into ``docs``."""
+def before_after_table(results: dict[str, Any], baseline: dict[str, Any] | None) -> str:
+    """rlightning's time and ratio to the floor, before optimisation and now, per case."""
+    if baseline is None:
+        return "(no baseline results file)"
+    lines = [
+        "| case | before | x floor before | now | x floor now |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in results["rows"]:
+        if row["impl"] != "rlightning" or row["status"] != "ok" or row["item"] > 5:
+            continue
+        old = next(
+            (
+                r
+                for r in baseline["rows"]
+                if r["case"] == row["case"] and r["impl"] == "rlightning" and r["status"] == "ok"
+            ),
+            None,
+        )
+        if old is None:
+            continue
+        lines.append(
+            f"| `{row['case']}` | {fmt_time(old['median_s'])} | "
+            f"{_fmt_ratio(ratio_to_floor(baseline['rows'], old))} | {fmt_time(row['median_s'])} | "
+            f"{_fmt_ratio(ratio_to_floor(results['rows'], row))} |"
+        )
+    return "\n".join(lines)
+
+
+def write_docs(results: dict[str, Any], docs: Path, baseline: dict[str, Any] | None = None) -> None:
+    """Write ``performance.md`` and ``performance.png`` into ``docs``.
+
+    Args:
+        results: This run's results document.
+        docs: The folder to write into.
+        baseline: Results of the code before optimisation (same harness), for the before/after
+            table; None leaves that table out.
+    """
     from benchmarks.docs_text import render
 
     docs.mkdir(parents=True, exist_ok=True)
@@ -189,4 +235,6 @@ def write_docs(results: dict[str, Any], docs: Path) -> None:
             f"| {t['item']} | `{t['case']}` | {t['target']} | {_fmt_limit(t)} | "
             f"{_fmt_target_value(t)} | {_met(t)} |"
         )
-    (docs / "performance.md").write_text(render(results, tables, "\n".join(targets)))
+    before_after = before_after_table(results, baseline)
+    page = render(results, tables, "\n".join(targets), before_after, baseline)
+    (docs / "performance.md").write_text(page)

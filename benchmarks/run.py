@@ -82,6 +82,32 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def _sources() -> dict[str, str]:
+    """Where each rlightning package was imported from, with its git commit (and "+dirty")."""
+    import importlib
+
+    out = {}
+    for name in ("rlightning", "rlightning.testing", "rlightning_sb3", "rlightning_pettingzoo"):
+        try:
+            module = importlib.import_module(name)
+        except Exception:  # not installed, or an adapter refusing this environment
+            continue
+        path = Path(str(module.__file__)).resolve()
+        folder = path.parent
+        git = ["git", "-C", str(folder)]
+        head = subprocess.run(
+            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+        )
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--", "."], capture_output=True, text=True, check=False
+        )
+        commit = head.stdout.strip() or "unknown"
+        if dirty.stdout.strip():
+            commit += "+dirty"
+        out[name] = f"{path.parent} @ {commit}"
+    return out
+
+
 def _cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -197,6 +223,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "platform": platform.platform(),
         "executable": sys.executable,
         "versions": _versions(),
+        "sources": _sources(),
         "openblas_env": {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS")},
         "command": "python -m benchmarks.run " + " ".join(sys.argv[1:]),
     }
@@ -223,21 +250,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, help="rounds per case (median over them)")
     parser.add_argument("--target-ms", type=float, help="milliseconds per round")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=ROOT / "benchmarks" / "baseline_skeleton.json",
+        help="results of the code before optimisation, for the docs' before/after table",
+    )
+    parser.add_argument(
+        "--render-only",
+        action="store_true",
+        help="measure nothing: rewrite the docs page and chart from the --out results file",
+    )
     parser.add_argument("--rows-json", help=argparse.SUPPRESS)  # anchor-interpreter mode
     args = parser.parse_args(argv)
 
-    results = run(args)
+    if args.render_only:
+        results = json.loads((args.out or ROOT / "benchmarks" / "results.json").read_text())
+    else:
+        results = run(args)
     if args.rows_json:
         Path(args.rows_json).write_text(json.dumps(results))
         return 0
     out = args.out or (ROOT / "benchmarks" / "results.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1) + "\n")
+    if not args.render_only:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=1) + "\n")
     from benchmarks.report import print_summary, write_docs
 
     print_summary(results)
     if not (args.smoke or args.no_docs) or args.docs:
-        write_docs(results, args.docs or (ROOT / "docs"))
+        baseline = None
+        if args.baseline is not None and args.baseline.exists():
+            baseline = json.loads(args.baseline.read_text())
+        write_docs(results, args.docs or (ROOT / "docs"), baseline)
     print(f"wrote {out}")
     return 0
 
