@@ -79,6 +79,18 @@ CASES: tuple[tuple[str, int, str, str], ...] = (
         "pickle protocol 5 dumps+loads, one 64 MB CPU tensor field",
         "a plain dict of the same tensor",
     ),
+    (
+        "5.pickle_tensors_oob",
+        5,
+        "pickle protocol 5 with buffer_callback (out of band), 4-field response of CPU tensors",
+        "a plain dict of the same tensors, same call",
+    ),
+    (
+        "5.ray_64mb_tensor",
+        5,
+        "ray.get(ray.put(x)) through a local Ray object store, one 64 MB CPU tensor field",
+        "a plain dict of the same tensor",
+    ),
 )
 
 #: Which implementations each case compares (the floor always).
@@ -96,6 +108,8 @@ CASE_IMPLS: dict[str, tuple[str, ...]] = {
     "5.pickle_numpy": ("floor", "rlightning"),
     "5.pickle_64mb": ("floor", "rlightning"),
     "5.pickle_64mb_tensor": ("floor", "rlightning"),
+    "5.pickle_tensors_oob": ("floor", "rlightning"),
+    "5.ray_64mb_tensor": ("floor", "rlightning"),
 }
 
 _BIG_ELEMENTS = 64 * 2**20 // 4  # float32 elements in 64 MiB
@@ -354,29 +368,84 @@ def _pickle_bench(case: str, fields: dict[str, Any], impl: str) -> Bench:
         obj = Batch(**fields)
     else:
         raise ValueError(impl)
-    data = pickle.dumps(obj, protocol=5)
-    back = pickle.loads(data)  # our own bytes
-    if type(back) is not type(obj):
-        raise AssertionError(f"{impl}: pickle round trip changed the type to {type(back)}")
+    if case == "5.ray_64mb_tensor":
+        return _ray_bench(case, impl, obj, fields)
     payload = _payload_bytes(fields)
     dumps, loads = pickle.dumps, pickle.loads
+    extra: dict[str, Any] = {}
+    if case.endswith("_oob"):
+        buffers: list[pickle.PickleBuffer] = []
+        data = dumps(obj, protocol=5, buffer_callback=buffers.append)
+        back = loads(data, buffers=buffers)
+        out_of_band = sum(memoryview(b).nbytes for b in buffers)
+        size = len(data) + out_of_band
+        extra["out_of_band_bytes"] = out_of_band
 
-    def run(items: list[Any]) -> None:
-        for o in items:
-            loads(dumps(o, protocol=5))
+        def run(items: list[Any]) -> None:
+            for o in items:
+                bufs: list[pickle.PickleBuffer] = []
+                loads(dumps(o, protocol=5, buffer_callback=bufs.append), buffers=bufs)
 
-    big = _payload_bytes(fields) > 2**20
+    else:
+        data = dumps(obj, protocol=5)
+        back = loads(data)  # our own bytes
+        size = len(data)
+
+        def run(items: list[Any]) -> None:
+            for o in items:
+                loads(dumps(o, protocol=5))
+
+    if type(back) is not type(obj):
+        raise AssertionError(f"{impl}: pickle round trip changed the type to {type(back)}")
+    big = payload > 2**20
+    extra.update(size_bytes=size, payload_bytes=payload, overhead_bytes=size - payload)
     return Bench(
         case=case,
         impl=impl,
         prepare=_same(obj),
         run=run,
         max_n=8 if big else 100_000,
-        extra={
-            "size_bytes": len(data),
-            "payload_bytes": payload,
-            "overhead_bytes": len(data) - payload,
-        },
+        extra=extra,
+    )
+
+
+_RAY_STARTED = False
+
+
+def _ray_bench(case: str, impl: str, obj: Any, fields: dict[str, Any]) -> Bench:
+    """``ray.get(ray.put(obj))`` on a local Ray (started once, 1 CPU, 512 MiB object store)."""
+    global _RAY_STARTED
+    if importlib.util.find_spec("ray") is None:
+        return skipped(case, impl, "ray is not installed in this interpreter")
+    import atexit
+    import warnings
+
+    import ray
+
+    if not _RAY_STARTED:
+        ray.init(num_cpus=1, include_dashboard=False, object_store_memory=512 * 2**20)
+        atexit.register(ray.shutdown)
+        _RAY_STARTED = True
+    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+    ref = ray.put(obj)
+    first, second = ray.get(ref), ray.get(ref)
+    a = first["action"] if isinstance(first, dict) else first.action
+    b = second["action"] if isinstance(second, dict) else second.action
+    zero_copy = bool(a.data_ptr() == b.data_ptr())  # two reads share the object-store buffer
+    del ref, first, second, a, b
+    payload = _payload_bytes(fields)
+
+    def run(items: list[Any]) -> None:
+        for o in items:
+            ray.get(ray.put(o))
+
+    return Bench(
+        case=case,
+        impl=impl,
+        prepare=_same(obj),
+        run=run,
+        max_n=4,
+        extra={"zero_copy_get": zero_copy, "payload_bytes": payload},
     )
 
 
@@ -393,8 +462,10 @@ def _case_fields(case: str) -> dict[str, Any]:
         return {k: v.numpy() for k, v in _fields().items()}
     if case == "5.pickle_64mb":
         return {"action": np.zeros(_BIG_ELEMENTS, dtype=np.float32)}
-    if case == "5.pickle_64mb_tensor":
+    if case in ("5.pickle_64mb_tensor", "5.ray_64mb_tensor"):
         return {"action": torch.zeros(_BIG_ELEMENTS, dtype=torch.float32)}
+    if case == "5.pickle_tensors_oob":
+        return _fields()
     raise ValueError(case)
 
 

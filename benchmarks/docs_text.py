@@ -101,12 +101,13 @@ MISSED: dict[str, str] = {
     "4.numpy": (
         "Zero-copy on the CPU, as `4.cpu`: the ratio measures fixed call overhead, not bandwidth."
     ),
-    "5.pickle_tensors": (
+    "5.": (
         "torch pickles each tensor through `torch.save` into bytes (with its storage "
-        "metadata), which costs hundreds of bytes per small tensor and tens of microseconds. "
+        "metadata), which costs hundreds of bytes per small tensor and tens of microseconds, "
+        "ignores `buffer_callback`, and makes Ray copy the tensor out of its object store. "
         "rlightning's `__reduce_ex__` is being changed to pickle CPU tensors as raw buffers "
-        "(the zero-copy pickling issue); until that lands, a response of tensors pickles like "
-        "a dict of tensors."
+        "(the zero-copy pickling issue); until that lands here, a response of tensors pickles "
+        "like a dict of tensors."
     ),
     "6.": (
         "Measured against the SB3 adapter source listed above. At these sizes the raw forward "

@@ -62,6 +62,8 @@ def _fmt_target_value(target: dict[str, Any]) -> str:
         return f"{value:+.1%}"
     if unit == "bytes":
         return f"{value:.0f} B"
+    if unit == "copies":
+        return "zero copy" if value == 0 else "copied"
     return f"{value:.2f} {unit}"
 
 
@@ -73,6 +75,8 @@ def _fmt_limit(target: dict[str, Any]) -> str:
         return f"{limit:.0f} B"
     if unit == "x":
         return f"{limit:g}x"
+    if unit == "copies":
+        return "zero copy"
     return f"{limit:g} {unit}"
 
 
@@ -132,8 +136,11 @@ def _results_table(rows: list[dict[str, Any]], item: int) -> list[str]:
         if item in (1, 2, 3):
             anchor = row["impl"] if row["impl"] in ANCHORS else None
             cells.append(_fmt_ratio(ratio_to_anchor(rows, row["case"], anchor)) if anchor else "")
-        if pickle_item:
+        if pickle_item and "size_bytes" in row:
             cells += [f"{row['size_bytes']:,} B", f"{row['overhead_bytes']:,} B"]
+        elif pickle_item:
+            zero = row.get("zero_copy_get")
+            cells += ["", "" if zero is None else f"zero-copy get: {'yes' if zero else 'no'}"]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

@@ -125,6 +125,17 @@ def evaluate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             0.2,
         )
     )
+    ray_row = find(rows, "5.ray_64mb_tensor", "rlightning")
+    out.append(
+        _check(
+            5,
+            "5.ray_64mb_tensor",
+            "Ray: ray.get of a response copies no tensor data (issue 6)",
+            None if ray_row is None else (0.0 if ray_row["zero_copy_get"] else 1.0),
+            0.0,
+            "copies",
+        )
+    )
     for n, limit in ((1, 0.05), (64, 0.02)):
         for kind in ("predict", "act"):
             ratio = rl_floor(f"6.{kind}_n{n}")

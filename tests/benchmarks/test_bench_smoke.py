@@ -80,12 +80,14 @@ def test_core_rows_always_run(results: dict) -> None:
     # rlightning-core and its floors need nothing beyond torch: they are never skipped.
     for row in results["rows"]:
         if row["item"] <= 5 and row["impl"] in ("floor", "rlightning", "dict"):
+            if row["case"] == "5.ray_64mb_tensor":  # needs the optional ray
+                continue
             assert row["status"] == "ok", row
 
 
 def test_pickle_rows_report_size_and_payload(results: dict) -> None:
     for row in results["rows"]:
-        if row["item"] == 5 and row["status"] == "ok":
+        if row["item"] == 5 and row["status"] == "ok" and "zero_copy_get" not in row:
             assert row["size_bytes"] > 0
             assert row["payload_bytes"] > 0
             assert row["overhead_bytes"] == row["size_bytes"] - row["payload_bytes"]
@@ -102,6 +104,7 @@ def test_every_target_is_evaluated(results: dict) -> None:
 
 
 def test_report_renders_from_the_smoke_results(results: dict, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
     from benchmarks.report import write_docs
 
     write_docs(results, tmp_path)
