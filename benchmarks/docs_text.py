@@ -33,10 +33,13 @@ HOW = """\
   `rlightning._tree` chose not to use).
 * torch runs with one thread (`torch.set_num_threads(1)`): the machine is shared, and every
   implementation gets the same.
-* Tianshou's `Batch` is measured by a second interpreter (its own virtual environment) in the
-  same run when it is not installed beside rlightning: its rows say "anchor interpreter", that
-  interpreter measures the floors again beside it, and rlightning's ratio to `Batch` is taken
-  through each interpreter's own floor (rlightning / its floor, over Batch / its floor).
+* Tianshou's `Batch` is measured in the same process when Tianshou is installed beside
+  rlightning (Tianshou 2.0.1 accepts gymnasium 1.4). Otherwise a second interpreter with its own
+  virtual environment (`--anchor-python`, `benchmarks/requirements-anchors.txt`) measures it in
+  the same run: its rows say "anchor interpreter", that interpreter measures the floors again
+  beside it, and rlightning's ratio to `Batch` is taken through each interpreter's own floor
+  (rlightning / its floor, over Batch / its floor).
+* Item 5's Ray row needs `ray` (the `ray` extra); without it the row says so.
 """
 
 FAST = """\

@@ -4,6 +4,7 @@ Usage (from the repository root)::
 
     python -m benchmarks.run                     # full run: results.json, docs page and chart
     python -m benchmarks.run --smoke --out X     # seconds: every row, few repeats, no docs
+    python -m benchmarks.run --render-only       # rewrite the docs from benchmarks/results.json
     python -m benchmarks.run --anchor-python /path/to/venv/bin/python
 
 Anchors whose library is not importable in this interpreter (Tianshou's ``Batch`` pins its own
@@ -11,7 +12,12 @@ dependencies) are measured in the same run by ``--anchor-python`` (or the enviro
 ``RLIGHTNING_BENCH_ANCHOR_PYTHON``): that interpreter runs this module on the missing
 implementations and the floors beside them, and its rows are merged into one table, marked
 ``"process": "anchors"``. Without an anchor interpreter their rows are present and say why they
-were skipped.
+were skipped. (Tianshou 2.0.1 installs beside gymnasium 1.4, so one environment with everything
+installed measures all rows in one process; ``benchmarks/requirements-anchors.txt`` makes a
+separate anchor environment where that is not so.)
+
+Exit status: 0, or 1 when a row the results must have is missing (every case and
+implementation has a row, measured or saying why it was skipped).
 """
 
 from __future__ import annotations
@@ -271,6 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.rows_json:
         Path(args.rows_json).write_text(json.dumps(results))
         return 0
+    have = {(row["case"], row["impl"]) for row in results["rows"]}
+    missing = [pair for pair in expected_rows() if pair not in have]
+    if missing and not args.cases and not args.impls:
+        print(f"error: rows missing from the results: {missing}", file=sys.stderr)
+        return 1
     out = args.out or (ROOT / "benchmarks" / "results.json")
     if not args.render_only:
         out.parent.mkdir(parents=True, exist_ok=True)
