@@ -68,15 +68,33 @@ Profiled with cProfile and by timing variants side by side (the tables above are
   type check, and no container is rebuilt unless a tensor in it changed.
 """
 
-CUDA = """\
+CUDA_NOT_MEASURED = """\
 ## CUDA
 
-Not measured: no GPU was available to the runs behind this page (the machine lent to this work
-for device checks was not drawn for it). The CUDA side (pinned memory and `non_blocking` copies
-against raw torch) is to be added, with the date and the GPU's name, from a run on a machine
-that has one; `cpu()`, `to()` and `numpy()` take the same code path there, with the device copy
-instead of the `is_cpu` shortcut.
+Not measured: no GPU was visible to the run behind this page. The CUDA rows of items 2 and 4
+(`2.cuda_*`, `4.cuda_*`: a response on the GPU through `numpy()`/`cpu()`, 64 MB device-to-host
+copies plain and `non_blocking`, and a pinned host-to-device `non_blocking` copy, each against
+raw torch) are measured by the same command on a machine with one, and this section then gives
+the date and the GPU's name.
 """
+
+
+def _cuda_section(results: dict[str, Any]) -> list[str]:
+    meta = results["meta"]
+    measured = [r for r in results["rows"] if "cuda" in r["case"] and r["status"] == "ok"]
+    if not measured or not meta.get("gpu"):
+        return [CUDA_NOT_MEASURED]
+    return [
+        "## CUDA",
+        "",
+        f"Measured on {meta['date_utc'][:10]} on an {meta['gpu']} (the `2.cuda_*` and "
+        "`4.cuda_*` rows of the tables above): a response on the GPU through `numpy()` and "
+        "`cpu()`, 64 MB device-to-host copies plain and `non_blocking`, and a pinned "
+        "host-to-device `non_blocking` copy, each against raw torch, every operation followed "
+        "by `torch.cuda.synchronize()`.",
+        "",
+    ]
+
 
 #: Why a target is missed, by case id prefix; shown only for targets this run missed.
 MISSED: dict[str, str] = {
@@ -99,7 +117,8 @@ MISSED: dict[str, str] = {
         "On the CPU, `cpu()` of a CPU tensor copies nothing, so there is no memory-bandwidth "
         "floor here, only call overhead: raw `t.cpu()` is one C call, `response.cpu()` is a "
         "method call plus a walk over the fields, some tens of nanoseconds more whatever the "
-        "tensor's size. Where a copy happens (`4.numpy_bf16`, and CUDA) the target is met."
+        "tensor's size. The bandwidth case on the CPU is `4.numpy_bf16` (a real copy); the "
+        "device copies are the `4.cuda_*` rows."
     ),
     "4.numpy": (
         "Zero-copy on the CPU, as `4.cpu`: the ratio measures fixed call overhead, not bandwidth."
@@ -133,7 +152,8 @@ def _meta_lines(meta: dict[str, Any]) -> list[str]:
         f"about {meta['round_target_s'] * 1e3:g} ms per round, {meta['wall_s']} s in all; "
         f"`{meta['command']}`.",
         f"* Machine: {meta['cpu']}, {meta['cpu_count']} cores shared with other work; "
-        f"{meta['platform']}; torch threads: {meta['torch_threads']}.",
+        f"{meta['platform']}; torch threads: {meta['torch_threads']}; "
+        f"GPU: {meta.get('gpu') or 'none visible'}.",
         f"* Versions: {versions}.",
     ]
     for name, where in meta.get("sources", {}).items():
@@ -224,5 +244,5 @@ def render(
             before_after,
             "",
         ]
-    parts += [CUDA]
+    parts += _cuda_section(results)
     return "\n".join(parts)

@@ -35,7 +35,7 @@ MISSED_NOTES: dict[str, str] = {}
 def fmt_time(seconds: float) -> str:
     """Format seconds with a unit that keeps 3 significant digits (ns, us, ms, s)."""
     for scale, unit in ((1e-6, "ns"), (1e-3, "us"), (1.0, "ms")):
-        if seconds < scale:
+        if seconds < scale * 0.9995:  # what would round to 1000 takes the next unit
             return f"{seconds / scale * 1e3:.3g} {unit}"
     return f"{seconds:.3g} s"
 

@@ -44,10 +44,10 @@ SMOKE = (2, 0.0005)
 
 
 def _specs() -> dict[str, tuple[int, str, str, tuple[str, ...]]]:
-    from benchmarks import cases_adapters, cases_core
+    from benchmarks import cases_adapters, cases_core, cases_cuda
 
     specs = {}
-    for module in (cases_core, cases_adapters):
+    for module in (cases_core, cases_cuda, cases_adapters):
         for case, item, title, floor in module.CASES:
             specs[case] = (item, title, floor, module.CASE_IMPLS[case])
     return specs
@@ -59,10 +59,12 @@ def expected_rows() -> list[tuple[str, str]]:
 
 
 def _benches(case: str, impls: tuple[str, ...]) -> list[Any]:
-    from benchmarks import cases_adapters, cases_core
+    from benchmarks import cases_adapters, cases_core, cases_cuda
 
     if case in cases_core.CASE_IMPLS:
         return cases_core.core_benches(case, impls)
+    if case in cases_cuda.CASE_IMPLS:
+        return cases_cuda.cuda_benches(case, impls)
     return cases_adapters.adapter_benches(case, impls)
 
 
@@ -185,6 +187,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Measure everything asked for and return the results document (rows, targets, meta)."""
     import torch
 
+    from benchmarks.cases_cuda import gpu_name
+
     torch.set_num_threads(args.threads)
     repeats, target_s = SMOKE if args.smoke else FULL
     repeats = args.repeats or repeats
@@ -225,6 +229,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "wall_s": round(time.time() - started, 1),
         "torch_threads": args.threads,
         "cpu": _cpu_name(),
+        "gpu": gpu_name(),
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
         "executable": sys.executable,

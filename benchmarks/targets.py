@@ -102,8 +102,12 @@ def evaluate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     0.5,
                 )
             )
+    for case in ("2.cuda_numpy", "2.cuda_cpu"):
+        out.append(_check(2, case, "CUDA: <= 1.2x raw per-tensor calls", rl_floor(case), 1.2))
     for case in ("4.cpu", "4.numpy", "4.numpy_bf16"):
         out.append(_check(4, case, "<= 1.1x raw torch", rl_floor(case), 1.1))
+    for case in ("4.cuda_cpu", "4.cuda_cpu_nb", "4.cuda_h2d_pinned"):
+        out.append(_check(4, case, "CUDA: <= 1.1x raw torch", rl_floor(case), 1.1))
     for row in rows:
         if row["impl"] == "rlightning" and row["case"].startswith("5.") and "size_bytes" in row:
             out.append(
