@@ -107,7 +107,8 @@ MISSED: dict[str, str] = {
         "and reserved-name checks the API requires and a `to_dict()` that leaves out `env_id` "
         "and the stamps. Timed the same way on CPython 3.10 to 3.13 here, such an `__init__` "
         "alone costs 1.6x to 2x the whole floor, so 2x is out of reach for any class with a "
-        "Python-level `__init__` that checks its input; the remaining gap is the checks."
+        "Python-level `__init__` that checks its input. The rest of the gap ({gap}) is the two "
+        "checks and a `to_dict()` method that leaves the envelope out."
     ),
     "3.build": (
         "Same cause as item 1: the floor is a `SimpleNamespace` with one field (the per-agent "
@@ -158,6 +159,8 @@ def _meta_lines(meta: dict[str, Any]) -> list[str]:
     ]
     for name, where in meta.get("sources", {}).items():
         lines.append(f"* Source of `{name}`: `{where}`.")
+    if meta.get("note"):
+        lines.append(f"* Note: {meta['note']}")
     anchors = meta.get("anchor_process")
     if anchors is not None:
         other = ", ".join(f"{k} {v}" for k, v in anchors["versions"].items())
@@ -177,6 +180,7 @@ def _missed(results: dict[str, Any]) -> list[str]:
         "py_init": fmt_time(py_init["median_s"]) if py_init else "-",
         "py_init_ratio": f"{ratio_to_floor(rows, py_init):.2f}x" if py_init else "-",
         "ours": fmt_time(ours["median_s"]) if ours else "-",
+        "gap": fmt_time(ours["median_s"] - py_init["median_s"]) if ours and py_init else "-",
     }
     lines: list[str] = []
     done: set[str] = set()
@@ -186,7 +190,8 @@ def _missed(results: dict[str, Any]) -> list[str]:
         for prefix, text in MISSED.items():
             if target["case"].startswith(prefix) and prefix not in done:
                 done.add(prefix)
-                lines.append(f"* **`{prefix.rstrip('.')}`**: {text.format(**values)}")
+                label = f"`{prefix}`" if not prefix.endswith(".") else f"Item {prefix[:-1]}"
+                lines.append(f"* **{label}**: {text.format(**values)}")
     unmeasured = sorted({t["case"] for t in results.get("targets", []) if t["met"] is None})
     if unmeasured:
         lines.append(

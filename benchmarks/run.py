@@ -109,10 +109,10 @@ def _sources() -> dict[str, str]:
         dirty = subprocess.run(
             [*git, "status", "--porcelain", "--", "."], capture_output=True, text=True, check=False
         )
-        commit = head.stdout.strip() or "unknown"
-        if dirty.stdout.strip():
+        commit = head.stdout.strip()
+        if commit and dirty.stdout.strip():
             commit += "+dirty"
-        out[name] = f"{path.parent} @ {commit}"
+        out[name] = f"{path.parent} @ {commit}" if commit else str(path.parent)
     return out
 
 
@@ -238,6 +238,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "openblas_env": {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS")},
         "command": "python -m benchmarks.run " + " ".join(sys.argv[1:]),
     }
+    if args.note:
+        meta["note"] = args.note
     if anchor_meta is not None:
         meta["anchor_process"] = anchor_meta
     results: dict[str, Any] = {"meta": meta, "rows": rows}
@@ -261,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, help="rounds per case (median over them)")
     parser.add_argument("--target-ms", type=float, help="milliseconds per round")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    parser.add_argument("--note", help="a line of context for the docs page (e.g. code sources)")
     parser.add_argument(
         "--baseline",
         type=Path,
