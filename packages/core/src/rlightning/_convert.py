@@ -1,8 +1,20 @@
 """Per-field conversions behind ``PolicyResponse.numpy()`` and ``PolicyResponse.to()``.
 
 Each function walks a response's field dict once and replaces, in that dict, only the values that
-change. A field that is not a container costs one type check; a container is rebuilt only when a
-leaf in it changed (see :func:`rlightning._tree.map_leaves`).
+change. A field that is a tensor costs one ``type(...) is`` check before its conversion; any
+other field that is not a container costs one set lookup; a container is rebuilt only when a
+tensor in it changed (see :func:`rlightning._tree.map_tensors`).
+
+Fast paths, measured in ``docs/performance.md``:
+
+* ``torch.Tensor`` and the set of dtypes numpy lacks are looked up once and cached, never per
+  call (and torch is never imported here: without it no tensor can exist).
+* ``cpu()`` reads ``tensor.is_cpu`` and keeps a CPU tensor as the very same object, which is
+  cheaper than calling ``tensor.cpu()`` (that returns it too, after a dispatch).
+* ``numpy()`` of a CPU tensor that needs no grad is one call, ``tensor.numpy()`` (a view that
+  shares the tensor's memory), instead of the three calls of ``tensor.detach().cpu().numpy()``;
+  any other tensor takes one ``tensor.numpy(force=True)`` (detach, move, resolve conjugate and
+  negative bits), after widening a dtype numpy lacks.
 """
 
 from __future__ import annotations
@@ -13,13 +25,35 @@ from typing import Any
 import numpy as np
 
 from rlightning._torch import NUMPY_UNSUPPORTED_DTYPES, tensor_type
-from rlightning._tree import map_leaves
+from rlightning._tree import map_tensors
 
 __all__ = ["fields_to_cpu", "fields_to_device", "fields_to_numpy", "tensor_to_numpy"]
 
 _ATOMIC: frozenset[type] = frozenset(
     {int, float, bool, str, bytes, complex, type(None), np.ndarray}
 )
+_CONTAINERS = (dict, list, tuple)
+
+#: ``torch.Tensor``, cached here at the first conversion after torch is imported, so that the
+#: hot paths read one module global (``_tensor or _tensor_type()``).
+_tensor: type[Any] | None = None
+
+#: Dtypes numpy lacks, as a plain frozenset; filled on the first conversion (torch is imported
+#: by then, since a tensor exists).
+_unsupported: frozenset[Any] | None = None
+
+
+def _tensor_type() -> type[Any] | None:
+    global _tensor  # a write-once cache
+    _tensor = tensor_type()
+    return _tensor
+
+
+def _unsupported_dtypes() -> frozenset[Any]:
+    global _unsupported  # a write-once cache
+    if _unsupported is None:
+        _unsupported = NUMPY_UNSUPPORTED_DTYPES.frozen()
+    return _unsupported
 
 
 def tensor_to_numpy(tensor: Any) -> np.ndarray[Any, Any]:
@@ -35,7 +69,18 @@ def tensor_to_numpy(tensor: Any) -> np.ndarray[Any, Any]:
     Returns:
         The array, shape unchanged.
     """
-    if tensor.dtype in NUMPY_UNSUPPORTED_DTYPES:
+    if not tensor.requires_grad and tensor.is_cpu:
+        # Fast path: numpy() itself, without force's detach/cpu/resolve calls. It refuses only
+        # what the general path below handles (a dtype numpy lacks, a conjugate or negative bit,
+        # a layout that is not strided), so those fall through, at the cost of one exception.
+        try:
+            fast: np.ndarray[Any, Any] = tensor.numpy()
+        except (TypeError, RuntimeError):
+            pass
+        else:
+            return fast
+    unsupported = _unsupported if _unsupported is not None else _unsupported_dtypes()
+    if tensor.dtype in unsupported:
         import torch
 
         wide = torch.complex64 if tensor.is_complex() else torch.float32
@@ -44,52 +89,131 @@ def tensor_to_numpy(tensor: Any) -> np.ndarray[Any, Any]:
     return result
 
 
-def _convert_fields(
-    fields: dict[str, Any], tensor: type[Any], leaf: Callable[[Any], Any], what: str
-) -> None:
-    """Replace, in place, each value of ``fields`` that ``leaf`` changes (tensors only)."""
+def _dict_to_numpy(value: dict[Any, Any], tensor: type[Any]) -> dict[Any, Any]:
+    """``map_tensors(tensor_to_numpy, value, tensor)`` for a plain dict, the fast path inline.
 
-    def on_leaf(value: Any) -> Any:
-        return leaf(value) if isinstance(value, tensor) else value
+    A dict of per-agent tensors is the common nested field; converting its CPU tensors here
+    saves a call per item. Same result and the same rules: the dict is copied at the first
+    change and never mutated.
+    """
+    out: dict[Any, Any] | None = None
+    for key, item in value.items():
+        if type(item) is tensor and not item.requires_grad and item.is_cpu:
+            try:
+                new = item.numpy()
+            except (TypeError, RuntimeError):  # see tensor_to_numpy
+                new = tensor_to_numpy(item)
+        else:
+            new = map_tensors(tensor_to_numpy, item, tensor)
+        if new is not item:
+            if out is None:
+                out = value.copy()
+            out[key] = new
+    return value if out is None else out
 
-    for key, value in fields.items():
-        kind = type(value)
-        if kind in _ATOMIC:
-            continue
-        try:
-            if kind is tensor or isinstance(value, tensor):
-                fields[key] = leaf(value)
-            elif isinstance(value, (dict, list, tuple)):
-                new = map_leaves(on_leaf, value)
-                if new is not value:
-                    fields[key] = new
-        except (TypeError, RuntimeError, ValueError) as exc:
-            raise type(exc)(f"{what} failed for field {key!r}: {exc}") from exc
+
+def _cpu_leaf(tensor: Any) -> Any:
+    return tensor if tensor.is_cpu else tensor.to("cpu")
+
+
+def _failed(exc: Exception, what: str, key: object) -> Exception:
+    return type(exc)(f"{what} failed for field {key!r}: {exc}")
 
 
 def fields_to_numpy(fields: dict[str, Any]) -> None:
-    """Convert every tensor in ``fields`` (nested too) to numpy, in place; see ``numpy()``."""
-    tensor = tensor_type()
+    """Convert every tensor in ``fields`` (nested too) to numpy, in place; see ``numpy()``.
+
+    Raises:
+        TypeError, RuntimeError, ValueError: a tensor cannot be converted; the message names the
+            field.
+    """
+    tensor = _tensor or _tensor_type()
     if tensor is None:  # torch not imported: no tensor can exist
         return
-    _convert_fields(fields, tensor, tensor_to_numpy, "numpy()")
+    key = None
+    try:
+        for key, value in fields.items():
+            kind = type(value)
+            if kind is tensor:
+                fields[key] = tensor_to_numpy(value)
+            elif kind in _ATOMIC:
+                continue
+            elif kind is dict:
+                new = _dict_to_numpy(value, tensor)
+                if new is not value:
+                    fields[key] = new
+            elif isinstance(value, _CONTAINERS):
+                new = map_tensors(tensor_to_numpy, value, tensor)
+                if new is not value:
+                    fields[key] = new
+            elif isinstance(value, tensor):
+                fields[key] = tensor_to_numpy(value)
+    except (TypeError, RuntimeError, ValueError) as exc:
+        raise _failed(exc, "numpy()", key) from exc
+
+
+def _convert_fields(
+    fields: dict[str, Any], tensor: type[Any], leaf: Callable[[Any], Any], what: str
+) -> None:
+    """Replace, in place, each tensor of ``fields`` (nested too) by ``leaf(tensor)``."""
+    key = None
+    try:
+        for key, value in fields.items():
+            kind = type(value)
+            if kind in _ATOMIC:
+                continue
+            if kind is tensor or isinstance(value, tensor):
+                new = leaf(value)
+            elif isinstance(value, _CONTAINERS):
+                new = map_tensors(leaf, value, tensor)
+            else:
+                continue
+            if new is not value:
+                fields[key] = new
+    except (TypeError, RuntimeError, ValueError) as exc:
+        raise _failed(exc, what, key) from exc
 
 
 def fields_to_cpu(fields: dict[str, Any], non_blocking: bool) -> None:
-    """Move every tensor in ``fields`` (nested too) to the CPU, in place; see ``to()``."""
-    tensor = tensor_type()
+    """Move every tensor in ``fields`` (nested too) to the CPU, in place; see ``to()``.
+
+    A tensor already on the CPU is kept as the same object, and a container whose tensors are all
+    on the CPU is kept as the same object.
+    """
+    tensor = _tensor or _tensor_type()
     if tensor is None:
         return
-
-    def leaf(value: Any) -> Any:
-        return value if value.is_cpu else value.to("cpu", non_blocking=non_blocking)
-
-    _convert_fields(fields, tensor, leaf, "to('cpu')")
+    if non_blocking:
+        _convert_fields(
+            fields,
+            tensor,
+            lambda t: t if t.is_cpu else t.to("cpu", non_blocking=True),
+            "to('cpu')",
+        )
+        return
+    # The common case, inline: a top-level CPU tensor costs a type check and ``is_cpu``.
+    key = None
+    try:
+        for key, value in fields.items():
+            kind = type(value)
+            if kind is tensor:
+                if not value.is_cpu:
+                    fields[key] = value.to("cpu")
+            elif kind in _ATOMIC:
+                continue
+            elif isinstance(value, _CONTAINERS):
+                new = map_tensors(_cpu_leaf, value, tensor)
+                if new is not value:
+                    fields[key] = new
+            elif isinstance(value, tensor) and not value.is_cpu:
+                fields[key] = value.to("cpu")
+    except (TypeError, RuntimeError, ValueError) as exc:
+        raise _failed(exc, "to('cpu')", key) from exc
 
 
 def fields_to_device(fields: dict[str, Any], device: Any, non_blocking: bool) -> None:
     """Move every tensor in ``fields`` (nested too) to ``device``, in place; see ``to()``."""
-    tensor = tensor_type()
+    tensor = _tensor or _tensor_type()
     if tensor is None:
         return
 

@@ -15,6 +15,7 @@ from typing import Any
 
 __all__ = [
     "NUMPY_UNSUPPORTED_DTYPES",
+    "TENSOR",
     "require_torch",
     "tensor_type",
     "torch_if_imported",
@@ -33,17 +34,28 @@ def torch_if_imported() -> ModuleType | None:
     return sys.modules.get("torch")
 
 
+#: ``torch.Tensor`` once it has been seen in an imported torch; None until then.
+TENSOR: type[Any] | None = None
+
+
 def tensor_type() -> type[Any] | None:
     """Return ``torch.Tensor`` if torch is imported, else None (never imports torch).
+
+    The class is cached in :data:`TENSOR` the first time it is found, so later calls cost one
+    global lookup.
 
     Returns:
         The ``torch.Tensor`` class, or None when torch has not been imported.
     """
+    global TENSOR  # a write-once cache of torch.Tensor
+    if TENSOR is not None:
+        return TENSOR
     torch = sys.modules.get("torch")
     if torch is None:
         return None
-    # A partially initialised torch (import in progress) may lack Tensor yet.
-    return getattr(torch, "Tensor", None)
+    # A partially initialised torch (import in progress) may lack Tensor yet: not cached then.
+    TENSOR = getattr(torch, "Tensor", None)
+    return TENSOR
 
 
 def require_torch(purpose: str) -> ModuleType:
@@ -96,10 +108,20 @@ class _LazyDtypeSet:
         self._dtypes: frozenset[Any] | None = None
 
     def __contains__(self, dtype: object) -> bool:
+        return dtype in self.frozen()
+
+    def frozen(self) -> frozenset[Any]:
+        """Return the set as a plain frozenset (for hot loops: ``in`` on it costs no call).
+
+        Returns:
+            The dtypes; empty (and not cached) while torch is not imported.
+        """
         dtypes = self._dtypes
         if dtypes is None:
-            dtypes = self._dtypes = _numpy_unsupported_dtypes()
-        return dtype in dtypes
+            dtypes = _numpy_unsupported_dtypes()
+            if torch_if_imported() is not None:
+                self._dtypes = dtypes
+        return dtypes
 
 
 #: Torch dtypes without a numpy equivalent (bfloat16, complex32, the float8 family, ...).

@@ -23,12 +23,13 @@ import numpy as np
 
 from rlightning._torch import tensor_type
 
-__all__ = ["is_container", "map_leaves", "tree_equal", "tree_repr"]
+__all__ = ["is_container", "map_leaves", "map_tensors", "tree_equal", "tree_repr"]
 
 # Types that are certainly leaves: checked first so the common case is one lookup.
 _ATOMIC: frozenset[type] = frozenset(
     {int, float, bool, str, bytes, complex, type(None), np.ndarray}
 )
+_CONTAINERS = (dict, list, tuple)
 
 
 def is_container(value: object) -> bool:
@@ -98,6 +99,90 @@ def map_leaves(fn: Callable[[Any], Any], value: Any) -> Any:
             return value
         return _rebuild_sequence(value, items)
     return fn(value)
+
+
+def map_tensors(fn: Callable[[Any], Any], value: Any, tensor: type[Any]) -> Any:
+    """Apply ``fn`` to every instance of ``tensor`` in ``value``; rebuild what changed.
+
+    The fast form of :func:`map_leaves` behind the conversions: the same containers and the same
+    rebuilding rules, but ``fn`` is called only on tensors (every other leaf is kept as is
+    without a call), and leaves are dispatched inline rather than by recursion, so a container
+    of tensors costs one type check per item plus ``fn``.
+
+    Args:
+        fn: Called on each tensor; returns the tensor itself when it needs no change.
+        value: A tensor, any other leaf, or nested dict/list/tuple/namedtuple containers.
+        tensor: The tensor class (``torch.Tensor``); subclasses count too.
+
+    Returns:
+        ``value`` itself when ``fn`` changed no tensor; otherwise new containers of the same types
+        (``namedtuple`` and dict subclasses included) holding the new leaves. The containers
+        passed in are never mutated.
+
+    Raises:
+        RecursionError: the structure contains itself.
+    """
+    kind = type(value)
+    if kind is tensor:
+        return fn(value)
+    if kind in _ATOMIC:
+        return value
+    if kind is dict or isinstance(value, dict):
+        out: dict[Any, Any] | None = None  # a copy, made at the first change (plain dicts)
+        changed: dict[Any, Any] | None = None  # the changes, for dict subclasses
+        for key, item in value.items():
+            item_kind = type(item)
+            if item_kind is tensor:
+                new = fn(item)
+            elif item_kind in _ATOMIC:
+                continue
+            elif isinstance(item, _CONTAINERS):
+                new = map_tensors(fn, item, tensor)
+            elif isinstance(item, tensor):
+                new = fn(item)
+            else:
+                continue
+            if new is not item:
+                if kind is dict:
+                    if out is None:
+                        out = value.copy()
+                    out[key] = new
+                else:
+                    if changed is None:
+                        changed = {}
+                    changed[key] = new
+        if out is not None:
+            return out
+        if changed is None:
+            return value
+        # OrderedDict, defaultdict, custom subclasses: copy.copy keeps type and extra state.
+        subclass_copy = copy.copy(value)
+        subclass_copy.update(changed)
+        return subclass_copy
+    if isinstance(value, (list, tuple)):
+        items: list[Any] | None = None
+        for index, item in enumerate(value):
+            item_kind = type(item)
+            if item_kind is tensor:
+                new = fn(item)
+            elif item_kind in _ATOMIC:
+                continue
+            elif isinstance(item, _CONTAINERS):
+                new = map_tensors(fn, item, tensor)
+            elif isinstance(item, tensor):
+                new = fn(item)
+            else:
+                continue
+            if new is not item:
+                if items is None:
+                    items = list(value)
+                items[index] = new
+        if items is None:
+            return value
+        return _rebuild_sequence(value, items)
+    if isinstance(value, tensor):
+        return fn(value)
+    return value
 
 
 def _arrays_equal(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> bool:

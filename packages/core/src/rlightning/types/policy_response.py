@@ -144,8 +144,11 @@ class PolicyResponse(SimpleNamespace):
         cls._reserved_fields = _reserved_names(cls)
 
     def __init__(self, env_id: str | None, **data: Any) -> None:
-        _check_env_id(env_id)
-        if not type(self)._reserved_fields.isdisjoint(data):
+        # The hot path of every step: checks inline, one set operation for the reserved names
+        # (computed once per class), and the fields written straight into the instance dict.
+        if env_id is not None and type(env_id) is not str:
+            _check_env_id(env_id)  # raises unless a str subclass
+        if not self._reserved_fields.isdisjoint(data):
             self._refuse_reserved(data)
         fields = self.__dict__
         fields["env_id"] = env_id
@@ -508,8 +511,18 @@ class MultiAgentPolicyResponse(PolicyResponse):
     _undeletable_fields: ClassVar[frozenset[str]] = frozenset({"env_id", "action"})
 
     def __init__(self, env_id: str | None, **data: Any) -> None:
-        _check_agent_actions(data.get("action", _MISSING))
-        super().__init__(env_id, **data)
+        action = data.get("action", _MISSING)
+        if type(action) is not dict:
+            _check_agent_actions(action)  # raises unless a dict subclass
+        # PolicyResponse.__init__'s body, inline: super().__init__(env_id, **data) would pack
+        # the keyword arguments into a new dict once more.
+        if env_id is not None and type(env_id) is not str:
+            _check_env_id(env_id)
+        if not self._reserved_fields.isdisjoint(data):
+            self._refuse_reserved(data)
+        fields = self.__dict__
+        fields["env_id"] = env_id
+        fields.update(data)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "action":

@@ -1,0 +1,244 @@
+"""Items 6 and 7 of the performance issue: the SB3 and PettingZoo adapters per step.
+
+Item 6 compares ``SB3PolicyAdapter.predict`` with SB3's own ``model.predict`` and
+``SB3PolicyAdapter.act`` with the raw per-step work of SB3's ``OnPolicyAlgorithm.collect_rollouts``
+(``obs_as_tensor``, ``policy(obs)`` under ``torch.no_grad()``, ``actions.cpu().numpy()``), for
+an untrained PPO ``MlpPolicy`` on CartPole-v1 at 1, 16 and 64 envs.
+
+Item 7 times ``to_parallel_actions(sample_response(env), env)`` per step on a PettingZoo
+``ParallelEnv`` with 2 to 2000 agents, per agent. The env is a minimal real ``ParallelEnv``
+(``Discrete(5)`` actions, one space object per agent, ``step`` never called): no bundled env
+takes 2000 agents in reasonable time, and the figure is about the adapter, not the env's
+dynamics. Its floor is sampling one action per live agent by hand
+(``{a: env.action_space(a).sample() for a in env.agents}``).
+
+When an adapter is not importable (its package is being built elsewhere) every row of its item
+is present and says so, rather than missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+
+from benchmarks._harness import Bench, skipped
+
+N_ENVS = (1, 16, 64)
+N_AGENTS = (2, 20, 200, 2000)
+
+CASES: tuple[tuple[str, int, str, str], ...] = tuple(
+    [
+        (
+            f"6.predict_n{n}",
+            6,
+            f"SB3 predict, PPO MlpPolicy CartPole-v1, n_envs={n}",
+            "model.predict(obs)",
+        )
+        for n in N_ENVS
+    ]
+    + [
+        (
+            f"6.act_n{n}",
+            6,
+            f"SB3 act (rollout step), PPO MlpPolicy CartPole-v1, n_envs={n}",
+            "collect_rollouts step: no_grad policy(obs_as_tensor(obs)) + actions.cpu().numpy()",
+        )
+        for n in N_ENVS
+    ]
+    + [
+        (
+            f"7.pz_n{n}",
+            7,
+            f"to_parallel_actions(sample_response(env), env), {n} agents, per agent",
+            "{a: env.action_space(a).sample() for a in env.agents}",
+        )
+        for n in N_AGENTS
+    ]
+)
+
+CASE_IMPLS: dict[str, tuple[str, ...]] = {case: ("floor", "rlightning") for case, *_ in CASES}
+
+
+def _import_attrs(module: str, names: tuple[str, ...]) -> tuple[list[Any], str | None]:
+    try:
+        mod = importlib.import_module(module)
+    except Exception as exc:  # ImportError, or a version-range check failing at import
+        return [], f"{module} is not importable here ({type(exc).__name__}: {exc})"
+    missing = [name for name in names if not _has_path(mod, name)]
+    if missing:
+        return [], f"{module} has no {', '.join(missing)} yet"
+    return [_get_path(mod, name) for name in names], None
+
+
+def _has_path(obj: Any, dotted: str) -> bool:
+    try:
+        _get_path(obj, dotted)
+    except AttributeError:
+        return False
+    return True
+
+
+def _get_path(obj: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+# ---------------------------------------------------------------------------------------- item 6
+_MODELS: dict[int, Any] = {}
+
+
+def _model(n_envs: int) -> Any:
+    if n_envs not in _MODELS:
+        from stable_baselines3 import PPO
+        from stable_baselines3.common.env_util import make_vec_env
+
+        env = make_vec_env("CartPole-v1", n_envs=n_envs, seed=0)
+        _MODELS[n_envs] = PPO("MlpPolicy", env, device="cpu", seed=0)
+    return _MODELS[n_envs]
+
+
+def _sb3_bench(case: str, impl: str) -> Bench:
+    kind, n_part = case.split(".", 1)[1].split("_n")
+    n_envs = int(n_part)
+    if impl == "rlightning":
+        wanted = f"SB3PolicyAdapter.{kind}"
+        _attrs, reason = _import_attrs("rlightning_sb3", (wanted,))
+        if reason is not None:
+            return skipped(case, impl, reason)
+    try:
+        model = _model(n_envs)
+    except ImportError as exc:
+        return skipped(case, impl, f"stable-baselines3 is not importable here ({exc})")
+    import torch
+    from stable_baselines3.common.utils import obs_as_tensor
+
+    space = model.observation_space
+    space.seed(0)
+    obs = np.stack([space.sample() for _ in range(n_envs)])
+    env_ids = [f"env-{i}" for i in range(n_envs)]
+    run: Callable[[list[Any]], None]
+    if impl == "floor" and kind == "predict":
+
+        def run(items: list[Any]) -> None:
+            for o in items:
+                model.predict(o, deterministic=False)
+
+    elif impl == "floor":
+        policy, device = model.policy, model.device
+
+        def run(items: list[Any]) -> None:
+            for o in items:
+                with torch.no_grad():
+                    actions, _values, _log_probs = policy(obs_as_tensor(o, device))
+                actions.cpu().numpy()
+
+    else:
+        from rlightning_sb3 import SB3PolicyAdapter
+
+        adapter = SB3PolicyAdapter(model)
+        method = getattr(adapter, kind)
+
+        def run(items: list[Any]) -> None:
+            for o in items:
+                method(o, env_ids)
+
+    return Bench(case=case, impl=impl, prepare=lambda n: [obs] * n, run=run, max_n=5_000)
+
+
+# ---------------------------------------------------------------------------------------- item 7
+def make_many_agent_env(n_agents: int) -> Any:
+    """A minimal PettingZoo ``ParallelEnv`` with ``n_agents`` agents and ``Discrete(5)`` actions.
+
+    Args:
+        n_agents: Number of agents, ids ``"agent_0"`` ... in order.
+
+    Returns:
+        The env, reset (``env.agents`` lists every agent), each action space seeded.
+    """
+    from gymnasium import spaces
+
+    from pettingzoo import ParallelEnv
+
+    class ManyAgentsEnv(ParallelEnv):  # type: ignore[misc]
+        metadata: ClassVar[dict[str, Any]] = {"name": "many_agents_v0", "render_modes": []}
+
+        def __init__(self, n: int) -> None:
+            self.possible_agents = [f"agent_{i}" for i in range(n)]
+            self._obs = {a: spaces.Box(-1.0, 1.0, (2,), np.float32) for a in self.possible_agents}
+            self._act = {a: spaces.Discrete(5, seed=i) for i, a in enumerate(self.possible_agents)}
+
+        def observation_space(self, agent: str) -> Any:
+            return self._obs[agent]
+
+        def action_space(self, agent: str) -> Any:
+            return self._act[agent]
+
+        def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+            self.agents = list(self.possible_agents)
+            obs = {a: np.zeros(2, np.float32) for a in self.agents}
+            return obs, {a: {} for a in self.agents}
+
+        def step(self, actions: dict[str, Any]) -> Any:
+            zeros = dict.fromkeys(self.agents, 0.0)
+            falses = dict.fromkeys(self.agents, False)
+            obs = {a: np.zeros(2, np.float32) for a in self.agents}
+            return obs, zeros, falses, dict(falses), {a: {} for a in self.agents}
+
+    env = ManyAgentsEnv(n_agents)
+    env.reset(seed=0)
+    return env
+
+
+def _pz_bench(case: str, impl: str) -> Bench:
+    n_agents = int(case.rsplit("_n", 1)[1])
+    run: Callable[[list[Any]], None]
+    if importlib.util.find_spec("pettingzoo") is None:
+        return skipped(case, impl, "pettingzoo is not installed in this interpreter")
+    if impl == "rlightning":
+        attrs, reason = _import_attrs(
+            "rlightning_pettingzoo", ("to_parallel_actions", "sample_response")
+        )
+        if reason is not None:
+            return skipped(case, impl, reason)
+        to_parallel_actions, sample_response = attrs
+        env = make_many_agent_env(n_agents)
+
+        def run(items: list[Any]) -> None:
+            for e in items:
+                to_parallel_actions(sample_response(e), e)
+
+    else:
+        env = make_many_agent_env(n_agents)
+
+        def run(items: list[Any]) -> None:
+            for e in items:
+                space = e.action_space
+                {a: space(a).sample() for a in e.agents}
+
+    return Bench(
+        case=case,
+        impl=impl,
+        prepare=lambda n: [env] * n,
+        run=run,
+        max_n=100_000,
+        per_divisor=n_agents,
+    )
+
+
+def adapter_benches(case: str, impls: tuple[str, ...]) -> list[Bench]:
+    """Benches of one case of items 6-7 (a skipped row where the adapter is not importable).
+
+    Args:
+        case: A case id from :data:`CASES`.
+        impls: ``("floor", "rlightning")`` or a subset.
+
+    Returns:
+        One bench per implementation.
+    """
+    make = _sb3_bench if case.startswith("6.") else _pz_bench
+    return [make(case, impl) for impl in impls]

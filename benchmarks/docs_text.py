@@ -1,0 +1,253 @@
+"""The prose of ``docs/performance.md``; the figures are filled in from one run's results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.report import ITEM_TITLES, fmt_time
+from benchmarks.targets import find
+
+HOW = """\
+## How it is measured
+
+* Every case is measured side by side in the same rounds: rlightning, the **floor** (the least
+  code that does the same work by hand) and the anchors (`tensordict.TensorDict`, Tianshou's
+  `Batch`). Each round runs each implementation `n` times back to back (`n` is calibrated so a
+  round takes a millisecond or two) in a fresh random order, with the garbage collector off; the
+  tables give the **median** time per operation over all rounds and the quartiles beside it.
+* Ratios ("x floor", "rlightning / it") are the median over rounds of the ratio within each
+  round: the two things compared ran a few milliseconds apart, so a burst of load from another
+  process on the shared machine falls on both and cancels out. (A ratio of the two medians is
+  close to it on a quiet machine; under bursty load it is not, and the paired one is the honest
+  figure.)
+* Inputs are built once, outside the timed loop. In-place conversions (`numpy()`, `cpu()`,
+  `Batch.to_numpy_()`) get a fresh container per operation, built untimed; the same tensors are
+  shared by all of them.
+* Floors: building is a bare `types.SimpleNamespace(env_id=..., **fields)` plus
+  `dict(vars(ns))`; conversions are the raw per-tensor calls written out
+  (`t.detach().cpu().numpy()`, `t.cpu()`; for the 16-agent dict, a dict comprehension of them);
+  pickling is a plain dict holding the same values. TensorDict and `Batch` carry no `env_id`.
+* Two rows are references, not anchors: a `SimpleNamespace` subclass whose `__init__` is written
+  in Python and only stores the fields (the cost of CPython's class call alone, see item 1), and
+  `torch.utils._pytree.tree_map` doing rlightning's per-leaf work (the generic pytree walk that
+  `rlightning._tree` chose not to use).
+* torch runs with one thread (`torch.set_num_threads(1)`): the machine is shared, and every
+  implementation gets the same.
+* Tianshou's `Batch` is measured in the same process when Tianshou is installed beside
+  rlightning (Tianshou 2.0.1 accepts gymnasium 1.4). Otherwise a second interpreter with its own
+  virtual environment (`--anchor-python`, `benchmarks/requirements-anchors.txt`) measures it in
+  the same run: its rows say "anchor interpreter", that interpreter measures the floors again
+  beside it, and rlightning's ratio to `Batch` is taken through each interpreter's own floor
+  (rlightning / its floor, over Batch / its floor).
+* Item 5's Ray row needs `ray` (the `ray` extra); without it the row says so.
+"""
+
+FAST = """\
+## What makes the per-step path fast
+
+Profiled with cProfile and by timing variants side by side (the tables above are the result):
+
+* **Build** (`PolicyResponse.__init__`): the `env_id` check is one `type(env_id) is not str`
+  test inline (the full check runs only for other types), the reserved-name check is one
+  `frozenset.isdisjoint` against the names computed once per class, and the fields are written
+  straight into the instance dict. `MultiAgentPolicyResponse.__init__` does the same inline
+  instead of calling `super().__init__(env_id, **data)`, which would pack the keyword arguments
+  into a new dict a second time.
+* **`cpu()`** reads `tensor.is_cpu` (about 35 ns) instead of calling `tensor.cpu()` (about
+  170 ns, which returns the same tensor after a dispatch), keeps a CPU tensor as the very same
+  object, and keeps a container whose tensors are all on the CPU as the same object (no
+  rebuild). That is why it beats the floor of raw `t.cpu()` calls.
+* **`numpy()`** of a CPU tensor that needs no grad is one `tensor.numpy()` call (a view sharing
+  the tensor's memory) instead of the three calls `detach().cpu().numpy()`; other tensors take
+  one `tensor.numpy(force=True)`, after widening a dtype numpy lacks (bfloat16, float8,
+  complex32). A plain dict of per-agent tensors is converted in one inline loop.
+* **Nothing looked up per call that can be cached**: `torch.Tensor` and the set of dtypes numpy
+  lacks are cached at first use (never by importing torch), and leaves are dispatched by
+  `type(x) is Tensor` / one set lookup rather than a recursive call per leaf
+  (`rlightning._tree.map_tensors`). No field or leaf that needs no work is touched beyond one
+  type check, and no container is rebuilt unless a tensor in it changed.
+"""
+
+CUDA_NOT_MEASURED = """\
+## CUDA
+
+Not measured: no GPU was visible to the run behind this page. The CUDA rows of items 2 and 4
+(`2.cuda_*`, `4.cuda_*`: a response on the GPU through `numpy()`/`cpu()`, 64 MB device-to-host
+copies plain and `non_blocking`, and a pinned host-to-device `non_blocking` copy, each against
+raw torch) are measured by the same command on a machine with one, and this section then gives
+the date and the GPU's name.
+"""
+
+
+def _cuda_section(results: dict[str, Any]) -> list[str]:
+    meta = results["meta"]
+    measured = [r for r in results["rows"] if "cuda" in r["case"] and r["status"] == "ok"]
+    if not measured or not meta.get("gpu"):
+        return [CUDA_NOT_MEASURED]
+    return [
+        "## CUDA",
+        "",
+        f"Measured on {meta['date_utc'][:10]} on an {meta['gpu']} (the `2.cuda_*` and "
+        "`4.cuda_*` rows of the tables above): a response on the GPU through `numpy()` and "
+        "`cpu()`, 64 MB device-to-host copies plain and `non_blocking`, and a pinned "
+        "host-to-device `non_blocking` copy, each against raw torch, every operation followed "
+        "by `torch.cuda.synchronize()`.",
+        "",
+    ]
+
+
+#: Why a target is missed, by case id prefix; shown only for targets this run missed.
+MISSED: dict[str, str] = {
+    "1.build": (
+        "CPython's call of a class whose `__init__` is written in Python costs far more than "
+        "`SimpleNamespace`'s C `__init__`: the keyword arguments are packed into a dict, "
+        "unpacked into a frame and packed again into `**data`. The reference row "
+        "'SimpleNamespace subclass, Python __init__, no checks' ({py_init}, {py_init_ratio} the "
+        "floor) is that cost alone, with nothing checked; rlightning ({ours}) adds the `env_id` "
+        "and reserved-name checks the API requires and a `to_dict()` that leaves out `env_id` "
+        "and the stamps. Timed the same way on CPython 3.10 to 3.13 here, such an `__init__` "
+        "alone costs 1.6x to 2x the whole floor, so 2x is out of reach for any class with a "
+        "Python-level `__init__` that checks its input. The rest of the gap ({gap}) is the two "
+        "checks and a `to_dict()` method that leaves the envelope out."
+    ),
+    "3.build": (
+        "Same cause as item 1: the floor is a `SimpleNamespace` with one field (the per-agent "
+        "dict), so CPython's class-call overhead for a Python `__init__` weighs even more."
+    ),
+    "4.cpu": (
+        "On the CPU, `cpu()` of a CPU tensor copies nothing, so there is no memory-bandwidth "
+        "floor here, only call overhead: raw `t.cpu()` is one C call, `response.cpu()` is a "
+        "method call plus a walk over the fields, some tens of nanoseconds more whatever the "
+        "tensor's size. The bandwidth case on the CPU is `4.numpy_bf16` (a real copy); the "
+        "device copies are the `4.cuda_*` rows."
+    ),
+    "4.numpy": (
+        "Zero-copy on the CPU, as `4.cpu`: the ratio measures fixed call overhead, not bandwidth."
+    ),
+    "5.": (
+        "torch pickles each tensor through `torch.save` into bytes (with its storage "
+        "metadata), which costs hundreds of bytes per small tensor and tens of microseconds, "
+        "ignores `buffer_callback`, and makes Ray copy the tensor out of its object store. "
+        "rlightning's `__reduce_ex__` is being changed to pickle CPU tensors as raw buffers "
+        "(the zero-copy pickling issue); until that lands here, a response of tensors pickles "
+        "like a dict of tensors."
+    ),
+    "6.": (
+        "Measured against the SB3 adapter source listed above. At these sizes the raw forward "
+        "is tens of microseconds, so every microsecond of per-call Python work in the adapter "
+        "(one response per env, value/log_prob split per env, mode switches) shows in the ratio."
+    ),
+    "7.": (
+        "Measured against the PettingZoo adapter source listed above. Per agent, gymnasium's "
+        "`Space.sample` alone is about 1 us (the floor row); checking each action with "
+        "`Space.contains` costs about as much again, which leaves little of the 2 us budget for "
+        "the adapter's own bookkeeping."
+    ),
+}
+
+
+def _meta_lines(meta: dict[str, Any]) -> list[str]:
+    versions = ", ".join(f"{k} {v}" for k, v in meta["versions"].items())
+    lines = [
+        f"* Run: {meta['date_utc']}, {meta['mode']} mode, {meta['repeats']} rounds per case, "
+        f"about {meta['round_target_s'] * 1e3:g} ms per round, {meta['wall_s']} s in all; "
+        f"`{meta['command']}`.",
+        f"* Machine: {meta['cpu']}, {meta['cpu_count']} cores shared with other work; "
+        f"{meta['platform']}; torch threads: {meta['torch_threads']}; "
+        f"GPU: {meta.get('gpu') or 'none visible'}.",
+        f"* Versions: {versions}.",
+    ]
+    for name, where in meta.get("sources", {}).items():
+        lines.append(f"* Source of `{name}`: `{where}`.")
+    if meta.get("note"):
+        lines.append(f"* Note: {meta['note']}")
+    anchors = meta.get("anchor_process")
+    if anchors is not None:
+        other = ", ".join(f"{k} {v}" for k, v in anchors["versions"].items())
+        lines.append(f"* Anchor interpreter: `{anchors['executable']}` ({other}).")
+    if meta.get("openblas_env"):
+        env = ", ".join(f"{k}={v}" for k, v in meta["openblas_env"].items())
+        lines.append(f"* Environment: {env} (set on this machine; left as is).")
+    return lines
+
+
+def _missed(results: dict[str, Any]) -> list[str]:
+    rows = results["rows"]
+    from benchmarks.targets import ratio_to_floor
+
+    py_init, ours = find(rows, "1.build", "py_init"), find(rows, "1.build", "rlightning")
+    values = {
+        "py_init": fmt_time(py_init["median_s"]) if py_init else "-",
+        "py_init_ratio": f"{ratio_to_floor(rows, py_init):.2f}x" if py_init else "-",
+        "ours": fmt_time(ours["median_s"]) if ours else "-",
+        "gap": fmt_time(ours["median_s"] - py_init["median_s"]) if ours and py_init else "-",
+    }
+    lines: list[str] = []
+    done: set[str] = set()
+    for target in results.get("targets", []):
+        if target["met"] is not False:
+            continue
+        for prefix, text in MISSED.items():
+            if target["case"].startswith(prefix) and prefix not in done:
+                done.add(prefix)
+                label = f"`{prefix}`" if not prefix.endswith(".") else f"Item {prefix[:-1]}"
+                lines.append(f"* **{label}**: {text.format(**values)}")
+    unmeasured = sorted({t["case"] for t in results.get("targets", []) if t["met"] is None})
+    if unmeasured:
+        lines.append(
+            "* **Not measured in this run** (their rows say why): "
+            + ", ".join(f"`{c}`" for c in unmeasured)
+            + "."
+        )
+    return lines or ["Every target was met in this run."]
+
+
+def render(
+    results: dict[str, Any],
+    tables: dict[int, str],
+    targets: str,
+    before_after: str,
+    baseline: dict[str, Any] | None,
+) -> str:
+    """Return the whole page for ``results`` with the per-item ``tables`` and ``targets``."""
+    meta = results["meta"]
+    parts = [
+        "# Performance",
+        "",
+        "A policy response is built and converted on every environment step, so its overhead "
+        "is measured against the floor of the raw torch/numpy calls and against the containers "
+        "users would otherwise pick. This page is generated: `tox -e bench` "
+        "(`python -m benchmarks.run`) rewrites it, `benchmarks/results.json` and the chart "
+        "from one run.",
+        "",
+        *_meta_lines(meta),
+        "",
+        "## Targets",
+        "",
+        targets,
+        "",
+        "![time over the floor, per case and implementation](performance.png)",
+        "",
+        "### Targets missed, and why",
+        "",
+        *_missed(results),
+        "",
+        HOW,
+        "## Results",
+        "",
+    ]
+    for item, title in ITEM_TITLES.items():
+        parts += [f"### {title}", "", tables[item], ""]
+    parts += [FAST]
+    if baseline is not None:
+        parts += [
+            "### Before and after",
+            "",
+            "rlightning before this work (the first skeleton, `benchmarks/baseline_skeleton.json`,"
+            f" measured with the same harness on {baseline['meta']['date_utc']}) and now:",
+            "",
+            before_after,
+            "",
+        ]
+    parts += _cuda_section(results)
+    return "\n".join(parts)

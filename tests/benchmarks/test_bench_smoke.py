@@ -1,0 +1,116 @@
+"""Smoke test of the benchmarks: they run, and the results file has every row.
+
+Speed is not asserted here (benchmarks compare side by side; see docs/performance.md). This runs
+``python -m benchmarks.run --smoke`` in a subprocess, as ``tox -e bench`` runs the full version,
+and checks the file it writes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("bench") / "results.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--smoke", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"wrote {out}" in proc.stdout
+    return json.loads(out.read_text())
+
+
+def test_every_expected_row_is_present(results: dict) -> None:
+    from benchmarks.run import expected_rows
+
+    expected = expected_rows()
+    have = {(row["case"], row["impl"]) for row in results["rows"]}
+    missing = [pair for pair in expected if pair not in have]
+    assert not missing, f"rows missing from results.json: {missing}"
+    items = {row["item"] for row in results["rows"]}
+    assert items == {1, 2, 3, 4, 5, 6, 7}
+    # The issue's comparisons, spelled out: a floor and rlightning in every case, the anchors
+    # in items 1-3 and 5's tensor case.
+    cases = {row["case"] for row in results["rows"]}
+    for case in cases:
+        assert (case, "floor") in have
+        assert (case, "rlightning") in have
+    for case in ("1.build", "2.numpy", "2.cpu", "3.build", "3.numpy", "3.cpu", "5.pickle_tensors"):
+        assert (case, "tensordict") in have
+        assert (case, "batch") in have
+    assert ("1.build", "dict") in have
+
+
+def test_rows_are_measured_or_say_why_not(results: dict) -> None:
+    for row in results["rows"]:
+        if row["status"] == "skipped":
+            assert row["reason"], row
+            continue
+        assert row["status"] == "ok", row
+        assert math.isfinite(row["median_s"])
+        assert row["median_s"] > 0
+        assert row["q1_s"] <= row["median_s"] <= row["q3_s"]
+        assert row["n"] >= 1
+        assert row["repeats"] == results["meta"]["repeats"]
+
+
+def test_core_rows_always_run(results: dict) -> None:
+    # rlightning-core and its floors need nothing beyond torch: they are never skipped.
+    for row in results["rows"]:
+        if row["item"] <= 5 and row["impl"] in ("floor", "rlightning", "dict"):
+            if row["case"] == "5.ray_64mb_tensor" or "cuda" in row["case"]:
+                continue  # needs the optional ray, or a GPU
+            assert row["status"] == "ok", row
+
+
+def test_pickle_rows_report_size_and_payload(results: dict) -> None:
+    for row in results["rows"]:
+        if row["item"] == 5 and row["status"] == "ok" and "zero_copy_get" not in row:
+            assert row["size_bytes"] > 0
+            assert row["payload_bytes"] > 0
+            assert row["overhead_bytes"] == row["size_bytes"] - row["payload_bytes"]
+
+
+def test_every_target_is_evaluated(results: dict) -> None:
+    targets = results["targets"]
+    assert {t["item"] for t in targets} == {1, 2, 3, 4, 5, 6, 7}
+    for target in targets:
+        if target["value"] is None:
+            assert target["met"] is None
+        else:
+            assert target["met"] is (target["value"] <= target["limit"])
+
+
+def test_report_renders_from_the_smoke_results(results: dict, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from benchmarks.report import write_docs
+
+    write_docs(results, tmp_path)
+    page = (tmp_path / "performance.md").read_text()
+    assert page.startswith("# Performance")
+    for case in ("1.build", "2.numpy", "4.numpy_bf16", "5.pickle_64mb", "6.act_n64", "7.pz_n2000"):
+        assert f"`{case}`" in page
+    png = (tmp_path / "performance.png").read_bytes()
+    assert png.startswith(b"\x89PNG")
