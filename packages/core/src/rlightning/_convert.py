@@ -116,47 +116,64 @@ def _cpu_leaf(tensor: Any) -> Any:
     return tensor if tensor.is_cpu else tensor.to("cpu")
 
 
-def _failed(exc: Exception, what: str, key: object) -> Exception:
-    return type(exc)(f"{what} failed for field {key!r}: {exc}")
+def _failed(exc: Exception, what: str, key: object, error: type[Exception]) -> Exception:
+    """The error a conversion raises when ``exc`` stopped it at field ``key``."""
+    if isinstance(exc, RecursionError):
+        return ValueError(
+            f"{what} failed for field {key!r}: it contains itself (a reference cycle); "
+            "conversions walk nested dicts, lists and tuples, which must not contain themselves"
+        )
+    return error(f"{what} failed for field {key!r}: {type(exc).__name__}: {exc}")
 
 
 def fields_to_numpy(fields: dict[str, Any]) -> None:
     """Convert every tensor in ``fields`` (nested too) to numpy, in place; see ``numpy()``.
 
+    All or nothing: ``fields`` is only written once every field converted.
+
     Raises:
-        TypeError, RuntimeError, ValueError: a tensor cannot be converted; the message names the
-            field.
+        TypeError: a tensor cannot be converted; the message names the field.
+        ValueError: a field contains itself (a reference cycle).
     """
     tensor = _tensor or _tensor_type()
     if tensor is None:  # torch not imported: no tensor can exist
         return
     key = None
+    changes: dict[str, Any] | None = None
+    new: Any
     try:
         for key, value in fields.items():
             kind = type(value)
             if kind is tensor:
-                fields[key] = tensor_to_numpy(value)
+                new = tensor_to_numpy(value)
             elif kind in _ATOMIC:
                 continue
             elif kind is dict:
                 new = _dict_to_numpy(value, tensor)
-                if new is not value:
-                    fields[key] = new
             elif isinstance(value, _CONTAINERS):
                 new = map_tensors(tensor_to_numpy, value, tensor)
-                if new is not value:
-                    fields[key] = new
             elif isinstance(value, tensor):
-                fields[key] = tensor_to_numpy(value)
-    except (TypeError, RuntimeError, ValueError) as exc:
-        raise _failed(exc, "numpy()", key) from exc
+                new = tensor_to_numpy(value)
+            else:
+                continue
+            if new is not value:
+                if changes is None:
+                    changes = {}
+                changes[key] = new
+    except MemoryError:
+        raise
+    except Exception as exc:
+        raise _failed(exc, "numpy()", key, TypeError) from exc
+    if changes is not None:
+        fields.update(changes)
 
 
 def _convert_fields(
     fields: dict[str, Any], tensor: type[Any], leaf: Callable[[Any], Any], what: str
 ) -> None:
-    """Replace, in place, each tensor of ``fields`` (nested too) by ``leaf(tensor)``."""
+    """Replace each tensor of ``fields`` (nested too) by ``leaf(tensor)``; all or nothing."""
     key = None
+    changes: dict[str, Any] | None = None
     try:
         for key, value in fields.items():
             kind = type(value)
@@ -169,16 +186,26 @@ def _convert_fields(
             else:
                 continue
             if new is not value:
-                fields[key] = new
-    except (TypeError, RuntimeError, ValueError) as exc:
-        raise _failed(exc, what, key) from exc
+                if changes is None:
+                    changes = {}
+                changes[key] = new
+    except MemoryError:
+        raise
+    except Exception as exc:  # torch raises AssertionError for CUDA on a CPU-only build
+        raise _failed(exc, what, key, RuntimeError) from exc
+    if changes is not None:
+        fields.update(changes)
 
 
 def fields_to_cpu(fields: dict[str, Any], non_blocking: bool) -> None:
     """Move every tensor in ``fields`` (nested too) to the CPU, in place; see ``to()``.
 
     A tensor already on the CPU is kept as the same object, and a container whose tensors are all
-    on the CPU is kept as the same object.
+    on the CPU is kept as the same object. All or nothing, as :func:`fields_to_numpy`.
+
+    Raises:
+        RuntimeError: torch cannot move a tensor; the message names the field.
+        ValueError: a field contains itself (a reference cycle).
     """
     tensor = _tensor or _tensor_type()
     if tensor is None:
@@ -193,26 +220,42 @@ def fields_to_cpu(fields: dict[str, Any], non_blocking: bool) -> None:
         return
     # The common case, inline: a top-level CPU tensor costs a type check and ``is_cpu``.
     key = None
+    changes: dict[str, Any] | None = None
     try:
         for key, value in fields.items():
             kind = type(value)
             if kind is tensor:
-                if not value.is_cpu:
-                    fields[key] = value.to("cpu")
+                if value.is_cpu:
+                    continue
+                new = value.to("cpu")
             elif kind in _ATOMIC:
                 continue
             elif isinstance(value, _CONTAINERS):
                 new = map_tensors(_cpu_leaf, value, tensor)
-                if new is not value:
-                    fields[key] = new
+                if new is value:
+                    continue
             elif isinstance(value, tensor) and not value.is_cpu:
-                fields[key] = value.to("cpu")
-    except (TypeError, RuntimeError, ValueError) as exc:
-        raise _failed(exc, "to('cpu')", key) from exc
+                new = value.to("cpu")
+            else:
+                continue
+            if changes is None:
+                changes = {}
+            changes[key] = new
+    except MemoryError:
+        raise
+    except Exception as exc:
+        raise _failed(exc, "to('cpu')", key, RuntimeError) from exc
+    if changes is not None:
+        fields.update(changes)
 
 
 def fields_to_device(fields: dict[str, Any], device: Any, non_blocking: bool) -> None:
-    """Move every tensor in ``fields`` (nested too) to ``device``, in place; see ``to()``."""
+    """Move every tensor in ``fields`` (nested too) to ``device``, in place; see ``to()``.
+
+    Raises:
+        RuntimeError: torch cannot move a tensor there; the message names the field.
+        ValueError: a field contains itself (a reference cycle).
+    """
     tensor = _tensor or _tensor_type()
     if tensor is None:
         return

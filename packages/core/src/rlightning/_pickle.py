@@ -28,6 +28,7 @@ array is not writable"). Do not write into such tensors in place; ``clone()`` th
 from __future__ import annotations
 
 import copy
+import copyreg
 from typing import Any
 
 import numpy as np
@@ -134,52 +135,38 @@ def _wrap_fields(fields: dict[str, Any], tensor_cls: type[Any]) -> bool:
         kind = type(value)
         if kind in _ATOMIC:
             continue
-        if kind is tensor_cls or isinstance(value, (dict, list, tuple)):
-            new = wrap(value) if kind is tensor_cls else map_leaves(wrap, value)
+        if kind is tensor_cls:
+            fields[key] = wrap(value)
+        elif isinstance(value, (dict, list, tuple)):
+            try:
+                new = map_leaves(wrap, value)
+            except RecursionError:  # a container that contains itself: torch's own pickling
+                continue
             if new is not value:
                 fields[key] = new
     return bool(seen)
 
 
-def _unwrap(value: Any) -> Any:
-    return value.tensor if type(value) is _TensorPickle else value
-
-
-def _restore_wrapped(cls: type[Any], env_id: str | None, fields: dict[str, Any]) -> Any:
-    """Rebuild a response whose tensors were pickled by :class:`_TensorPickle`.
-
-    After unpickling the stand-ins are already tensors; after ``copy.copy`` (which does not copy
-    the reduce arguments) they are still stand-ins and are swapped back for their tensors here.
-    """
-    for key, value in fields.items():
-        kind = type(value)
-        if kind is _TensorPickle:
-            fields[key] = value.tensor
-        elif isinstance(value, (dict, list, tuple)):
-            fields[key] = map_leaves(_unwrap, value)
-    return cls(env_id, **fields)
-
-
-def _restore(cls: type[Any], env_id: str | None, fields: dict[str, Any]) -> Any:
-    """Rebuild a pickled response (no tensors were swapped out)."""
-    return cls(env_id, **fields)
-
-
 def reduce_response(response: Any, protocol: int) -> tuple[Any, ...]:
     """Return the ``__reduce_ex__`` value of a response (see module docstring).
+
+    The response is rebuilt without calling ``__init__`` (``copyreg.__newobj__``, then its field
+    dict as the state), so a user subclass whose ``__init__`` takes other arguments or sets
+    fields itself is restored exactly as it was, and a response that holds itself (directly or
+    in a container) pickles and deep-copies like any self-referential object.
 
     Args:
         response: A ``PolicyResponse`` (or subclass).
         protocol: The pickle protocol (unused: numpy decides in band or out of band from it).
 
     Returns:
-        ``(restore, (cls, env_id, fields))`` where ``fields`` is a shallow copy of the response's
-        fields with plain CPU tensors swapped for zero-copy stand-ins. The response is not
-        mutated.
+        ``(copyreg.__newobj__, (cls,), fields)`` where ``fields`` is a shallow copy of the
+        response's fields (``env_id`` included) with plain CPU tensors swapped for zero-copy
+        stand-ins. The response is not mutated.
     """
     fields = response.__dict__.copy()
-    env_id = fields.pop("env_id")
     tensor_cls = tensor_type()
-    if tensor_cls is not None and _wrap_fields(fields, tensor_cls):
-        return (_restore_wrapped, (type(response), env_id, fields))
-    return (_restore, (type(response), env_id, fields))
+    if tensor_cls is not None:
+        _wrap_fields(fields, tensor_cls)
+    # copyreg.__newobj__ is what pickle turns into its NEWOBJ opcode (cls.__new__(cls)).
+    return (copyreg.__newobj__, (type(response),), fields)  # type: ignore[attr-defined]

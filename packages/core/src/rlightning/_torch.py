@@ -94,7 +94,6 @@ def _numpy_unsupported_dtypes() -> frozenset[Any]:
         "float8_e5m2",
         "float8_e5m2fnuz",
         "float8_e8m0fnu",
-        "float4_e2m1fn_x2",
     )
     return frozenset(getattr(torch, name) for name in names if hasattr(torch, name))
 

@@ -14,6 +14,7 @@ the cost of the walk itself (see ``docs/performance.md``).
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import reprlib
 from collections.abc import Callable
@@ -52,9 +53,11 @@ def _rebuild_sequence(original: list[Any] | tuple[Any, ...], items: list[Any]) -
         return tuple(items)
     if isinstance(original, tuple):
         make = getattr(kind, "_make", None)
-        if make is not None:  # namedtuple
-            return make(items)
-        return kind(items)
+        rebuilt = make(items) if make is not None else kind(items)  # namedtuple, or a subclass
+        extra = getattr(original, "__dict__", None)
+        if extra:  # a subclass that added instance attributes: keep them
+            rebuilt.__dict__.update(extra)
+        return rebuilt
     # A list subclass: copy it (keeps its type and attributes), then fill in the new items.
     new = copy.copy(original)
     new[:] = items
@@ -185,63 +188,96 @@ def map_tensors(fn: Callable[[Any], Any], value: Any, tensor: type[Any]) -> Any:
     return value
 
 
-def _arrays_equal(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> bool:
+def _arrays_equal(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any], active: set[Any]) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
+    if isinstance(a, np.ma.MaskedArray) or isinstance(b, np.ma.MaskedArray):
+        mask_a, mask_b = np.ma.getmaskarray(a), np.ma.getmaskarray(b)
+        if not np.array_equal(mask_a, mask_b):
+            return False
+        return _arrays_equal(np.asarray(a)[~mask_a], np.asarray(b)[~mask_b], active)
+    names = a.dtype.names
+    if names is not None:  # structured: field by field, so NaNs inside compare as NaNs
+        return all(_arrays_equal(a[name], b[name], active) for name in names)
+    if a.dtype.kind == "O":  # objects: each item by the same rules
+        return all(_equal(x, y, active) for x, y in zip(a.ravel(), b.ravel(), strict=True))
     try:
-        return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
-    except (TypeError, ValueError):  # object arrays holding unorderable or array items
-        return all(tree_equal(x, y) for x, y in zip(a.ravel(), b.ravel(), strict=True))
+        return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fcmM"))
+    except (TypeError, ValueError):
+        return bool(np.array_equal(a, b))
 
 
 def _tensors_equal(a: Any, b: Any) -> bool:
-    if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
+    try:
+        if a.dtype != b.dtype or a.device != b.device or a.layout != b.layout:
+            return False
+        if a.is_nested or b.is_nested:
+            if not (a.is_nested and b.is_nested):
+                return False
+            parts_a, parts_b = a.unbind(), b.unbind()
+            return len(parts_a) == len(parts_b) and all(
+                _tensors_equal(x, y) for x, y in zip(parts_a, parts_b, strict=True)
+            )
+        if a.shape != b.shape:
+            return False
+        if a.device.type == "meta":  # no values to compare: only the same tensor is equal
+            return False
+        if a.is_quantized:
+            if (a.qscheme(), a.q_scale(), a.q_zero_point()) != (
+                b.qscheme(),
+                b.q_scale(),
+                b.q_zero_point(),
+            ):
+                return False
+            a, b = a.int_repr(), b.int_repr()
+        elif a.is_sparse or a.layout != _strided_layout():
+            a, b = a.to_dense(), b.to_dense()
+        if a.is_floating_point() or a.is_complex():
+            both_nan = a.isnan() & b.isnan()
+            return bool(((a == b) | both_nan).all())
+        return bool((a == b).all())
+    except Exception:  # a layout or dtype torch cannot compare: equal only if the same object
         return False
-    if a.is_floating_point() or a.is_complex():
-        both_nan = a.isnan() & b.isnan()
-        return bool(((a == b) | both_nan).all())
+
+
+def _strided_layout() -> Any:
     import torch
 
-    return bool(torch.equal(a, b))
+    return torch.strided
 
 
-def tree_equal(a: Any, b: Any) -> bool:
-    """Compare two nested structures exactly; never raises on arrays or tensors.
-
-    Containers must have the same type and keys/length. numpy arrays are equal when shape, dtype
-    and values are equal; torch tensors when shape, dtype, device and values are equal. NaNs in
-    the same positions count as equal, so a structure always equals its own copy. An array never
-    equals a tensor or a list.
-
-    Args:
-        a: First structure.
-        b: Second structure.
-
-    Returns:
-        True if the structures are equal.
-    """
+def _equal(a: Any, b: Any, active: set[Any]) -> bool:
     if a is b:
         return True
     kind = type(a)
     if kind is not type(b):
         return False
-    if kind is np.ndarray:
-        return _arrays_equal(a, b)
-    if kind is float:
+    if kind is np.ndarray or isinstance(a, np.ndarray):
+        return _arrays_equal(a, b, active)
+    if isinstance(a, float):
         return a == b or (math.isnan(a) and math.isnan(b))
-    if isinstance(a, dict):
-        if a.keys() != b.keys():
-            return False
-        return all(tree_equal(item, b[key]) for key, item in a.items())
-    if isinstance(a, (list, tuple)):
-        if len(a) != len(b):
-            return False
-        return all(tree_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, complex):
+        return _equal(a.real, b.real, active) and _equal(a.imag, b.imag, active)
+    if isinstance(a, (dict, list, tuple)):
+        pair = (id(a), id(b))
+        if pair in active:  # a cycle: equal so far, the rest is compared further up
+            return True
+        active.add(pair)
+        try:
+            if isinstance(a, dict):
+                if a.keys() != b.keys():
+                    return False
+                return all(_equal(item, b[key], active) for key, item in a.items())
+            if len(a) != len(b):
+                return False
+            return all(_equal(x, y, active) for x, y in zip(a, b, strict=True))
+        finally:
+            active.discard(pair)
     tensor = tensor_type()
     if tensor is not None and isinstance(a, tensor):
         return _tensors_equal(a, b)
     if isinstance(a, np.generic):
-        return _arrays_equal(np.asarray(a), np.asarray(b))
+        return _arrays_equal(np.asarray(a), np.asarray(b), active)
     try:
         result = a == b
         if isinstance(result, np.ndarray):
@@ -251,29 +287,106 @@ def tree_equal(a: Any, b: Any) -> bool:
         return False
 
 
+def tree_equal(a: Any, b: Any) -> bool:
+    """Compare two nested structures exactly; never raises on arrays or tensors.
+
+    Containers must have the same type and keys/length. numpy arrays are equal when shape, dtype
+    and values are equal (masked arrays: the same mask and the same unmasked values; structured
+    and object arrays field by field and item by item); torch tensors when shape, dtype, device,
+    layout and values are equal (sparse tensors by their dense values, nested tensors part by
+    part, quantized ones by their integer representation and quantization parameters). NaNs
+    (and NaTs) in the same positions count as equal, so a structure always equals its own copy.
+    An array never equals a tensor or a list. Containers that contain themselves compare
+    without recursing forever.
+
+    Args:
+        a: First structure.
+        b: Second structure.
+
+    Returns:
+        True if the structures are equal.
+    """
+    return _equal(a, b, set())
+
+
 _SMALL = 8
+_MAX_ITEMS = 8
 _REPR = reprlib.Repr()
 _REPR.maxstring = 80
 _REPR.maxother = 80
 
 
+def _tensor_repr(value: Any) -> str:
+    where = f"dtype={value.dtype}, device={value.device}"
+    try:
+        if value.is_nested:
+            return f"tensor(nested, {value.size(0)} parts, {where})"
+        shape = tuple(value.shape)
+        strided = not value.is_sparse and value.layout == _strided_layout()
+        small = value.device.type == "cpu" and value.numel() <= _SMALL
+        if strided and small and not value.is_quantized:
+            return f"tensor({value.detach().tolist()}, {where})"
+        layout = "" if strided else f", layout={value.layout}"
+        return f"tensor(shape={shape}, {where}{layout})"
+    except Exception:  # dtypes torch cannot print (float4, ...): the summary without values
+        return f"tensor({where})"
+
+
 def _leaf_repr(value: Any) -> str:
     if isinstance(value, np.ndarray):
         if value.size <= _SMALL and value.dtype != object:
-            values = np.array2string(value, precision=4, separator=", ")
+            try:
+                values = np.array2string(value, precision=4, separator=", ")
+            except Exception:
+                return f"array(shape={value.shape}, dtype={value.dtype})"
             return f"array({values}, dtype={value.dtype})"
         return f"array(shape={value.shape}, dtype={value.dtype})"
     tensor = tensor_type()
     if tensor is not None and isinstance(value, tensor):
-        where = f"device={value.device}"
-        if value.device.type == "cpu" and value.numel() <= _SMALL and not value.is_quantized:
-            values = str(value.detach().tolist())
-            return f"tensor({values}, dtype={value.dtype}, {where})"
-        return f"tensor(shape={tuple(value.shape)}, dtype={value.dtype}, {where})"
+        return _tensor_repr(value)
     if isinstance(value, str):
         return _REPR.repr(value)
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:
+        return f"<{type(value).__name__} ...>"
     return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _items_repr(parts: list[str], total: int) -> str:
+    if total > len(parts):
+        parts = [*parts, f"...(+{total - len(parts)} more)"]
+    return ", ".join(parts)
+
+
+def _repr(value: Any, active: set[int]) -> str:
+    if not isinstance(value, (dict, list, tuple)):
+        return _leaf_repr(value)
+    if id(value) in active:  # a container that contains itself
+        return "{...}" if isinstance(value, dict) else "[...]"
+    active.add(id(value))
+    try:
+        if isinstance(value, dict):
+            parts = [
+                f"{key!r}: {_repr(item, active)}"
+                for key, item in itertools.islice(value.items(), _MAX_ITEMS)
+            ]
+            body = "{" + _items_repr(parts, len(value)) + "}"
+            return body if type(value) is dict else f"{type(value).__name__}({body})"
+        fields = getattr(type(value), "_fields", None)
+        if isinstance(value, tuple) and fields is not None:
+            pairs = itertools.islice(zip(fields, value, strict=False), _MAX_ITEMS)
+            parts = [f"{name}={_repr(item, active)}" for name, item in pairs]
+            return f"{type(value).__name__}({_items_repr(parts, len(value))})"
+        parts = [_repr(item, active) for item in itertools.islice(value, _MAX_ITEMS)]
+        inner = _items_repr(parts, len(value))
+        if isinstance(value, list):
+            body = f"[{inner}]"
+        else:
+            body = f"({inner},)" if len(value) == 1 else f"({inner})"
+        return body if type(value) in (list, tuple) else f"{type(value).__name__}({body})"
+    finally:
+        active.discard(id(value))
 
 
 def tree_repr(value: Any) -> str:
@@ -281,7 +394,8 @@ def tree_repr(value: Any) -> str:
 
     Arrays and CPU tensors with at most 8 elements show their values; larger ones and tensors on
     other devices show only shape, dtype and device, so a repr never syncs a GPU for a big tensor
-    or prints megabytes.
+    or prints megabytes. Containers show their first 8 items and how many more there are; a
+    container inside itself shows as ``[...]`` or ``{...}``.
 
     Args:
         value: A leaf or nested containers.
@@ -289,21 +403,4 @@ def tree_repr(value: Any) -> str:
     Returns:
         A one-line summary.
     """
-    if isinstance(value, dict):
-        inner = ", ".join(f"{key!r}: {tree_repr(item)}" for key, item in value.items())
-        body = "{" + inner + "}"
-        return body if type(value) is dict else f"{type(value).__name__}({body})"
-    if isinstance(value, tuple) and hasattr(type(value), "_fields"):
-        fields = getattr(type(value), "_fields", ())
-        inner = ", ".join(
-            f"{name}={tree_repr(item)}" for name, item in zip(fields, value, strict=True)
-        )
-        return f"{type(value).__name__}({inner})"
-    if isinstance(value, (list, tuple)):
-        inner = ", ".join(tree_repr(item) for item in value)
-        if isinstance(value, list):
-            body = f"[{inner}]"
-        else:
-            body = f"({inner},)" if len(value) == 1 else f"({inner})"
-        return body if type(value) in (list, tuple) else f"{type(value).__name__}({body})"
-    return _leaf_repr(value)
+    return _repr(value, set())

@@ -86,11 +86,6 @@ def _reserved_names(cls: type) -> frozenset[str]:
     return (frozenset(dir(cls)) | _PROTOCOL_NAMES) - {"env_id"}
 
 
-def _restore(cls: type[_Self], env_id: str | None, fields: dict[str, Any]) -> _Self:
-    """Rebuild a pickled response (the callable named by ``__reduce_ex__``)."""
-    return cls(env_id, **fields)
-
-
 class PolicyResponse(SimpleNamespace):
     """Policy response container for single-agent interactions.
 
@@ -194,6 +189,11 @@ class PolicyResponse(SimpleNamespace):
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         return reduce_response(self, protocol)
+
+    def __copy__(self: _Self) -> _Self:
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
 
     # ------------------------------------------------------------------ data access
     def to_dict(self) -> dict[str, Any]:
