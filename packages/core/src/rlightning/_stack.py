@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from rlightning._torch import tensor_type, torch_if_imported
+from rlightning._tree import rebuild_sequence as _rebuild_sequence
 
 __all__ = ["ENV_IDS_FIELD", "EnvIds", "PerEnv", "stack_responses", "unbind_response"]
 
@@ -197,20 +198,6 @@ def _stack_tensors(values: list[Any], path: tuple[Any, ...], env_ids: Sequence[s
         return torch.stack(values)
     except (RuntimeError, TypeError) as exc:  # e.g. sparse or quantized layouts
         raise TypeError(f"stack(): torch.stack failed for field {_path_str(path)}: {exc}") from exc
-
-
-def _rebuild_sequence(original: list[Any] | tuple[Any, ...], items: list[Any]) -> Any:
-    kind = type(original)
-    if kind is list:
-        return items
-    if kind is tuple:
-        return tuple(items)
-    if isinstance(original, tuple):
-        make = getattr(kind, "_make", None)
-        return make(items) if make is not None else kind(items)
-    new = copy.copy(original)  # list subclasses (PerEnv included) keep their type
-    new[:] = items
-    return new
 
 
 def stack_responses(cls: type[_R], responses: Sequence[_R]) -> _R:

@@ -45,7 +45,13 @@ def is_container(value: object) -> bool:
     return isinstance(value, (dict, list, tuple))
 
 
-def _rebuild_sequence(original: list[Any] | tuple[Any, ...], items: list[Any]) -> Any:
+def rebuild_sequence(original: list[Any] | tuple[Any, ...], items: list[Any]) -> Any:
+    """Rebuild a list or tuple like ``original`` (same type) holding ``items``.
+
+    namedtuples through ``_make``, other tuple subclasses through their constructor, list
+    subclasses through ``copy.copy`` then slice assignment; extra instance attributes of a tuple
+    subclass are carried over. ``original`` is never mutated.
+    """
     kind = type(original)
     if kind is list:
         return items
@@ -100,7 +106,7 @@ def map_leaves(fn: Callable[[Any], Any], value: Any) -> Any:
         items = [map_leaves(fn, item) for item in value]
         if all(new is old for new, old in zip(items, value, strict=True)):
             return value
-        return _rebuild_sequence(value, items)
+        return rebuild_sequence(value, items)
     return fn(value)
 
 
@@ -182,7 +188,7 @@ def map_tensors(fn: Callable[[Any], Any], value: Any, tensor: type[Any]) -> Any:
                 items[index] = new
         if items is None:
             return value
-        return _rebuild_sequence(value, items)
+        return rebuild_sequence(value, items)
     if isinstance(value, tensor):
         return fn(value)
     return value
