@@ -25,7 +25,7 @@ from rlightning import MultiAgentPolicyResponse, PerEnv, PolicyResponse, WireFor
 
 def _message(header: list[Any], payload: bytes = b"") -> bytes:
     """Hand-build a version-1 message (layout of docs/transport.md) without a checksum."""
-    packed = msgpack.packb(header, use_bin_type=True)
+    packed: bytes = msgpack.packb(header, use_bin_type=True)
     body = packed + bytes((-(16 + len(packed))) % 8) + payload
     return struct.pack("<4sBBHII", b"RLWF", 1, 0, 0, len(packed), 0) + body
 
@@ -162,7 +162,8 @@ def test_hostile_env_ids_of_a_stacked_message_fail_cleanly_on_unbind() -> None:
 )
 def test_non_contiguous_buffer_is_a_type_error() -> None:
     data = PolicyResponse("e", a=np.arange(3)).to_bytes()
-    strided = memoryview(np.frombuffer(data * 2, np.uint8)[::2])
+    every_other: Any = np.frombuffer(data * 2, np.uint8)[::2]
+    strided = memoryview(every_other)
     with pytest.raises(TypeError, match="contiguous"):
         PolicyResponse.from_bytes(strided)
 
@@ -230,7 +231,7 @@ def test_meta_tensor_is_a_type_error_naming_the_field() -> None:
         (np.array([1, "x"], dtype=object), "dtype object"),
         (np.zeros(2, dtype=[("x", "<i4")]), "not supported"),
         (np.array(["ab"]), "<U2"),
-        (np.ma.array([1, 2], mask=[0, 1]), "MaskedArray"),
+        (np.ma.array([1, 2], mask=[False, True]), "MaskedArray"),
         (np.str_("x"), "numpy.str_"),
         (bytearray(b"x"), "bytearray"),
     ],

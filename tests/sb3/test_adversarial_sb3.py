@@ -105,7 +105,8 @@ def test_env_ids_of_the_wrong_kind_are_a_type_error(ppo: SB3PolicyAdapter, bad: 
 
 
 def test_numpy_str_env_ids_are_accepted(ppo: SB3PolicyAdapter) -> None:
-    [response] = ppo.act(_obs(1), np.array(["e0"]))
+    ids: Any = np.array(["e0"])
+    [response] = ppo.act(_obs(1), ids)
     assert response.env_id == "e0"
 
 
@@ -441,8 +442,9 @@ def test_add_rollout_step_refuses_non_dict_infos(ppo2: SB3PolicyAdapter) -> None
     model: Any = ppo2.model
     obs = start_training(model, 100)
     responses = ppo2.act(obs, ["a", "b"], episode_start=[True, True])
+    infos: Any = ["x", {}]
     with pytest.raises((TypeError, ValueError), match="infos"):
-        add_rollout_step(model, obs, responses, [1.0, 1.0], [True, False], ["x", {}])
+        add_rollout_step(model, obs, responses, [1.0, 1.0], [True, False], infos)
 
 
 @pytest.mark.xfail(
