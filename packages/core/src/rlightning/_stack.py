@@ -217,8 +217,8 @@ def stack_responses(cls: type[_R], responses: Sequence[_R]) -> _R:
         TypeError: ``responses`` is not a sequence of responses of one class, or a field holds
             values of different types (the message names the field and the env ids).
         ValueError: ``responses`` is empty, the responses have different fields, keys, lengths,
-            shapes, dtypes or devices (the message names the field and the env ids), or a response
-            already has a field named ``env_ids``.
+            shapes, dtypes or devices (the message names the field and the env ids), a response
+            already has a field named ``env_ids``, or a field contains itself.
     """
     given: object = responses  # checked at run time: callers may pass anything
     if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
@@ -258,7 +258,10 @@ def stack_responses(cls: type[_R], responses: Sequence[_R]) -> _R:
     for name in names:
         if name == "env_id":
             continue
-        data[name] = _stack_node([d[name] for d in dicts], (name,), env_ids, rows_0d)
+        try:
+            data[name] = _stack_node([d[name] for d in dicts], (name,), env_ids, rows_0d)
+        except RecursionError:
+            raise _cycle_error("stack", name) from None
     ids.array_rows = tuple(rows_0d)
     return kind(None, **data)
 
@@ -342,6 +345,13 @@ def _leading_size(value: Any) -> int | None:
     return None
 
 
+def _cycle_error(what: str, name: str) -> ValueError:
+    return ValueError(
+        f"{what}(): field {name!r} contains itself (a reference cycle); stack() and unbind() "
+        "walk nested dicts, lists and tuples, which must not contain themselves"
+    )
+
+
 def unbind_response(response: _R) -> list[_R]:
     """Split a stacked response into one response per env (see module docstring).
 
@@ -360,12 +370,18 @@ def unbind_response(response: _R) -> list[_R]:
     Raises:
         TypeError: ``env_ids`` is not a list of str/None.
         ValueError: an array, tensor or PerEnv does not have ``n`` rows (the message names the
-            field), or ``n`` cannot be found.
+            field), ``n`` cannot be found, the response has an ``env_id`` but no ``env_ids`` (it
+            was not stacked), or a field contains itself.
     """
     fields = dict(response.__dict__)
     cls = type(response)
-    fields.pop("env_id")
+    own_id = fields.pop("env_id")
     env_ids = fields.pop(ENV_IDS_FIELD, None)
+    if env_ids is None and own_id is not None:
+        raise ValueError(
+            f"unbind(): the {cls.__name__} for env {own_id!r} is not a stacked response (it has "
+            f"an env_id and no {ENV_IDS_FIELD!r} field); unbind() splits what stack() made"
+        )
     if env_ids is None:
         n = None
         for value in fields.values():
@@ -387,7 +403,12 @@ def unbind_response(response: _R) -> list[_R]:
         )
     n = len(env_ids)
     rows_0d = frozenset(getattr(env_ids, "array_rows", ()))
-    columns = {name: _split(value, n, (name,), rows_0d) for name, value in fields.items()}
+    columns: dict[str, list[Any]] = {}
+    for name, value in fields.items():
+        try:
+            columns[name] = _split(value, n, (name,), rows_0d)
+        except RecursionError:
+            raise _cycle_error("unbind", name) from None
     return [
         cls(env_id, **{name: column[i] for name, column in columns.items()})
         for i, env_id in enumerate(env_ids)

@@ -41,6 +41,8 @@ from rlightning._wire_spec import (
     MAGIC,
     MAX_BYTES_DEFAULT,
     MAX_DEPTH,
+    MAX_HEADER_BYTES_DEFAULT,
+    MAX_TUPLE_KEYS,
     TorchUnavailableError,
     WireFormatError,
     _align,
@@ -122,8 +124,15 @@ class _Decoder:
             if len(node) % 2 != 1:
                 raise self.fail("a dict node must hold key/value pairs")
             out = {}
+            tuple_keys = 0
             for i in range(1, len(node), 2):
                 key = self.key(node[i], depth + 1)
+                if type(key) is tuple:
+                    tuple_keys += 1
+                    if tuple_keys > MAX_TUPLE_KEYS:
+                        raise self.fail(
+                            f"more than MAX_TUPLE_KEYS={MAX_TUPLE_KEYS} tuple keys in one dict"
+                        )
                 if key in out:
                     raise self.fail(f"duplicate dict key {key!r}")
                 out[key] = self.value(node[i + 1], depth + 1)
@@ -150,13 +159,15 @@ class _Decoder:
         kind = type(node)
         if kind in _KEY_TYPES:
             return node
-        if kind is list and node and node[0] in (_T_TUPLE, _T_BIGINT) and type(node[0]) is int:
+        if kind is list and node and node[0] == _T_TUPLE and type(node[0]) is int:
             if depth > MAX_DEPTH:
                 raise self.fail(f"nesting deeper than MAX_DEPTH={MAX_DEPTH}")
-            if node[0] == _T_BIGINT:
-                return self.bigint(node)
             return tuple(self.key(item, depth + 1) for item in node[1:])
-        raise self.fail("a dict key must be a str, int, float, bool, None, bytes or tuple")
+        # ints beyond 64 bits are refused as keys: they hash without randomisation, so a
+        # hostile message could make them all collide (quadratic decoding).
+        raise self.fail(
+            "a dict key must be a str, a 64-bit int, float, bool, None, bytes or a tuple of them"
+        )
 
     def env_ids(self, node: list[Any], depth: int) -> EnvIds:
         if len(node) != 3:
@@ -230,8 +241,20 @@ def _import_torch(dtype: str, shape: tuple[int, ...]) -> Any:
     return torch
 
 
+def _check_limit(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int number of bytes (or None), got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+
+
 def decode(
-    data: Any, expected: type[_R], *, max_bytes: int | None = None, copy: bool = False
+    data: Any,
+    expected: type[_R],
+    *,
+    max_bytes: int | None = None,
+    copy: bool = False,
+    max_header_bytes: int | None = None,
 ) -> _R:
     """Decode a message made by :func:`encode` (``Class.from_bytes(data)``).
 
@@ -240,8 +263,13 @@ def decode(
         expected: The class ``from_bytes`` was called on; the message's class must be it or a
             subclass of it (``PolicyResponse.from_bytes`` accepts both kinds).
         max_bytes: Largest message accepted, in bytes; None means :data:`MAX_BYTES_DEFAULT`
-            (1 GiB). Checked before anything is decoded; since every array must fit in the
-            message, nothing larger than the message is ever allocated.
+            (1 GiB). Checked before anything is decoded; every array and tensor must fit in
+            the message, so their buffers never exceed it.
+        max_header_bytes: Largest msgpack header (the structure: everything but array and
+            tensor buffers) accepted; None means :data:`MAX_HEADER_BYTES_DEFAULT` (4 MiB).
+            Checked before the header is unpacked. Unpacking builds Python objects, up to about
+            80 bytes per header byte for a header of tiny nodes, so this bounds what a hostile
+            message can make the decoder allocate besides the message itself.
         copy: False (default): numpy arrays are views into ``data`` (read-only when ``data`` is
             ``bytes``; no copy), and tensors are views too when ``data`` is writable, copies
             otherwise (torch has no read-only tensors). True: every array and tensor is a fresh
@@ -252,7 +280,8 @@ def decode(
         stored dtype (bfloat16 included) and ``requires_grad=False``.
 
     Raises:
-        TypeError: ``data`` is not a bytes-like object.
+        TypeError: ``data`` is not a C-contiguous bytes-like object, or a limit is not an int.
+        ValueError: a limit is negative.
         WireFormatError: the bytes are truncated, corrupted, too large, hostile, or of another
             class than ``expected``.
         TorchUnavailableError: the message holds a tensor and torch is not installed (a
@@ -264,11 +293,16 @@ def decode(
         raise TypeError(
             f"from_bytes() takes bytes, bytearray or memoryview, got {type(data).__name__}"
         ) from None
+    if not view.c_contiguous:
+        raise TypeError("from_bytes() needs a C-contiguous buffer (copy it with bytes(...))")
     if view.ndim != 1 or view.itemsize != 1:
-        view = view.cast("B") if view.c_contiguous else view
-        if view.ndim != 1 or view.itemsize != 1:
-            raise TypeError("from_bytes() needs a C-contiguous buffer")
+        view = view.cast("B")
+    if max_bytes is not None:
+        _check_limit("max_bytes", max_bytes)
+    if max_header_bytes is not None:
+        _check_limit("max_header_bytes", max_header_bytes)
     limit = MAX_BYTES_DEFAULT if max_bytes is None else max_bytes
+    header_limit = MAX_HEADER_BYTES_DEFAULT if max_header_bytes is None else max_header_bytes
     size = len(view)
     if size > limit:
         raise WireFormatError(
@@ -287,6 +321,11 @@ def decode(
         )
     if flags & ~_FLAG_CRC or reserved:
         raise WireFormatError(f"unknown flags {flags:#04x} / reserved bytes {reserved:#06x}")
+    if header_len > header_limit:
+        raise WireFormatError(
+            f"header of {header_len} bytes exceeds max_header_bytes={header_limit}; raise "
+            "max_header_bytes to accept it"
+        )
     body_end = _HEADER.size + header_len
     start = _align(body_end)
     if start > size:

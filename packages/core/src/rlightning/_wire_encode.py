@@ -21,6 +21,8 @@ from rlightning._wire_spec import (
     _RESPONSE_MODULE,
     _SCALAR_TYPES,
     _T_ARRAY,
+    _MAX_BIGINT_BITS,
+    _MAX_BIGINT_DIGITS,
     _T_BIGINT,
     _T_COMPLEX,
     _T_DICT,
@@ -37,6 +39,7 @@ from rlightning._wire_spec import (
     FORMAT_VERSION,
     MAGIC,
     MAX_DEPTH,
+    MAX_TUPLE_KEYS,
     _align,
     _FieldError,
 )
@@ -70,6 +73,12 @@ class _Encoder:
         if depth > MAX_DEPTH:
             raise _FieldError(ValueError, f"nesting deeper than MAX_DEPTH={MAX_DEPTH}")
         if kind is int:
+            if value.bit_length() > _MAX_BIGINT_BITS:
+                raise _FieldError(
+                    ValueError,
+                    f"int of {value.bit_length()} bits is larger than the format carries "
+                    f"(at most {_MAX_BIGINT_BITS} bits, about {_MAX_BIGINT_DIGITS} decimal digits)",
+                )
             return [_T_BIGINT, str(value)]
         if kind is np.ndarray:
             return self.array(value)
@@ -85,6 +94,12 @@ class _Encoder:
             return out
         if kind is dict:
             out = [_T_DICT]
+            if sum(type(key) is tuple for key in value) > MAX_TUPLE_KEYS:
+                raise _FieldError(
+                    ValueError,
+                    f"more than MAX_TUPLE_KEYS={MAX_TUPLE_KEYS} tuple keys in one dict (the "
+                    "decoder refuses them: tuple keys hash without randomisation)",
+                )
             for key, item in value.items():
                 try:
                     out.append(self.key(key, depth + 1))
@@ -111,6 +126,12 @@ class _Encoder:
 
     def key(self, key: Any, depth: int) -> Any:
         kind = type(key)
+        if kind is int and not _INT64_MIN <= key <= _UINT64_MAX:
+            raise _FieldError(
+                TypeError,
+                f"dict key {key} does not fit in 64 bits; keys beyond 64 bits are refused (the "
+                "decoder guards against hash-colliding keys)",
+            )
         if kind in _KEY_TYPES:
             return self.node(key, depth)
         if kind is tuple:
@@ -161,6 +182,8 @@ class _Encoder:
                 f"{tensor.layout} / quantized / nested tensors are not supported; pass a dense "
                 "tensor (e.g. .to_dense() or .dequantize())",
             )
+        if tensor.device.type == "meta":
+            raise _FieldError(TypeError, "a meta tensor has no data to send")
         name = str(tensor.dtype).removeprefix("torch.")
         spec = _TORCH_DTYPES.get(name)
         if spec is None:
@@ -214,7 +237,8 @@ def encode(response: Any, *, checksum: bool = True) -> bytes:
         TypeError: a value (or dict key) has a type the format does not carry, e.g. a custom
             object, a namedtuple, a dict/list subclass, an object or datetime array, a sparse
             tensor; the message names the field, e.g. ``field 'obs'['rgb'][0]``.
-        ValueError: nesting is deeper than :data:`MAX_DEPTH`.
+        ValueError: nesting is deeper than :data:`MAX_DEPTH`, or an int needs more than 14,000
+            bits (Python's own limit for decimal conversion, about 4,300 digits).
     """
     kind_name = type(response).__name__
     if kind_name not in _KINDS or type(response).__module__ != _RESPONSE_MODULE:

@@ -21,6 +21,14 @@ _FLAG_CRC = 1
 _ALIGN = 8
 _MAX_NDIM = 32
 _MAX_BIGINT_DIGITS = 4300  # Python's own default limit for int(str)
+_MAX_BIGINT_BITS = 14_000  # every int of at most this many bits has < 4300 decimal digits
+#: Dict keys that are tuples hash without randomisation, so a hostile message could pick keys
+#: that all collide and make decoding quadratic: at most this many tuple keys per dict.
+MAX_TUPLE_KEYS = 1024
+#: Largest msgpack header (the structure, without array and tensor buffers) accepted by default.
+#: Decoding the header builds Python objects, up to ~80 bytes per header byte for a message of
+#: tiny nodes: this bounds what a hostile message can make the decoder allocate (~320 MiB).
+MAX_HEADER_BYTES_DEFAULT = 4 << 20
 _MAX_EMPTY_PRODUCT = 1 << 40  # bound on the non-zero dimensions of an empty array, in bytes
 
 _T_LIST, _T_TUPLE, _T_DICT, _T_PERENV = 0, 1, 2, 3

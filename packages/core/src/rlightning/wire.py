@@ -38,6 +38,8 @@ from rlightning._wire_spec import (
     MAGIC,
     MAX_BYTES_DEFAULT,
     MAX_DEPTH,
+    MAX_HEADER_BYTES_DEFAULT,
+    MAX_TUPLE_KEYS,
     TorchUnavailableError,
     WireFormatError,
 )
@@ -47,6 +49,8 @@ __all__ = [
     "MAGIC",
     "MAX_BYTES_DEFAULT",
     "MAX_DEPTH",
+    "MAX_HEADER_BYTES_DEFAULT",
+    "MAX_TUPLE_KEYS",
     "TorchUnavailableError",
     "WireFormatError",
     "decode",

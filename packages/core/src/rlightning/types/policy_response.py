@@ -450,7 +450,12 @@ class PolicyResponse(SimpleNamespace):
 
     @classmethod
     def from_bytes(
-        cls: type[_Self], data: Any, *, max_bytes: int | None = None, copy: bool = False
+        cls: type[_Self],
+        data: Any,
+        *,
+        max_bytes: int | None = None,
+        copy: bool = False,
+        max_header_bytes: int | None = None,
     ) -> _Self:
         """Decode a message made by :meth:`to_bytes`; never runs code.
 
@@ -459,6 +464,9 @@ class PolicyResponse(SimpleNamespace):
             max_bytes: Largest message accepted (default ``rlightning.wire.MAX_BYTES_DEFAULT``,
                 1 GiB), checked before anything is allocated.
             copy: False: arrays are views into ``data`` (read-only for ``bytes``); True: copies.
+            max_header_bytes: Largest msgpack header (structure without buffers) accepted
+                (default ``rlightning.wire.MAX_HEADER_BYTES_DEFAULT``, 4 MiB), checked before it
+                is unpacked; it bounds the Python objects a hostile message can make.
 
         Returns:
             The response, of the class stored in the message (this class or a subclass); tensors
@@ -469,11 +477,15 @@ class PolicyResponse(SimpleNamespace):
                 a message of another class.
             rlightning.wire.TorchUnavailableError: the message holds a tensor and torch is not
                 installed.
-            TypeError: ``data`` is not bytes-like.
+            TypeError: ``data`` is not a C-contiguous bytes-like object, or a limit is not an
+                int.
+            ValueError: a limit is negative.
         """
         from rlightning import wire
 
-        return wire.decode(data, cls, max_bytes=max_bytes, copy=copy)
+        return wire.decode(
+            data, cls, max_bytes=max_bytes, copy=copy, max_header_bytes=max_header_bytes
+        )
 
 
 def _check_space(space: object, name: str) -> None:
