@@ -16,13 +16,15 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Sequence
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import numpy as np
 import torch as th
+from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.utils import obs_as_tensor
 
 from rlightning import PolicyResponse
 from rlightning_sb3._actions import (
@@ -187,6 +189,29 @@ class SB3PolicyAdapter:
             self._carried.pop(env_id, None)
 
     # ------------------------------------------------------------------ input checks
+    def _batch(self, policy: Any, observation: Any) -> tuple[Any, int, bool, bool]:
+        """:func:`batch_observation`, plus whether the batch is ready for ``obs_as_tensor``.
+
+        Fast path for the common step: a numpy array of shape ``(n_envs, *space.shape)`` for a
+        Box observation space is a batch by SB3's rule (``is_vectorized_box_observation``; no
+        ``maybe_transpose`` applies to an array of the space's own shape) and is what
+        ``collect_rollouts`` hands to ``obs_as_tensor``, so the general checks are skipped.
+
+        Returns:
+            ``(batch, n_envs, vectorized, ready)``; ``ready`` True means the batch goes to
+            ``obs_as_tensor`` as it is (False: let :func:`obs_tensor` decide).
+        """
+        space = policy.observation_space
+        if (
+            type(observation) is np.ndarray
+            and type(space) is spaces.Box
+            and observation.ndim == len(space.shape) + 1
+            and observation.shape[1:] == space.shape
+        ):
+            return observation, observation.shape[0], True, True
+        batch, n_envs, vectorized = batch_observation(policy, observation)
+        return batch, n_envs, vectorized, False
+
     def _resolve_ids(
         self, env_ids: object, n_envs: int, vectorized: bool
     ) -> tuple[list[str], bool]:
@@ -210,10 +235,11 @@ class SB3PolicyAdapter:
         if vectorized:
             self._last_ids = ids
 
-    def _default_starts(self, ids: Sequence[str], seen: bool) -> np.ndarray:
+    def _default_starts(self, ids: Sequence[str], seen: bool) -> list[bool]:
         if seen:
-            return np.zeros(len(ids), dtype=bool)
-        return np.array([env_id not in self._carried for env_id in ids], dtype=bool)
+            return [False] * len(ids)
+        carried = self._carried
+        return [env_id not in carried for env_id in ids]
 
     def _eval_mode(self, policy: Any) -> None:
         """Put ``policy`` in eval mode as ``collect_rollouts`` does, only when it is not already.
@@ -312,7 +338,7 @@ class SB3PolicyAdapter:
                 one, or ``action_masks`` is malformed or given to a model without masking.
         """
         model = self._model
-        _, n_envs, vectorized = batch_observation(self._model.policy, observation)
+        _, n_envs, vectorized, _ready = self._batch(model.policy, observation)
         ids, seen = self._resolve_ids(env_ids, n_envs, vectorized)
         stamps = per_env_stamps(ts_env_sent_ns, ids)
         masks = (
@@ -351,16 +377,20 @@ class SB3PolicyAdapter:
             actions, _ = model.predict(observation, deterministic=deterministic, **extra)
         # One pass over the envs; rows come from one list(array) per field (row views and numpy
         # scalars, as actions[i] gives), the rarer fields are set afterwards in the same order.
-        responses = [
-            PolicyResponse(env_id, action=action)
-            for env_id, action in zip(ids, list(actions) if vectorized else [actions], strict=True)
-        ]
-        _add_columns(
-            responses,
-            state=next_states,
-            action_mask=None if masks is None else list(masks),
-            ts_env_sent_ns=stamps,
-        )
+        if n_envs == 1:
+            responses = [PolicyResponse(ids[0], action=actions[0] if vectorized else actions)]
+        else:
+            responses = [
+                PolicyResponse(env_id, action=action)
+                for env_id, action in zip(ids, list(actions), strict=True)
+            ]
+        if next_states is not None or masks is not None or stamps is not None:
+            _add_columns(
+                responses,
+                state=next_states,
+                action_mask=None if masks is None else list(masks),
+                ts_env_sent_ns=stamps,
+            )
         self._register(ids, vectorized, seen)
         return responses if vectorized else responses[0]
 
@@ -473,7 +503,7 @@ class SB3PolicyAdapter:
             where ``collect_rollouts`` would.
         """
         model = self._model
-        batch, n_envs, vectorized = batch_observation(self._model.policy, observation)
+        batch, n_envs, vectorized, ready = self._batch(model.policy, observation)
         ids, seen = self._resolve_ids(env_ids, n_envs, vectorized)
         stamps = per_env_stamps(ts_env_sent_ns, ids)
         masks = (
@@ -484,10 +514,12 @@ class SB3PolicyAdapter:
         starts = (
             self._default_starts(ids, seen)
             if episode_start is None
-            else per_env_bools(episode_start, "episode_start", ids, None)
+            else per_env_bools(episode_start, "episode_start", ids, None).tolist()
         )
-        if isinstance(model, OffPolicyAlgorithm):
-            env_acts, buffer_acts = off_policy_actions(model, batch, n_envs, explore)
+        if self._off_policy:
+            env_acts, buffer_acts = off_policy_actions(
+                cast(OffPolicyAlgorithm, model), batch, n_envs, explore
+            )
             responses = [
                 PolicyResponse(env_id, action=action, buffer_action=buffer_action)
                 for env_id, action, buffer_action in zip(
@@ -495,21 +527,23 @@ class SB3PolicyAdapter:
                 )
             ]
         elif self._on_policy:
-            responses = self._act_on_policy(batch, ids, starts, masks, explore, vectorized)
+            responses = self._act_on_policy(batch, ready, ids, starts, masks, explore, vectorized)
         else:
             raise TypeError(
                 f"act() supports on-policy and off-policy SB3 algorithms; "
                 f"{type(model).__name__} is neither (use predict())"
             )
-        _add_columns(responses, ts_env_sent_ns=stamps)
+        if stamps is not None:
+            _add_columns(responses, ts_env_sent_ns=stamps)
         self._register(ids, vectorized, seen)
         return responses if vectorized else responses[0]
 
     def _act_on_policy(
         self,
         batch: Any,
+        ready: bool,
         ids: list[str],
-        starts: np.ndarray,
+        starts: list[bool],
         masks: np.ndarray | None,
         explore: bool,
         vectorized: bool,
@@ -518,7 +552,9 @@ class SB3PolicyAdapter:
         model = self._model
         policy: Any = model.policy
         self._eval_mode(policy)
-        obs = obs_tensor(policy, batch, model.device)
+        obs = (
+            obs_as_tensor(batch, model.device) if ready else obs_tensor(policy, batch, model.device)
+        )
         states_in: list[Any] | None = None
         states_out: list[Any] | None = None
         with th.no_grad():
@@ -542,34 +578,48 @@ class SB3PolicyAdapter:
         )
         buffer_acts = on_policy_buffer_actions(model.action_space, sampled)
         # One unbind / list() per field, then one pass building the responses: indexing a tensor
-        # per env and per field costs more than the policy's forward pass at 64 envs.
-        responses = [
-            PolicyResponse(
-                env_id,
-                action=action,
-                buffer_action=buffer_action,
-                value=value,
-                log_prob=log_prob,
-                episode_start=start,
-            )
-            for env_id, action, buffer_action, value, log_prob, start in zip(
-                ids,
-                _rows(env_acts, vectorized),
-                list(buffer_acts),
-                values.flatten().unbind(0),
-                log_probs.unbind(0),
-                starts.tolist(),
-                strict=True,
-            )
-        ]
+        # per env and per field costs more than the policy's forward pass at 64 envs. One env
+        # takes its 0-d views directly (same storage and offset 0, as ``t.flatten()[0]``).
+        if len(ids) == 1:
+            responses = [
+                PolicyResponse(
+                    ids[0],
+                    action=env_acts[0] if vectorized else np.asarray(env_acts[0]),
+                    buffer_action=buffer_acts[0],
+                    value=values.reshape(()),
+                    log_prob=log_probs.reshape(()),
+                    episode_start=starts[0],
+                )
+            ]
+        else:
+            responses = [
+                PolicyResponse(
+                    env_id,
+                    action=action,
+                    buffer_action=buffer_action,
+                    value=value,
+                    log_prob=log_prob,
+                    episode_start=start,
+                )
+                for env_id, action, buffer_action, value, log_prob, start in zip(
+                    ids,
+                    list(env_acts),
+                    list(buffer_acts),
+                    values.flatten().unbind(0),
+                    log_probs.unbind(0),
+                    starts,
+                    strict=True,
+                )
+            ]
         if states_out is not None:
             self._carried.update(zip(ids, states_out, strict=True))
-        _add_columns(
-            responses,
-            state=states_out,
-            buffer_state=states_in,
-            action_mask=None if masks is None else list(masks),
-        )
+        if states_out is not None or masks is not None:
+            _add_columns(
+                responses,
+                state=states_out,
+                buffer_state=states_in,
+                action_mask=None if masks is None else list(masks),
+            )
         return responses
 
     # ------------------------------------------------------------------ env_actions
