@@ -2,8 +2,17 @@
 
 Item 6 compares ``SB3PolicyAdapter.predict`` with SB3's own ``model.predict`` and
 ``SB3PolicyAdapter.act`` with the raw per-step work of SB3's ``OnPolicyAlgorithm.collect_rollouts``
-(``obs_as_tensor``, ``policy(obs)`` under ``torch.no_grad()``, ``actions.cpu().numpy()``), for
-an untrained PPO ``MlpPolicy`` on CartPole-v1 at 1, 16 and 64 envs.
+(``obs_as_tensor`` and ``policy(obs)`` under ``torch.no_grad()``, ``actions.cpu().numpy()``, the
+Box clip/unscale branch and the Discrete ``actions.reshape(-1, 1)`` for the buffer), for an
+untrained PPO ``MlpPolicy`` on CartPole-v1 at 1, 16 and 64 envs. The act floor leaves out what
+SB3 does once per rollout, not per step (``policy.set_training_mode(False)``), and what the
+adapter's responses do not do (``env.step``, callbacks, ``RolloutBuffer.add``).
+
+Change (sb3perf branch): the act floor used to stop at ``actions.cpu().numpy()``; it now also
+does the action-space handling ``collect_rollouts`` does on every step (the ``isinstance(...,
+spaces.Box)`` clip/unscale branch, a no-op for CartPole's Discrete space, and the Discrete
+reshape to ``(n_envs, 1)``), since the adapter's ``act`` must do the same work to return
+``action`` and ``buffer_action``. It is about a microsecond per step.
 
 Item 7 times ``to_parallel_actions(sample_response(env), env)`` per step on a PettingZoo
 ``ParallelEnv`` with 2 to 2000 agents, per agent. The env is a minimal real ``ParallelEnv``
@@ -45,7 +54,8 @@ CASES: tuple[tuple[str, int, str, str], ...] = tuple(
             f"6.act_n{n}",
             6,
             f"SB3 act (rollout step), PPO MlpPolicy CartPole-v1, n_envs={n}",
-            "collect_rollouts step: no_grad policy(obs_as_tensor(obs)) + actions.cpu().numpy()",
+            "collect_rollouts step: no_grad policy(obs_as_tensor(obs)), actions.cpu().numpy(), "
+            "clip / Discrete reshape",
         )
         for n in N_ENVS
     ]
@@ -129,13 +139,23 @@ def _sb3_bench(case: str, impl: str) -> Bench:
                 model.predict(o, deterministic=False)
 
     elif impl == "floor":
-        policy, device = model.policy, model.device
+        from gymnasium import spaces
+
+        policy, device, action_space = model.policy, model.device, model.action_space
 
         def run(items: list[Any]) -> None:
+            # One step of OnPolicyAlgorithm.collect_rollouts, less env.step and the buffer.
             for o in items:
                 with torch.no_grad():
                     actions, _values, _log_probs = policy(obs_as_tensor(o, device))
-                actions.cpu().numpy()
+                actions = actions.cpu().numpy()
+                if isinstance(action_space, spaces.Box):
+                    if policy.squash_output:
+                        policy.unscale_action(actions)
+                    else:
+                        np.clip(actions, action_space.low, action_space.high)
+                if isinstance(action_space, spaces.Discrete):
+                    actions = actions.reshape(-1, 1)
 
     else:
         from rlightning_sb3 import SB3PolicyAdapter

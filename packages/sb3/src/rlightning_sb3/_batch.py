@@ -125,7 +125,9 @@ def resolve_env_ids(env_ids: object, n_envs: int, vectorized: bool) -> list[str]
     return ids
 
 
-def per_env_bools(value: object, name: str, ids: Sequence[str], default: np.ndarray) -> np.ndarray:
+def per_env_bools(
+    value: object, name: str, ids: Sequence[str], default: np.ndarray | None
+) -> np.ndarray:
     """Return a per-env boolean argument (``episode_start``) as a ``(n_envs,)`` bool array.
 
     Args:
@@ -133,15 +135,20 @@ def per_env_bools(value: object, name: str, ids: Sequence[str], default: np.ndar
             booleans (0/1 floats, as SB3's ``dones`` may be, are accepted when exactly 0 or 1).
         name: The argument name, for messages.
         ids: The env ids of the batch.
-        default: The ``(n_envs,)`` bool array used when ``value`` is None.
+        default: The ``(n_envs,)`` bool array used when ``value`` is None (the caller may pass
+            None when it handles ``value is None`` itself).
 
     Returns:
-        A new ``(n_envs,)`` array of dtype ``bool``.
+        ``default`` when ``value`` is None; else a ``(n_envs,)`` array of dtype ``bool`` (``value``
+        itself when it already is one, not copied, as ``np.asarray``).
 
     Raises:
-        ValueError: the shape is not ``(n_envs,)`` (or ``()`` for one env) or a value is not 0/1.
+        ValueError: the shape is not ``(n_envs,)`` (or ``()`` for one env) or a value is not 0/1,
+            or ``value`` is None and no ``default`` is given.
     """
     if value is None:
+        if default is None:
+            raise ValueError(f"{name} is None and no default was given")
         return default
     arr = np.asarray(value)
     if arr.shape == () and len(ids) == 1:

@@ -16,13 +16,15 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Sequence
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import numpy as np
 import torch as th
+from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.utils import obs_as_tensor
 
 from rlightning import PolicyResponse
 from rlightning_sb3._actions import (
@@ -75,6 +77,28 @@ def _contrib_kind(model: BaseAlgorithm) -> str | None:
     return None
 
 
+def _rows(actions: np.ndarray, vectorized: bool) -> list[Any]:
+    """Split ``(n_envs, *action_shape)`` env actions into one entry per env.
+
+    For a batch, ``list(actions)``: the rows ``actions[i]`` (numpy scalars for 1-d arrays, row
+    views otherwise). For an unbatched call, the one action as an ndarray (0-d for Discrete), as
+    SB3's ``predict`` returns it.
+    """
+    return list(actions) if vectorized else [np.asarray(actions[0])]
+
+
+def _add_columns(responses: list[PolicyResponse], **columns: Sequence[Any] | None) -> None:
+    """Set field ``name`` of ``responses[i]`` to ``column[i]`` for each column that is not None.
+
+    Fields are set in the order of ``columns``, after those the responses were built with, so
+    each response's field order is the same as building it with every field at once.
+    """
+    for name, column in columns.items():
+        if column is not None:
+            for response, value in zip(responses, column, strict=True):
+                setattr(response, name, value)
+
+
 class SB3PolicyAdapter:
     """Answer for a Stable-Baselines3 model with one :class:`~rlightning.PolicyResponse` per env.
 
@@ -120,6 +144,12 @@ class SB3PolicyAdapter:
         self._on_policy = isinstance(model, OnPolicyAlgorithm)
         #: env id -> carried LSTM state (RecurrentPPO) or None (env seen, nothing carried).
         self._carried: dict[str, Any] = {}
+        #: The env ids of the last successful batched call, all of them in ``_carried``: a call
+        #: with an equal list skips the id checks and needs no new registration (see
+        #: :meth:`_resolve_ids`). Cleared by :meth:`reset_state`.
+        self._last_ids: list[str] | None = None
+        #: ``(policy, every module of it)`` as of the first :meth:`act`, for the eval-mode check.
+        self._policy_modules: tuple[Any, tuple[th.nn.Module, ...]] | None = None
 
     # ------------------------------------------------------------------ properties
     @property
@@ -151,6 +181,7 @@ class SB3PolicyAdapter:
         Args:
             env_ids: One id, several, or None for every env. Unknown ids are ignored.
         """
+        self._last_ids = None
         if env_ids is None:
             self._carried.clear()
             return
@@ -158,8 +189,76 @@ class SB3PolicyAdapter:
             self._carried.pop(env_id, None)
 
     # ------------------------------------------------------------------ input checks
-    def _default_starts(self, ids: Sequence[str]) -> np.ndarray:
-        return np.array([env_id not in self._carried for env_id in ids], dtype=bool)
+    def _batch(self, policy: Any, observation: Any) -> tuple[Any, int, bool, bool]:
+        """:func:`batch_observation`, plus whether the batch is ready for ``obs_as_tensor``.
+
+        Fast path for the common step: a numpy array of shape ``(n_envs, *space.shape)`` for a
+        Box observation space is a batch by SB3's rule (``is_vectorized_box_observation``; no
+        ``maybe_transpose`` applies to an array of the space's own shape) and is what
+        ``collect_rollouts`` hands to ``obs_as_tensor``, so the general checks are skipped.
+
+        Returns:
+            ``(batch, n_envs, vectorized, ready)``; ``ready`` True means the batch goes to
+            ``obs_as_tensor`` as it is (False: let :func:`obs_tensor` decide).
+        """
+        space = policy.observation_space
+        if (
+            type(observation) is np.ndarray
+            and type(space) is spaces.Box
+            and observation.ndim == len(space.shape) + 1
+            and observation.shape[1:] == space.shape
+        ):
+            return observation, observation.shape[0], True, True
+        batch, n_envs, vectorized = batch_observation(policy, observation)
+        return batch, n_envs, vectorized, False
+
+    def _resolve_ids(
+        self, env_ids: object, n_envs: int, vectorized: bool
+    ) -> tuple[list[str], bool]:
+        """Check ``env_ids`` (:func:`resolve_env_ids`); return them and whether all were seen.
+
+        A loop passes the same ids every step: a list equal to the last successful call's ids
+        was checked then, and every one of its ids is known to ``_carried``, so the checks and
+        the per-env look-ups are skipped.
+        """
+        last = self._last_ids
+        if last is not None and type(env_ids) is list and env_ids == last and vectorized:
+            return last, True
+        return resolve_env_ids(env_ids, n_envs, vectorized), False
+
+    def _register(self, ids: list[str], vectorized: bool, seen: bool) -> None:
+        """Mark ``ids`` as seen (after a successful call) and remember them for the next call."""
+        if not seen:
+            carried = self._carried
+            for env_id in ids:
+                carried.setdefault(env_id, None)
+        if vectorized:
+            self._last_ids = ids
+
+    def _default_starts(self, ids: Sequence[str], seen: bool) -> list[bool]:
+        if seen:
+            return [False] * len(ids)
+        carried = self._carried
+        return [env_id not in carried for env_id in ids]
+
+    def _eval_mode(self, policy: Any) -> None:
+        """Put ``policy`` in eval mode as ``collect_rollouts`` does, only when it is not already.
+
+        SB3 calls ``policy.set_training_mode(False)`` once at the start of each rollout (and
+        ``train()`` switches back with ``set_training_mode(True)``); calling it every step costs
+        more than a small MLP's forward pass. Every module of the policy is checked (a
+        ``train()`` on the policy or on any of its submodules is seen), and the call is made
+        when one of them is in training mode. The modules are listed once per policy object: a
+        submodule assigned into the policy after the first :meth:`act` is not checked, so call
+        ``model.policy.set_training_mode(False)`` after such surgery, as SB3's next rollout would.
+        """
+        cached = self._policy_modules
+        if cached is None or cached[0] is not policy:
+            cached = self._policy_modules = (policy, tuple(policy.modules()))
+        for module in cached[1]:
+            if module.training:
+                policy.set_training_mode(False)
+                return
 
     # ------------------------------------------------------------------ predict
     @overload
@@ -239,8 +338,8 @@ class SB3PolicyAdapter:
                 one, or ``action_masks`` is malformed or given to a model without masking.
         """
         model = self._model
-        _, n_envs, vectorized = batch_observation(self._model.policy, observation)
-        ids = resolve_env_ids(env_ids, n_envs, vectorized)
+        _, n_envs, vectorized, _ready = self._batch(model.policy, observation)
+        ids, seen = self._resolve_ids(env_ids, n_envs, vectorized)
         stamps = per_env_stamps(ts_env_sent_ns, ids)
         masks = (
             None
@@ -250,7 +349,7 @@ class SB3PolicyAdapter:
         starts = (
             None
             if episode_start is None
-            else per_env_bools(episode_start, "episode_start", ids, self._default_starts(ids))
+            else per_env_bools(episode_start, "episode_start", ids, None)
         )
         extra: dict[str, Any] = {}
         if masks is not None:
@@ -276,17 +375,23 @@ class SB3PolicyAdapter:
                     f"{type(model).__name__}'s policy has none, pass state=None"
                 )
             actions, _ = model.predict(observation, deterministic=deterministic, **extra)
-        responses: list[PolicyResponse] = []
-        for i, env_id in enumerate(ids):
-            fields: dict[str, Any] = {"action": actions[i] if vectorized else actions}
-            if next_states is not None:
-                fields["state"] = next_states[i]
-            if masks is not None:
-                fields["action_mask"] = masks[i]
-            if stamps is not None:
-                fields["ts_env_sent_ns"] = stamps[i]
-            responses.append(PolicyResponse(env_id, **fields))
-            self._carried.setdefault(env_id, None)
+        # One pass over the envs; rows come from one list(array) per field (row views and numpy
+        # scalars, as actions[i] gives), the rarer fields are set afterwards in the same order.
+        if n_envs == 1:
+            responses = [PolicyResponse(ids[0], action=actions[0] if vectorized else actions)]
+        else:
+            responses = [
+                PolicyResponse(env_id, action=action)
+                for env_id, action in zip(ids, list(actions), strict=True)
+            ]
+        if next_states is not None or masks is not None or stamps is not None:
+            _add_columns(
+                responses,
+                state=next_states,
+                action_mask=None if masks is None else list(masks),
+                ts_env_sent_ns=stamps,
+            )
+        self._register(ids, vectorized, seen)
         return responses if vectorized else responses[0]
 
     # ------------------------------------------------------------------ act
@@ -398,52 +503,58 @@ class SB3PolicyAdapter:
             where ``collect_rollouts`` would.
         """
         model = self._model
-        batch, n_envs, vectorized = batch_observation(self._model.policy, observation)
-        ids = resolve_env_ids(env_ids, n_envs, vectorized)
+        batch, n_envs, vectorized, ready = self._batch(model.policy, observation)
+        ids, seen = self._resolve_ids(env_ids, n_envs, vectorized)
         stamps = per_env_stamps(ts_env_sent_ns, ids)
         masks = (
             None
             if action_masks is None
             else check_action_masks(self._model, self._maskable, action_masks, ids)
         )
-        starts = per_env_bools(episode_start, "episode_start", ids, self._default_starts(ids))
-        if isinstance(model, OffPolicyAlgorithm):
-            env_acts, buffer_acts = off_policy_actions(model, batch, n_envs, explore)
-            per_env: list[dict[str, Any]] = [
-                {"action": env_acts[i], "buffer_action": buffer_acts[i]} for i in range(n_envs)
+        starts = (
+            self._default_starts(ids, seen)
+            if episode_start is None
+            else per_env_bools(episode_start, "episode_start", ids, None).tolist()
+        )
+        if self._off_policy:
+            env_acts, buffer_acts = off_policy_actions(
+                cast(OffPolicyAlgorithm, model), batch, n_envs, explore
+            )
+            responses = [
+                PolicyResponse(env_id, action=action, buffer_action=buffer_action)
+                for env_id, action, buffer_action in zip(
+                    ids, _rows(env_acts, vectorized), list(buffer_acts), strict=True
+                )
             ]
         elif self._on_policy:
-            per_env = self._act_on_policy(batch, ids, starts, masks, explore)
+            responses = self._act_on_policy(batch, ready, ids, starts, masks, explore, vectorized)
         else:
             raise TypeError(
                 f"act() supports on-policy and off-policy SB3 algorithms; "
                 f"{type(model).__name__} is neither (use predict())"
             )
-        responses: list[PolicyResponse] = []
-        for i, env_id in enumerate(ids):
-            fields = per_env[i]
-            if not vectorized:
-                # SB3's predict returns an unbatched action as an ndarray (0-d for Discrete).
-                fields["action"] = np.asarray(fields["action"])
-            if stamps is not None:
-                fields["ts_env_sent_ns"] = stamps[i]
-            responses.append(PolicyResponse(env_id, **fields))
-            self._carried.setdefault(env_id, None)
+        if stamps is not None:
+            _add_columns(responses, ts_env_sent_ns=stamps)
+        self._register(ids, vectorized, seen)
         return responses if vectorized else responses[0]
 
     def _act_on_policy(
         self,
         batch: Any,
-        ids: Sequence[str],
-        starts: np.ndarray,
+        ready: bool,
+        ids: list[str],
+        starts: list[bool],
         masks: np.ndarray | None,
         explore: bool,
-    ) -> list[dict[str, Any]]:
-        """On-policy step for :meth:`act`; returns per-env field dicts."""
+        vectorized: bool,
+    ) -> list[PolicyResponse]:
+        """On-policy step for :meth:`act`; returns the responses (without stamps)."""
         model = self._model
         policy: Any = model.policy
-        policy.set_training_mode(False)
-        obs = obs_tensor(policy, batch, model.device)
+        self._eval_mode(policy)
+        obs = (
+            obs_as_tensor(batch, model.device) if ready else obs_tensor(policy, batch, model.device)
+        )
         states_in: list[Any] | None = None
         states_out: list[Any] | None = None
         with th.no_grad():
@@ -466,24 +577,50 @@ class SB3PolicyAdapter:
             policy, model.action_space, sampled, unscale=not self._recurrent
         )
         buffer_acts = on_policy_buffer_actions(model.action_space, sampled)
-        flat_values = values.flatten()
-        out: list[dict[str, Any]] = []
-        for i, env_id in enumerate(ids):
-            fields: dict[str, Any] = {
-                "action": env_acts[i],
-                "buffer_action": buffer_acts[i],
-                "value": flat_values[i],
-                "log_prob": log_probs[i],
-                "episode_start": bool(starts[i]),
-            }
-            if states_out is not None and states_in is not None:
-                fields["state"] = states_out[i]
-                fields["buffer_state"] = states_in[i]
-                self._carried[env_id] = states_out[i]
-            if masks is not None:
-                fields["action_mask"] = masks[i]
-            out.append(fields)
-        return out
+        # One unbind / list() per field, then one pass building the responses: indexing a tensor
+        # per env and per field costs more than the policy's forward pass at 64 envs. One env
+        # takes its 0-d views directly (same storage and offset 0, as ``t.flatten()[0]``).
+        if len(ids) == 1:
+            responses = [
+                PolicyResponse(
+                    ids[0],
+                    action=env_acts[0] if vectorized else np.asarray(env_acts[0]),
+                    buffer_action=buffer_acts[0],
+                    value=values.reshape(()),
+                    log_prob=log_probs.reshape(()),
+                    episode_start=starts[0],
+                )
+            ]
+        else:
+            responses = [
+                PolicyResponse(
+                    env_id,
+                    action=action,
+                    buffer_action=buffer_action,
+                    value=value,
+                    log_prob=log_prob,
+                    episode_start=start,
+                )
+                for env_id, action, buffer_action, value, log_prob, start in zip(
+                    ids,
+                    list(env_acts),
+                    list(buffer_acts),
+                    values.flatten().unbind(0),
+                    log_probs.unbind(0),
+                    starts,
+                    strict=True,
+                )
+            ]
+        if states_out is not None:
+            self._carried.update(zip(ids, states_out, strict=True))
+        if states_out is not None or masks is not None:
+            _add_columns(
+                responses,
+                state=states_out,
+                buffer_state=states_in,
+                action_mask=None if masks is None else list(masks),
+            )
+        return responses
 
     # ------------------------------------------------------------------ env_actions
     def env_actions(
