@@ -127,11 +127,12 @@ def sample_response(
             infos = env.infos
     else:
         agents = list(env.agents)
+        observation_space = env.observation_space
         blind = [
             a
             for a in agents
             if (observations is None or a not in observations)
-            and _observations_carry_masks(env.observation_space(a))
+            and _observations_carry_masks(observation_space(a))
         ]
         if blind:
             raise ValueError(
@@ -139,6 +140,12 @@ def sample_response(
                 f"'action_mask' for agent(s) {blind}) but observations= does not hold theirs; "
                 "pass the observations from the last reset()/step() so no illegal action is "
                 "sampled"
+            )
+        if observations is None and infos is None:
+            # No mask can be found: plain samples (the per-step hot path of a random policy).
+            action_space = env.action_space
+            return MultiAgentPolicyResponse(
+                env_id, action={a: action_space(a).sample() for a in agents}
             )
     actions: dict[Any, Any] = {}
     masks: dict[Any, Any] = {}
