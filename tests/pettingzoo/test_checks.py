@@ -22,7 +22,7 @@ from pettingzoo import ParallelEnv
 from rlightning import MultiAgentPolicyResponse
 from rlightning.testing import space_violation
 from rlightning_pettingzoo import sample_response, to_parallel_actions
-from rlightning_pettingzoo._checks import checker_cache, make_checker
+from rlightning_pettingzoo._checks import _CACHES, checker_cache, make_checker
 
 INT_DTYPES: tuple[Any, ...] = (
     np.int8,
@@ -236,6 +236,9 @@ def test_checker_cache_is_per_env_and_dies_with_it() -> None:
     assert checker_cache(first).keys() == {"a", "b"}
     assert checker_cache(second) == {}
     ref = weakref.ref(first)
+    key = id(first)
+    assert key in _CACHES
     del first
     gc.collect()
     assert ref() is None
+    assert key not in _CACHES  # the env's checkers went with it

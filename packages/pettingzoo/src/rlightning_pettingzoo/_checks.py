@@ -20,7 +20,7 @@ Only exact ``gymnasium.spaces.Discrete`` and ``Box`` get fast paths; subclasses,
 ``contains``, and all other spaces use the full check alone. ``tests/pettingzoo/test_checks.py``
 compares the checkers with ``space.contains`` and ``space_violation`` under hypothesis.
 
-Checkers are cached per env (weakly, so the cache dies with the env) and per agent, together with
+Checkers are cached per env (the cache goes when the env is collected) and per agent, together with
 the space object they were built for. ``env.action_space(agent)`` is still called on every step:
 PettingZoo says it "MUST return the same value for the same agent name", but an env may build a
 new space on each call (PettingZoo's own custom-env tutorial memoises with ``functools.lru_cache``
@@ -154,17 +154,18 @@ def make_checker(space: spaces.Space[Any]) -> Checker:
     return _full_checker(space)
 
 
-# env -> {agent: (space, checker)}; weak keys, so an env's checkers go with it.
-_CACHES: weakref.WeakKeyDictionary[Any, dict[Any, tuple[Any, Checker]]] = (
-    weakref.WeakKeyDictionary()
-)
+# id(env) -> {agent: (space, checker)}. A plain dict keyed by id() is read faster than a
+# WeakKeyDictionary (which makes a weakref on every lookup); weakref.finalize drops the entry when
+# the env is collected, before its id can be reused. Even a stale entry could not give a wrong
+# verdict: it is used only for the very space object it holds (and keeps alive).
+_CACHES: dict[int, dict[Any, tuple[Any, Checker]]] = {}
 
 
 def checker_cache(env: Any) -> dict[Any, tuple[Any, Checker]]:
     """The ``{agent: (space, checker)}`` cache of ``env``, created empty on first use.
 
-    An env that cannot be weakly referenced or hashed gets a new empty dict on each call
-    (correct, only not cached across calls).
+    The cache lives as long as ``env``. An env that cannot be weakly referenced gets a new empty
+    dict on each call (correct, only not cached across calls).
 
     Args:
         env: A PettingZoo env.
@@ -173,10 +174,12 @@ def checker_cache(env: Any) -> dict[Any, tuple[Any, Checker]]:
         The cache dict, to be read and filled by the caller; an entry is valid only while
         ``env.action_space(agent) is space``.
     """
-    try:
-        cache = _CACHES.get(env)
-        if cache is None:
-            cache = _CACHES[env] = {}
-    except TypeError:  # not weakly referenceable, or unhashable
-        return {}
+    key = id(env)
+    cache = _CACHES.get(key)
+    if cache is None:
+        try:
+            weakref.finalize(env, _CACHES.pop, key, None)
+        except TypeError:  # not weakly referenceable
+            return {}
+        cache = _CACHES[key] = {}
     return cache
