@@ -19,9 +19,12 @@ from typing import Any
 from rlightning import MultiAgentPolicyResponse
 from rlightning._tree import tree_repr
 from rlightning.testing import space_violation
+from rlightning_pettingzoo._checks import checker_cache, make_checker
 from rlightning_pettingzoo._envs import describe_env, require_parallel
 
 __all__ = ["InactiveAgentActionWarning", "from_parallel_actions", "to_parallel_actions"]
+
+_MISSING = object()
 
 
 class InactiveAgentActionWarning(UserWarning):
@@ -89,6 +92,37 @@ def to_parallel_actions(
             f"response must be a MultiAgentPolicyResponse, got {type(response).__name__}"
         )
     env = require_parallel(env, "to_parallel_actions()")
+    live = env.agents
+    if type(live) is not list:
+        live = list(live)
+    actions: dict[Any, Any] = response.action
+    if len(actions) == len(live):
+        # Fast path: one pass, cached checkers (rlightning_pettingzoo._checks). Anything amiss
+        # (a missing agent, an action not in its space) leaves it for the checked path below,
+        # which raises the error in the documented order.
+        action_space = env.action_space
+        checkers = checker_cache(env)
+        out: dict[Any, Any] = {}
+        for agent in live:
+            action = actions.get(agent, _MISSING)
+            if action is _MISSING:
+                break
+            space = action_space(agent)
+            entry = checkers.get(agent)
+            if entry is None or entry[0] is not space:
+                entry = checkers[agent] = (space, make_checker(space))
+            if not entry[1](action):
+                break
+            out[agent] = action
+        else:
+            return out
+    return _checked_parallel_actions(response, env, drop_inactive)
+
+
+def _checked_parallel_actions(
+    response: MultiAgentPolicyResponse, env: Any, drop_inactive: bool
+) -> dict[Any, Any]:
+    """The checks of :func:`to_parallel_actions` one by one, each failure with its own error."""
     live = list(env.agents)
     actions: dict[Any, Any] = response.action
     where = f"{describe_env(env)} (response env_id={response.env_id!r})"
@@ -114,7 +148,7 @@ def to_parallel_actions(
                 inactive,
                 response.env_id,
             ),
-            stacklevel=2,
+            stacklevel=3,  # the caller of to_parallel_actions()
         )
     out: dict[Any, Any] = {}
     for agent in live:
