@@ -2,7 +2,7 @@
 
 This module provides classes for representing policy action responses, supporting both
 single-agent and multi-agent scenarios. It follows the original API page
-(``shared/spec/policy_response_api.txt``) member for member and documents what that page left
+(reproduced in ``docs/original_api.md``) member for member and documents what that page left
 open: which fields ``to_dict`` leaves out, how latencies treat bad stamps and clock skew, how
 conversions treat nested containers and dtypes numpy lacks, and which names a field may not take.
 
