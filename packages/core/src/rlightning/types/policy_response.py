@@ -237,7 +237,9 @@ class PolicyResponse(SimpleNamespace):
         Raises:
             ImportError: ``device`` is not the CPU and torch is not installed.
             RuntimeError: torch cannot move a tensor there (e.g. CUDA is not available); the
-                message names the field.
+                message names the field and torch's error. Nothing is changed then: the
+                response is only written once every field moved.
+            ValueError: a field contains itself (a reference cycle).
         """
         fields = self.__dict__
         if device == "cpu":
@@ -256,9 +258,13 @@ class PolicyResponse(SimpleNamespace):
 
         Returns:
             Self with tensors moved to CPU.
+
+        Raises:
+            RuntimeError: torch cannot copy a tensor to the CPU (e.g. a meta tensor); the
+                message names the field.
+            ValueError: a field contains itself (a reference cycle).
         """
-        fields_to_cpu(self.__dict__, False)
-        return self
+        return self.to("cpu")
 
     def cuda(self: _Self, device: str | int | None = None) -> _Self:
         """Move all tensor attributes to CUDA, in place (``to(device)``).
@@ -302,8 +308,10 @@ class PolicyResponse(SimpleNamespace):
             Self with tensors converted to NumPy arrays.
 
         Raises:
-            TypeError: a tensor cannot be converted (e.g. a sparse or quantized tensor); the
-                message names the field.
+            TypeError: a tensor cannot be converted (e.g. a sparse, nested, quantized or meta
+                tensor); the message names the field and torch's error. Nothing is changed
+                then: the response is only written once every field converted.
+            ValueError: a field contains itself (a reference cycle).
         """
         fields_to_numpy(self.__dict__)
         return self
