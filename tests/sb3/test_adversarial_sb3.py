@@ -319,11 +319,6 @@ def test_predicted_masked_actions_respect_the_mask(maskable: SB3PolicyAdapter) -
 # ---------------------------------------------------------------------------- env_actions
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="env_actions([PolicyResponse.stack(responses)]) silently returns an array of shape "
-    "(1, n_envs) (the batch seen as one env's action) instead of refusing or unbinding it",
-)
 def test_env_actions_of_a_stacked_response_is_not_taken_as_one_env(ppo: SB3PolicyAdapter) -> None:
     responses = [PolicyResponse("a", action=np.int64(1)), PolicyResponse("b", action=np.int64(0))]
     batch = PolicyResponse.stack(responses)
@@ -334,11 +329,6 @@ def test_env_actions_of_a_stacked_response_is_not_taken_as_one_env(ppo: SB3Polic
     np.testing.assert_array_equal(got, [1, 0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="env_actions stacks whatever the actions are: action=None gives an object array, "
-    "action='left' a str array, handed on to VecEnv.step without an error naming the env",
-)
 @pytest.mark.parametrize("bad", [None, "left"])
 def test_env_actions_refuses_non_numeric_actions_naming_the_env(
     ppo: SB3PolicyAdapter, bad: Any
@@ -348,11 +338,6 @@ def test_env_actions_refuses_non_numeric_actions_naming_the_env(
         ppo.env_actions(responses)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="env_actions silently upcasts: an int action beside a float one (1 and 1.5) become "
-    "the float array [1.0, 1.5] for a Discrete env",
-)
 def test_env_actions_with_mixed_dtypes_is_refused(ppo: SB3PolicyAdapter) -> None:
     responses = [PolicyResponse("a", action=np.int64(1)), PolicyResponse("b", action=1.5)]
     with pytest.raises((TypeError, ValueError), match="'b'"):

@@ -217,10 +217,11 @@ def order_responses(responses: object, env_ids: Sequence[str] | None) -> list[Po
     Raises:
         TypeError: ``responses`` is not a sequence of PolicyResponse, or ``env_ids`` is not a
             sequence of str.
-        ValueError: ``responses`` is empty; two responses share an env id; ``env_ids`` repeats an
-            id, has a different length than ``responses`` (both lengths are named), lacks a
-            response's env id (unknown ids are named) or has ids no response answers (missing envs
-            are named).
+        ValueError: ``responses`` is empty; a response is a stacked batch (``env_id`` None and
+            an ``env_ids`` field, as ``PolicyResponse.stack`` makes); two responses share an env
+            id; ``env_ids`` repeats an id, has a different length than ``responses`` (both
+            lengths are named), lacks a response's env id (unknown ids are named) or has ids no
+            response answers (missing envs are named).
     """
     if isinstance(responses, PolicyResponse) or not isinstance(responses, Sequence):
         raise TypeError(
@@ -234,6 +235,11 @@ def order_responses(responses: object, env_ids: Sequence[str] | None) -> list[Po
         if not isinstance(response, PolicyResponse):
             raise TypeError(
                 f"responses[{index}] must be a PolicyResponse, got {type(response).__name__}"
+            )
+        if response.env_id is None and "env_ids" in response.__dict__:
+            raise ValueError(
+                f"responses[{index}] is a stacked batch (PolicyResponse.stack) of envs "
+                f"{response.__dict__['env_ids']!r}, not one env's response; pass its unbind()"
             )
     given = [r.env_id for r in out]
     dups = _duplicates(given)

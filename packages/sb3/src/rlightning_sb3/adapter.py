@@ -52,6 +52,15 @@ from rlightning_sb3._versions import SB3_CONTRIB_SUPPORTED, check_version, insta
 
 __all__ = ["SB3PolicyAdapter"]
 
+#: numpy dtype kinds an env action may have, per action space: Discrete and MultiDiscrete take
+#: integers (gymnasium's ``contains`` needs an integer dtype; SB3's categorical distributions
+#: sample int64); other spaces take numbers (SB3's ``BernoulliDistribution`` samples MultiBinary
+#: actions as floats).
+_ACTION_KINDS: dict[type[spaces.Space[Any]], str] = {
+    spaces.Discrete: "iu",
+    spaces.MultiDiscrete: "iu",
+}
+
 
 @functools.cache
 def _check_contrib_version(module_version: str | None) -> None:
@@ -623,6 +632,31 @@ class SB3PolicyAdapter:
         return responses
 
     # ------------------------------------------------------------------ env_actions
+    def _refuse_action_dtypes(
+        self, ordered: list[PolicyResponse], actions: list[np.ndarray]
+    ) -> None:
+        """Raise for actions of a kind the action space does not take, or of mixed dtypes.
+
+        Raises:
+            TypeError: an action is not numeric, or not an integer for a Discrete or
+                MultiDiscrete space (gymnasium's ``contains`` needs an integer dtype there).
+            ValueError: the actions have different dtypes (``np.stack`` would upcast them).
+        """
+        space = self._model.action_space
+        kinds = _ACTION_KINDS.get(type(space), "biuf")
+        for response, action in zip(ordered, actions, strict=True):
+            if action.dtype.kind not in kinds:
+                wanted = "integers" if kinds != "biuf" else "numbers"
+                raise TypeError(
+                    f"action for env {response.env_id!r} must hold {wanted} for {space} (what "
+                    f"VecEnv.step passes to the env), got {type(response.action).__name__} "
+                    f"{response.action!r} of dtype {action.dtype}"
+                )
+        raise ValueError(
+            "actions have different dtypes (stacking would convert them silently): "
+            + ", ".join(f"{r.env_id!r}: {a.dtype}" for r, a in zip(ordered, actions, strict=True))
+        )
+
     def env_actions(
         self, responses: Sequence[PolicyResponse], env_ids: Sequence[str] | None = None
     ) -> np.ndarray:
@@ -640,10 +674,13 @@ class SB3PolicyAdapter:
 
         Raises:
             TypeError: ``responses`` is not a sequence of PolicyResponse.
-            ValueError: two responses have the same env id; ``env_ids`` repeats an id, has a
-                different length than ``responses`` (both lengths named), names envs that have
+            TypeError: an action is not numeric, or not an integer for a Discrete or
+                MultiDiscrete action space (the env id named).
+            ValueError: two responses have the same env id; a response is a stacked batch
+                (``PolicyResponse.stack``: pass its ``unbind()``); ``env_ids`` repeats an id, has
+                a different length than ``responses`` (both lengths named), names envs that have
                 no response, or misses env ids that responses carry (both named); a response has
-                no ``action``; or actions of different shapes.
+                no ``action``; or actions of different shapes or dtypes (each env's named).
         """
         ordered = order_responses(responses, env_ids)
         actions = []
@@ -659,4 +696,9 @@ class SB3PolicyAdapter:
                     f"{r.env_id!r}: {a.shape}" for r, a in zip(ordered, actions, strict=True)
                 )
             )
+        dtypes = {a.dtype for a in actions}
+        if len(dtypes) > 1 or next(iter(dtypes)).kind not in _ACTION_KINDS.get(
+            type(self._model.action_space), "biuf"
+        ):
+            self._refuse_action_dtypes(ordered, actions)
         return np.stack(actions)
