@@ -133,13 +133,6 @@ def test_gymnasium_reset_tuple_is_refused(ppo: SB3PolicyAdapter) -> None:
         ppo.predict((np.zeros(4, np.float32), {}), "e0")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AttributeError,
-    reason="a list observation crashes with AttributeError ('list' object has no attribute "
-    "'shape') in SB3's is_vectorized_observation, which the adapter calls before converting; "
-    "docs/sb3.md says lists are converted as predict converts them",
-)
 def test_list_observation_is_converted_as_predict_does(ppo: SB3PolicyAdapter) -> None:
     obs = [[0.1, 0.2, 0.3, 0.4]]
     got = ppo.predict(obs, ["e0"], deterministic=True)
@@ -147,23 +140,11 @@ def test_list_observation_is_converted_as_predict_does(ppo: SB3PolicyAdapter) ->
     assert got[0].action == want[0].action
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="an empty batch (0 rows, env_ids=[]) reaches torch and fails with 'cannot reshape "
-    "tensor of 0 elements' instead of a ValueError saying the batch is empty",
-)
 def test_empty_batch_is_a_value_error(ppo: SB3PolicyAdapter) -> None:
     with pytest.raises(ValueError, match="empty"):
         ppo.act(np.zeros((0, 4), np.float32), [])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="Dict observation whose keys have different batch sizes reaches torch.cat and fails "
-    "with 'Sizes of tensors must match' naming neither the keys nor their sizes",
-)
 def test_dict_observation_with_ragged_batch_sizes_names_the_keys(
     dict_ppo: SB3PolicyAdapter,
 ) -> None:

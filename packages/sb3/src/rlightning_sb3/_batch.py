@@ -16,6 +16,7 @@ from gymnasium import spaces
 from rlightning import PolicyResponse
 
 __all__ = [
+    "as_arrays",
     "batch_observation",
     "obs_tensor",
     "order_responses",
@@ -273,27 +274,26 @@ def order_responses(responses: object, env_ids: Sequence[str] | None) -> list[Po
     return [by_id[env_id] for env_id in order]
 
 
-def batch_observation(policy: Any, observation: Any) -> tuple[Any, int, bool]:
-    """Return ``(batched observation, n_envs, vectorized)`` by SB3's ``predict`` rule.
+def as_arrays(observation: Any) -> Any:
+    """Convert a list (or other array-like) observation to numpy, as SB3's ``obs_to_tensor`` does.
 
-    Whether ``observation`` is a batch is decided by ``BasePolicy.is_vectorized_observation``
-    (as ``predict`` decides); one unbatched observation is given a leading axis of 1 (arrays of a
-    dict each get one). A batch is returned as is (not copied).
+    ``BasePolicy.obs_to_tensor`` calls ``np.array`` on a non-dict observation (per key for a
+    dict) before deciding whether it is a batch; SB3's ``is_vectorized_observation`` reads
+    ``.shape`` and so needs arrays. numpy arrays (and dicts of them) are returned as they are;
+    a dict with an array-like value gets a new dict (the caller's is not modified).
 
     Args:
-        policy: The SB3 policy (its ``observation_space`` is the model's).
         observation: What the caller passed.
 
     Returns:
-        The batch, its number of rows, and whether the caller passed a batch.
+        The observation with every array-like converted by ``np.array``.
 
     Raises:
-        ValueError: ``observation`` is gymnasium's ``(obs, info)`` reset tuple, has the wrong
-            keys for a Dict space, or a shape that fits the space neither as one observation nor
-            as a batch (SB3's message).
-        TypeError: a dict for a non-Dict space or the reverse.
+        ValueError: ``observation`` is gymnasium's ``(obs, info)`` reset tuple, or cannot be
+            converted to a numeric array (e.g. rows of different lengths; the key is named).
     """
-    space = policy.observation_space
+    if type(observation) is np.ndarray:
+        return observation
     if (
         isinstance(observation, tuple)
         and len(observation) == 2
@@ -303,6 +303,55 @@ def batch_observation(policy: Any, observation: Any) -> tuple[Any, int, bool]:
             "observation is an (obs, info) tuple, as gymnasium's reset() returns; pass the "
             "observation alone (a VecEnv's reset() returns only the observation)"
         )
+    if isinstance(observation, dict):
+        if all(isinstance(v, np.ndarray) for v in observation.values()):
+            return observation
+        return {k: _to_array(v, f"observation[{k!r}]") for k, v in observation.items()}
+    return _to_array(observation, "observation")
+
+
+def _to_array(value: Any, name: str) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        return value
+    try:
+        array = np.array(value)
+    except ValueError as error:
+        raise ValueError(
+            f"{name} of type {type(value).__name__} cannot be converted to an array as SB3's "
+            f"obs_to_tensor converts it (np.array): {error}"
+        ) from None
+    if array.dtype.kind not in "biuf":
+        raise ValueError(
+            f"{name} must convert to a numeric array as SB3's obs_to_tensor converts it "
+            f"(np.array), got dtype {array.dtype} from {type(value).__name__} {value!r}"
+        )
+    return array
+
+
+def batch_observation(policy: Any, observation: Any) -> tuple[Any, int, bool]:
+    """Return ``(batched observation, n_envs, vectorized)`` by SB3's ``predict`` rule.
+
+    Array-likes (lists) are converted with :func:`as_arrays`, as ``obs_to_tensor`` converts them.
+    Whether ``observation`` is a batch is decided by ``BasePolicy.is_vectorized_observation``
+    (as ``predict`` decides); one unbatched observation is given a leading axis of 1 (arrays of a
+    dict each get one). A batch of numpy arrays is returned as is (not copied).
+
+    Args:
+        policy: The SB3 policy (its ``observation_space`` is the model's).
+        observation: What the caller passed.
+
+    Returns:
+        The batch, its number of rows, and whether the caller passed a batch.
+
+    Raises:
+        ValueError: ``observation`` is gymnasium's ``(obs, info)`` reset tuple, is not numeric,
+            has the wrong keys for a Dict space, has a shape that fits the space neither as one
+            observation nor as a batch (SB3's message), is an empty batch (0 rows), or is a dict
+            whose keys have different batch sizes (the keys and sizes named).
+        TypeError: a dict for a non-Dict space or the reverse.
+    """
+    space = policy.observation_space
+    observation = as_arrays(observation)
     if isinstance(space, spaces.Dict) != isinstance(observation, dict):
         raise TypeError(
             f"the model's observation space is {space}, so the observation must be "
@@ -320,9 +369,22 @@ def batch_observation(policy: Any, observation: Any) -> tuple[Any, int, bool]:
         )
     vectorized = bool(policy.is_vectorized_observation(observation))
     if isinstance(observation, dict):
-        if vectorized:
-            return observation, len(np.asarray(next(iter(observation.values())))), True
-        return {k: np.asarray(v)[None] for k, v in observation.items()}, 1, False
-    if vectorized:
-        return observation, len(observation), True
-    return np.asarray(observation)[None], 1, False
+        if not vectorized:
+            return {k: v[None] for k, v in observation.items()}, 1, False
+        sizes = {k: len(v) for k, v in observation.items()}
+        if len(set(sizes.values())) > 1:
+            raise ValueError(
+                "observation is a batch whose keys have different batch sizes (leading "
+                f"dimensions): {', '.join(f'{k!r}: {n}' for k, n in sizes.items())}; every key "
+                "needs one row per env"
+            )
+        n_envs = next(iter(sizes.values()))
+    else:
+        if not vectorized:
+            return observation[None], 1, False
+        n_envs = len(observation)
+    if n_envs == 0:
+        raise ValueError(
+            "observation is an empty batch (0 rows): pass at least one env's observation"
+        )
+    return observation, n_envs, True

@@ -34,6 +34,7 @@ from rlightning_sb3._actions import (
     on_policy_env_actions,
 )
 from rlightning_sb3._batch import (
+    as_arrays,
     batch_observation,
     obs_tensor,
     order_responses,
@@ -216,6 +217,7 @@ class SB3PolicyAdapter:
             and type(space) is spaces.Box
             and observation.ndim == len(space.shape) + 1
             and observation.shape[1:] == space.shape
+            and observation.shape[0]
         ):
             return observation, observation.shape[0], True, True
         batch, n_envs, vectorized = batch_observation(policy, observation)
@@ -347,6 +349,7 @@ class SB3PolicyAdapter:
                 one, or ``action_masks`` is malformed or given to a model without masking.
         """
         model = self._model
+        observation = as_arrays(observation)  # lists, as SB3's obs_to_tensor converts them
         _, n_envs, vectorized, _ready = self._batch(model.policy, observation)
         ids, seen = self._resolve_ids(env_ids, n_envs, vectorized)
         stamps = per_env_stamps(ts_env_sent_ns, ids)
