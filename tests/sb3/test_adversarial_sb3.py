@@ -201,11 +201,6 @@ def test_non_int_stamps_are_type_errors(ppo: SB3PolicyAdapter, bad: Any) -> None
         ppo.act(_obs(1), ["e0"], ts_env_sent_ns=bad)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a negative ts_env_sent_ns is accepted and stored, so act() returns a response that "
-    "the core's own check_policy_response refuses (rule 'timestamp': non-negative ns)",
-)
 def test_negative_stamp_is_refused(ppo: SB3PolicyAdapter) -> None:
     try:
         [response] = ppo.act(_obs(1), ["e0"], ts_env_sent_ns=-5)
@@ -217,11 +212,6 @@ def test_negative_stamp_is_refused(ppo: SB3PolicyAdapter) -> None:
 # ------------------------------------------------------------------------ state / masks
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="predict(state=[None] * 5) for a 1-env batch on a non-recurrent model is silently "
-    "accepted (any all-None list is), though its length does not match the envs",
-)
 def test_state_list_of_the_wrong_length_is_refused_for_a_feed_forward_policy(
     ppo: SB3PolicyAdapter,
 ) -> None:
@@ -248,12 +238,6 @@ def test_recurrent_state_of_the_wrong_shape_names_the_env(recurrent: SB3PolicyAd
         recurrent.predict(_obs(2), ["a", "b"], state=[bad, None])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="SB3's batched (h, c) state is checked only on its env axis: a wrong hidden size "
-    "reaches the LSTM and fails with torch's 'Expected hidden[0] size (1, 2, 4)'",
-)
 def test_recurrent_batched_state_with_a_wrong_hidden_size_is_a_value_error(
     recurrent: SB3PolicyAdapter,
 ) -> None:

@@ -179,11 +179,17 @@ def per_env_stamps(value: object, ids: Sequence[str]) -> list[int] | None:
 
     Raises:
         TypeError: a stamp is not an int.
-        ValueError: a sequence of the wrong length is given.
+        ValueError: a sequence of the wrong length is given, or a stamp is negative (the env
+            named), which the core's ``check_policy_response`` (rule ``timestamp``) refuses.
     """
     if value is None:
         return None
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError(
+                f"ts_env_sent_ns must be a non-negative int of nanoseconds since the epoch "
+                f"(time.time_ns()), got {value!r} for envs {list(ids)}"
+            )
         return [int(value)] * len(ids)
     if not isinstance(value, (Sequence, np.ndarray)) or isinstance(value, str):
         raise TypeError(
@@ -200,6 +206,11 @@ def per_env_stamps(value: object, ids: Sequence[str]) -> list[int] | None:
             raise TypeError(
                 f"ts_env_sent_ns for env {env_id!r} must be an int of nanoseconds, "
                 f"got {type(stamp).__name__} {stamp!r}"
+            )
+        if stamp < 0:
+            raise ValueError(
+                f"ts_env_sent_ns for env {env_id!r} must be a non-negative int of nanoseconds "
+                f"since the epoch (time.time_ns()), got {stamp!r}"
             )
     return [int(s) for s in stamps]
 

@@ -271,6 +271,29 @@ class SB3PolicyAdapter:
                 policy.set_training_mode(False)
                 return
 
+    def _check_no_state(self, state: Any, ids: list[str]) -> None:
+        """Check ``predict``'s ``state`` for a policy without one: one None per env is accepted.
+
+        SB3's ``BasePolicy.predict`` ignores ``state`` for a feed-forward policy; the adapter
+        accepts only what a generic loop passes back (``[r.state ...]``-style, all None, one per
+        env) and refuses anything else, which would otherwise be dropped silently.
+
+        Raises:
+            ValueError: ``state`` holds a value, or has another length than the envs.
+        """
+        model = self._model
+        if not (isinstance(state, Sequence) and all(s is None for s in state)):
+            raise ValueError(
+                f"state is only used by recurrent policies (sb3-contrib's RecurrentPPO); "
+                f"{type(model).__name__}'s policy has none, pass state=None"
+            )
+        if len(state) != len(ids):
+            raise ValueError(
+                f"state must be None or one None per env ({len(ids)} for {ids}) for "
+                f"{type(model).__name__}'s policy, which has no state; got a list of length "
+                f"{len(state)}"
+            )
+
     # ------------------------------------------------------------------ predict
     @overload
     def predict(
@@ -379,13 +402,8 @@ class SB3PolicyAdapter:
             assert new_state is not None  # a recurrent policy always returns its state
             next_states = split_numpy_states(new_state)
         else:
-            if state is not None and not (
-                isinstance(state, Sequence) and all(s is None for s in state)
-            ):
-                raise ValueError(
-                    f"state is only used by recurrent policies (sb3-contrib's RecurrentPPO); "
-                    f"{type(model).__name__}'s policy has none, pass state=None"
-                )
+            if state is not None:
+                self._check_no_state(state, ids)
             actions, _ = model.predict(observation, deterministic=deterministic, **extra)
         # One pass over the envs; rows come from one list(array) per field (row views and numpy
         # scalars, as actions[i] gives), the rarer fields are set afterwards in the same order.
