@@ -165,12 +165,6 @@ def test_array_observation_for_a_dict_model_is_a_type_error(dict_ppo: SB3PolicyA
         dict_ppo.act(np.zeros((1, 2), np.float32), ["a"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a NaN observation gives DQN's deterministic action 0 silently (argmax of NaN "
-    "Q-values); on-policy models fail inside torch.distributions without naming the env. SB3 "
-    "itself does the same, so this is arguable, but the adapter promises errors naming env ids",
-)
 def test_nan_observation_is_refused_naming_the_env() -> None:
     model = DQN("MlpPolicy", "CartPole-v1", learning_starts=0, seed=0, policy_kwargs=TINY)
     adapter = SB3PolicyAdapter(model)

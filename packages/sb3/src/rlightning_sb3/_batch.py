@@ -22,6 +22,7 @@ __all__ = [
     "order_responses",
     "per_env_bools",
     "per_env_stamps",
+    "refuse_nan",
     "resolve_env_ids",
 ]
 
@@ -399,3 +400,33 @@ def batch_observation(policy: Any, observation: Any) -> tuple[Any, int, bool]:
             "observation is an empty batch (0 rows): pass at least one env's observation"
         )
     return observation, n_envs, True
+
+
+def refuse_nan(batch: Any, ids: Sequence[str]) -> None:
+    """Refuse a float observation batch that holds NaN, naming the envs whose rows do.
+
+    SB3 does not check observations (its ``VecCheckNan`` wrapper is the opt-in check): a NaN
+    gives DQN's greedy action 0 silently (``argmax`` of NaN Q-values) and fails inside
+    ``torch.distributions`` for on-policy models without naming the env. Infinite values are
+    kept (a Box space may be unbounded). Cost: one ``np.sum`` per float array (a NaN, or
+    ``inf - inf``, makes it NaN; only then are the rows searched); non-float arrays are skipped.
+
+    Args:
+        batch: ``(n_envs, *obs_shape)`` numpy array, or a dict of them.
+        ids: The env ids of the rows.
+
+    Raises:
+        ValueError: a row holds NaN (the env ids, and the key for a dict, named).
+    """
+    items = batch.items() if isinstance(batch, dict) else ((None, batch),)
+    for key, array in items:
+        if array.dtype.kind not in "fc" or not np.isnan(np.sum(array)):
+            continue
+        rows = np.isnan(array.reshape(len(ids), -1)).any(axis=1)
+        if rows.any():
+            where = "observation" if key is None else f"observation[{key!r}]"
+            bad = [ids[i] for i in np.flatnonzero(rows).tolist()]
+            raise ValueError(
+                f"{where} holds NaN for env(s) {bad}; SB3's policies give meaningless actions "
+                f"for NaN inputs (check the env, or wrap it in SB3's VecCheckNan)"
+            )

@@ -40,6 +40,7 @@ from rlightning_sb3._batch import (
     order_responses,
     per_env_bools,
     per_env_stamps,
+    refuse_nan,
     resolve_env_ids,
 )
 from rlightning_sb3._recurrent import (
@@ -368,13 +369,15 @@ class SB3PolicyAdapter:
         Raises:
             TypeError: ``env_ids`` or ``observation`` is of the wrong kind.
             ValueError: ``env_ids`` does not match the batch (lengths named), the observation's
-                shape does not fit the model's space, ``state`` is given to a policy without
-                one, or ``action_masks`` is malformed or given to a model without masking.
+                shape does not fit the model's space or it holds NaN (the envs named), ``state``
+                is given to a policy without one or does not fit the batch, or
+                ``action_masks`` is malformed or given to a model without masking.
         """
         model = self._model
         observation = as_arrays(observation)  # lists, as SB3's obs_to_tensor converts them
-        _, n_envs, vectorized, _ready = self._batch(model.policy, observation)
+        batch, n_envs, vectorized, _ready = self._batch(model.policy, observation)
         ids, seen = self._resolve_ids(env_ids, n_envs, vectorized)
+        refuse_nan(batch, ids)
         stamps = per_env_stamps(ts_env_sent_ns, ids)
         masks = (
             None
@@ -524,7 +527,8 @@ class SB3PolicyAdapter:
             TypeError: the model is neither on- nor off-policy (e.g. sb3-contrib's ARS), or an
                 argument is of the wrong kind.
             ValueError: ``env_ids``, ``episode_start``, ``action_masks`` or the observation does
-                not fit the batch or the model (the message names the ids and shapes).
+                not fit the batch or the model (the message names the ids and shapes), or the
+                observation holds NaN (the envs named).
 
         Note:
             gSDE (``use_sde=True``): SB3 resamples the noise matrix at the start of each rollout
@@ -535,6 +539,7 @@ class SB3PolicyAdapter:
         model = self._model
         batch, n_envs, vectorized, ready = self._batch(model.policy, observation)
         ids, seen = self._resolve_ids(env_ids, n_envs, vectorized)
+        refuse_nan(batch, ids)
         stamps = per_env_stamps(ts_env_sent_ns, ids)
         masks = (
             None
