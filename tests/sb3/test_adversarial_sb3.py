@@ -1,7 +1,7 @@
 """Adversarial inputs for the SB3 adapter (issue 3).
 
-Each test states what a careful user wants. Tests marked ``xfail(strict=True)`` record a defect
-found by this review (the reason says which); the others are edge cases that already behave.
+Each test states what a careful user wants. The defects this review found (once recorded as
+``xfail(strict=True)``) are fixed; every test here now passes as a plain test.
 Models are tiny and built once per module.
 """
 
