@@ -1,7 +1,7 @@
 """Adversarial inputs for the SB3 adapter (issue 3).
 
-Each test states what a careful user wants. Tests marked ``xfail(strict=True)`` record a defect
-found by this review (the reason says which); the others are edge cases that already behave.
+Each test states what a careful user wants. The defects this review found (once recorded as
+``xfail(strict=True)``) are fixed; every test here now passes as a plain test.
 Models are tiny and built once per module.
 """
 
@@ -133,13 +133,6 @@ def test_gymnasium_reset_tuple_is_refused(ppo: SB3PolicyAdapter) -> None:
         ppo.predict((np.zeros(4, np.float32), {}), "e0")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AttributeError,
-    reason="a list observation crashes with AttributeError ('list' object has no attribute "
-    "'shape') in SB3's is_vectorized_observation, which the adapter calls before converting; "
-    "docs/sb3.md says lists are converted as predict converts them",
-)
 def test_list_observation_is_converted_as_predict_does(ppo: SB3PolicyAdapter) -> None:
     obs = [[0.1, 0.2, 0.3, 0.4]]
     got = ppo.predict(obs, ["e0"], deterministic=True)
@@ -147,23 +140,11 @@ def test_list_observation_is_converted_as_predict_does(ppo: SB3PolicyAdapter) ->
     assert got[0].action == want[0].action
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="an empty batch (0 rows, env_ids=[]) reaches torch and fails with 'cannot reshape "
-    "tensor of 0 elements' instead of a ValueError saying the batch is empty",
-)
 def test_empty_batch_is_a_value_error(ppo: SB3PolicyAdapter) -> None:
     with pytest.raises(ValueError, match="empty"):
         ppo.act(np.zeros((0, 4), np.float32), [])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="Dict observation whose keys have different batch sizes reaches torch.cat and fails "
-    "with 'Sizes of tensors must match' naming neither the keys nor their sizes",
-)
 def test_dict_observation_with_ragged_batch_sizes_names_the_keys(
     dict_ppo: SB3PolicyAdapter,
 ) -> None:
@@ -184,12 +165,6 @@ def test_array_observation_for_a_dict_model_is_a_type_error(dict_ppo: SB3PolicyA
         dict_ppo.act(np.zeros((1, 2), np.float32), ["a"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a NaN observation gives DQN's deterministic action 0 silently (argmax of NaN "
-    "Q-values); on-policy models fail inside torch.distributions without naming the env. SB3 "
-    "itself does the same, so this is arguable, but the adapter promises errors naming env ids",
-)
 def test_nan_observation_is_refused_naming_the_env() -> None:
     model = DQN("MlpPolicy", "CartPole-v1", learning_starts=0, seed=0, policy_kwargs=TINY)
     adapter = SB3PolicyAdapter(model)
@@ -220,11 +195,6 @@ def test_non_int_stamps_are_type_errors(ppo: SB3PolicyAdapter, bad: Any) -> None
         ppo.act(_obs(1), ["e0"], ts_env_sent_ns=bad)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a negative ts_env_sent_ns is accepted and stored, so act() returns a response that "
-    "the core's own check_policy_response refuses (rule 'timestamp': non-negative ns)",
-)
 def test_negative_stamp_is_refused(ppo: SB3PolicyAdapter) -> None:
     try:
         [response] = ppo.act(_obs(1), ["e0"], ts_env_sent_ns=-5)
@@ -236,11 +206,6 @@ def test_negative_stamp_is_refused(ppo: SB3PolicyAdapter) -> None:
 # ------------------------------------------------------------------------ state / masks
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="predict(state=[None] * 5) for a 1-env batch on a non-recurrent model is silently "
-    "accepted (any all-None list is), though its length does not match the envs",
-)
 def test_state_list_of_the_wrong_length_is_refused_for_a_feed_forward_policy(
     ppo: SB3PolicyAdapter,
 ) -> None:
@@ -267,12 +232,6 @@ def test_recurrent_state_of_the_wrong_shape_names_the_env(recurrent: SB3PolicyAd
         recurrent.predict(_obs(2), ["a", "b"], state=[bad, None])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="SB3's batched (h, c) state is checked only on its env axis: a wrong hidden size "
-    "reaches the LSTM and fails with torch's 'Expected hidden[0] size (1, 2, 4)'",
-)
 def test_recurrent_batched_state_with_a_wrong_hidden_size_is_a_value_error(
     recurrent: SB3PolicyAdapter,
 ) -> None:
@@ -319,11 +278,6 @@ def test_predicted_masked_actions_respect_the_mask(maskable: SB3PolicyAdapter) -
 # ---------------------------------------------------------------------------- env_actions
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="env_actions([PolicyResponse.stack(responses)]) silently returns an array of shape "
-    "(1, n_envs) (the batch seen as one env's action) instead of refusing or unbinding it",
-)
 def test_env_actions_of_a_stacked_response_is_not_taken_as_one_env(ppo: SB3PolicyAdapter) -> None:
     responses = [PolicyResponse("a", action=np.int64(1)), PolicyResponse("b", action=np.int64(0))]
     batch = PolicyResponse.stack(responses)
@@ -334,11 +288,6 @@ def test_env_actions_of_a_stacked_response_is_not_taken_as_one_env(ppo: SB3Polic
     np.testing.assert_array_equal(got, [1, 0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="env_actions stacks whatever the actions are: action=None gives an object array, "
-    "action='left' a str array, handed on to VecEnv.step without an error naming the env",
-)
 @pytest.mark.parametrize("bad", [None, "left"])
 def test_env_actions_refuses_non_numeric_actions_naming_the_env(
     ppo: SB3PolicyAdapter, bad: Any
@@ -348,11 +297,6 @@ def test_env_actions_refuses_non_numeric_actions_naming_the_env(
         ppo.env_actions(responses)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="env_actions silently upcasts: an int action beside a float one (1 and 1.5) become "
-    "the float array [1.0, 1.5] for a Discrete env",
-)
 def test_env_actions_with_mixed_dtypes_is_refused(ppo: SB3PolicyAdapter) -> None:
     responses = [PolicyResponse("a", action=np.int64(1)), PolicyResponse("b", action=1.5)]
     with pytest.raises((TypeError, ValueError), match="'b'"):
@@ -392,11 +336,6 @@ def test_env_actions_of_ragged_actions_names_the_shapes(ppo: SB3PolicyAdapter) -
 # -------------------------------------------------------------------------- buffer helpers
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="add_rollout_step does not check the observation against the buffer: one unbatched "
-    "observation is broadcast by numpy into every env's row of a 2-env rollout buffer",
-)
 def test_add_rollout_step_refuses_an_unbatched_observation(ppo2: SB3PolicyAdapter) -> None:
     model: Any = ppo2.model
     obs = start_training(model, 100)
@@ -405,11 +344,6 @@ def test_add_rollout_step_refuses_an_unbatched_observation(ppo2: SB3PolicyAdapte
         add_rollout_step(model, obs[0], responses, [1.0, 1.0], [False, False], [{}, {}])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="add_replay_step does not check new_observation: one unbatched observation is "
-    "broadcast into every env's next_observations row of a 2-env replay buffer",
-)
 def test_add_replay_step_refuses_an_unbatched_next_observation(sac2: SB3PolicyAdapter) -> None:
     model: Any = sac2.model
     obs = start_training(model, 100)
@@ -418,11 +352,6 @@ def test_add_replay_step_refuses_an_unbatched_next_observation(sac2: SB3PolicyAd
         add_replay_step(model, obs, responses, obs[0], [1.0, 1.0], [False, False], [{}, {}])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="add_rollout_step accepts dones that are not booleans ('no', 2) and uses their "
-    "truthiness ('no' counts as done)",
-)
 @pytest.mark.parametrize("bad", [["no", False], [2, 0]])
 def test_add_rollout_step_refuses_non_boolean_dones(ppo2: SB3PolicyAdapter, bad: Any) -> None:
     model: Any = ppo2.model
@@ -432,12 +361,6 @@ def test_add_rollout_step_refuses_non_boolean_dones(ppo2: SB3PolicyAdapter, bad:
         add_rollout_step(model, obs, responses, [1.0, 1.0], bad, [{}, {}])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AttributeError,
-    reason="an info that is not a dict (here a str) for an env that is done crashes with "
-    "\"'str' object has no attribute 'get'\" instead of an error naming the env",
-)
 def test_add_rollout_step_refuses_non_dict_infos(ppo2: SB3PolicyAdapter) -> None:
     model: Any = ppo2.model
     obs = start_training(model, 100)
@@ -447,11 +370,6 @@ def test_add_rollout_step_refuses_non_dict_infos(ppo2: SB3PolicyAdapter) -> None
         add_rollout_step(model, obs, responses, [1.0, 1.0], [True, False], infos)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="add_replay_step stores a Box buffer_action of 5.0 although SB3 keeps off-policy "
-    "buffer actions scaled to [-1, 1]; nothing checks responses that went through a transport",
-)
 def test_add_replay_step_refuses_buffer_actions_outside_the_scaled_range(
     sac2: SB3PolicyAdapter,
 ) -> None:

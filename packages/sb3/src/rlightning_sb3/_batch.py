@@ -16,11 +16,13 @@ from gymnasium import spaces
 from rlightning import PolicyResponse
 
 __all__ = [
+    "as_arrays",
     "batch_observation",
     "obs_tensor",
     "order_responses",
     "per_env_bools",
     "per_env_stamps",
+    "refuse_nan",
     "resolve_env_ids",
 ]
 
@@ -178,11 +180,17 @@ def per_env_stamps(value: object, ids: Sequence[str]) -> list[int] | None:
 
     Raises:
         TypeError: a stamp is not an int.
-        ValueError: a sequence of the wrong length is given.
+        ValueError: a sequence of the wrong length is given, or a stamp is negative (the env
+            named), which the core's ``check_policy_response`` (rule ``timestamp``) refuses.
     """
     if value is None:
         return None
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError(
+                f"ts_env_sent_ns must be a non-negative int of nanoseconds since the epoch "
+                f"(time.time_ns()), got {value!r} for envs {list(ids)}"
+            )
         return [int(value)] * len(ids)
     if not isinstance(value, (Sequence, np.ndarray)) or isinstance(value, str):
         raise TypeError(
@@ -199,6 +207,11 @@ def per_env_stamps(value: object, ids: Sequence[str]) -> list[int] | None:
             raise TypeError(
                 f"ts_env_sent_ns for env {env_id!r} must be an int of nanoseconds, "
                 f"got {type(stamp).__name__} {stamp!r}"
+            )
+        if stamp < 0:
+            raise ValueError(
+                f"ts_env_sent_ns for env {env_id!r} must be a non-negative int of nanoseconds "
+                f"since the epoch (time.time_ns()), got {stamp!r}"
             )
     return [int(s) for s in stamps]
 
@@ -217,10 +230,11 @@ def order_responses(responses: object, env_ids: Sequence[str] | None) -> list[Po
     Raises:
         TypeError: ``responses`` is not a sequence of PolicyResponse, or ``env_ids`` is not a
             sequence of str.
-        ValueError: ``responses`` is empty; two responses share an env id; ``env_ids`` repeats an
-            id, has a different length than ``responses`` (both lengths are named), lacks a
-            response's env id (unknown ids are named) or has ids no response answers (missing envs
-            are named).
+        ValueError: ``responses`` is empty; a response is a stacked batch (``env_id`` None and
+            an ``env_ids`` field, as ``PolicyResponse.stack`` makes); two responses share an env
+            id; ``env_ids`` repeats an id, has a different length than ``responses`` (both
+            lengths are named), lacks a response's env id (unknown ids are named) or has ids no
+            response answers (missing envs are named).
     """
     if isinstance(responses, PolicyResponse) or not isinstance(responses, Sequence):
         raise TypeError(
@@ -234,6 +248,11 @@ def order_responses(responses: object, env_ids: Sequence[str] | None) -> list[Po
         if not isinstance(response, PolicyResponse):
             raise TypeError(
                 f"responses[{index}] must be a PolicyResponse, got {type(response).__name__}"
+            )
+        if response.env_id is None and "env_ids" in response.__dict__:
+            raise ValueError(
+                f"responses[{index}] is a stacked batch (PolicyResponse.stack) of envs "
+                f"{response.__dict__['env_ids']!r}, not one env's response; pass its unbind()"
             )
     given = [r.env_id for r in out]
     dups = _duplicates(given)
@@ -267,27 +286,26 @@ def order_responses(responses: object, env_ids: Sequence[str] | None) -> list[Po
     return [by_id[env_id] for env_id in order]
 
 
-def batch_observation(policy: Any, observation: Any) -> tuple[Any, int, bool]:
-    """Return ``(batched observation, n_envs, vectorized)`` by SB3's ``predict`` rule.
+def as_arrays(observation: Any) -> Any:
+    """Convert a list (or other array-like) observation to numpy, as SB3's ``obs_to_tensor`` does.
 
-    Whether ``observation`` is a batch is decided by ``BasePolicy.is_vectorized_observation``
-    (as ``predict`` decides); one unbatched observation is given a leading axis of 1 (arrays of a
-    dict each get one). A batch is returned as is (not copied).
+    ``BasePolicy.obs_to_tensor`` calls ``np.array`` on a non-dict observation (per key for a
+    dict) before deciding whether it is a batch; SB3's ``is_vectorized_observation`` reads
+    ``.shape`` and so needs arrays. numpy arrays (and dicts of them) are returned as they are;
+    a dict with an array-like value gets a new dict (the caller's is not modified).
 
     Args:
-        policy: The SB3 policy (its ``observation_space`` is the model's).
         observation: What the caller passed.
 
     Returns:
-        The batch, its number of rows, and whether the caller passed a batch.
+        The observation with every array-like converted by ``np.array``.
 
     Raises:
-        ValueError: ``observation`` is gymnasium's ``(obs, info)`` reset tuple, has the wrong
-            keys for a Dict space, or a shape that fits the space neither as one observation nor
-            as a batch (SB3's message).
-        TypeError: a dict for a non-Dict space or the reverse.
+        ValueError: ``observation`` is gymnasium's ``(obs, info)`` reset tuple, or cannot be
+            converted to a numeric array (e.g. rows of different lengths; the key is named).
     """
-    space = policy.observation_space
+    if type(observation) is np.ndarray:
+        return observation
     if (
         isinstance(observation, tuple)
         and len(observation) == 2
@@ -297,6 +315,55 @@ def batch_observation(policy: Any, observation: Any) -> tuple[Any, int, bool]:
             "observation is an (obs, info) tuple, as gymnasium's reset() returns; pass the "
             "observation alone (a VecEnv's reset() returns only the observation)"
         )
+    if isinstance(observation, dict):
+        if all(isinstance(v, np.ndarray) for v in observation.values()):
+            return observation
+        return {k: _to_array(v, f"observation[{k!r}]") for k, v in observation.items()}
+    return _to_array(observation, "observation")
+
+
+def _to_array(value: Any, name: str) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        return value
+    try:
+        array = np.array(value)
+    except ValueError as error:
+        raise ValueError(
+            f"{name} of type {type(value).__name__} cannot be converted to an array as SB3's "
+            f"obs_to_tensor converts it (np.array): {error}"
+        ) from None
+    if array.dtype.kind not in "biuf":
+        raise ValueError(
+            f"{name} must convert to a numeric array as SB3's obs_to_tensor converts it "
+            f"(np.array), got dtype {array.dtype} from {type(value).__name__} {value!r}"
+        )
+    return array
+
+
+def batch_observation(policy: Any, observation: Any) -> tuple[Any, int, bool]:
+    """Return ``(batched observation, n_envs, vectorized)`` by SB3's ``predict`` rule.
+
+    Array-likes (lists) are converted with :func:`as_arrays`, as ``obs_to_tensor`` converts them.
+    Whether ``observation`` is a batch is decided by ``BasePolicy.is_vectorized_observation``
+    (as ``predict`` decides); one unbatched observation is given a leading axis of 1 (arrays of a
+    dict each get one). A batch of numpy arrays is returned as is (not copied).
+
+    Args:
+        policy: The SB3 policy (its ``observation_space`` is the model's).
+        observation: What the caller passed.
+
+    Returns:
+        The batch, its number of rows, and whether the caller passed a batch.
+
+    Raises:
+        ValueError: ``observation`` is gymnasium's ``(obs, info)`` reset tuple, is not numeric,
+            has the wrong keys for a Dict space, has a shape that fits the space neither as one
+            observation nor as a batch (SB3's message), is an empty batch (0 rows), or is a dict
+            whose keys have different batch sizes (the keys and sizes named).
+        TypeError: a dict for a non-Dict space or the reverse.
+    """
+    space = policy.observation_space
+    observation = as_arrays(observation)
     if isinstance(space, spaces.Dict) != isinstance(observation, dict):
         raise TypeError(
             f"the model's observation space is {space}, so the observation must be "
@@ -314,9 +381,52 @@ def batch_observation(policy: Any, observation: Any) -> tuple[Any, int, bool]:
         )
     vectorized = bool(policy.is_vectorized_observation(observation))
     if isinstance(observation, dict):
-        if vectorized:
-            return observation, len(np.asarray(next(iter(observation.values())))), True
-        return {k: np.asarray(v)[None] for k, v in observation.items()}, 1, False
-    if vectorized:
-        return observation, len(observation), True
-    return np.asarray(observation)[None], 1, False
+        if not vectorized:
+            return {k: v[None] for k, v in observation.items()}, 1, False
+        sizes = {k: len(v) for k, v in observation.items()}
+        if len(set(sizes.values())) > 1:
+            raise ValueError(
+                "observation is a batch whose keys have different batch sizes (leading "
+                f"dimensions): {', '.join(f'{k!r}: {n}' for k, n in sizes.items())}; every key "
+                "needs one row per env"
+            )
+        n_envs = next(iter(sizes.values()))
+    else:
+        if not vectorized:
+            return observation[None], 1, False
+        n_envs = len(observation)
+    if n_envs == 0:
+        raise ValueError(
+            "observation is an empty batch (0 rows): pass at least one env's observation"
+        )
+    return observation, n_envs, True
+
+
+def refuse_nan(batch: Any, ids: Sequence[str]) -> None:
+    """Refuse a float observation batch that holds NaN, naming the envs whose rows do.
+
+    SB3 does not check observations (its ``VecCheckNan`` wrapper is the opt-in check): a NaN
+    gives DQN's greedy action 0 silently (``argmax`` of NaN Q-values) and fails inside
+    ``torch.distributions`` for on-policy models without naming the env. Infinite values are
+    kept (a Box space may be unbounded). Cost: one ``np.sum`` per float array (a NaN, or
+    ``inf - inf``, makes it NaN; only then are the rows searched); non-float arrays are skipped.
+
+    Args:
+        batch: ``(n_envs, *obs_shape)`` numpy array, or a dict of them.
+        ids: The env ids of the rows.
+
+    Raises:
+        ValueError: a row holds NaN (the env ids, and the key for a dict, named).
+    """
+    items = batch.items() if isinstance(batch, dict) else ((None, batch),)
+    for key, array in items:
+        if array.dtype.kind not in "fc" or not np.isnan(np.sum(array)):
+            continue
+        rows = np.isnan(array.reshape(len(ids), -1)).any(axis=1)
+        if rows.any():
+            where = "observation" if key is None else f"observation[{key!r}]"
+            bad = [ids[i] for i in np.flatnonzero(rows).tolist()]
+            raise ValueError(
+                f"{where} holds NaN for env(s) {bad}; SB3's policies give meaningless actions "
+                f"for NaN inputs (check the env, or wrap it in SB3's VecCheckNan)"
+            )

@@ -123,9 +123,11 @@ def predict_state(policy: Any, state: Any, ids: Sequence[str]) -> tuple[np.ndarr
     Args:
         policy: A ``RecurrentActorCriticPolicy``.
         state: None (SB3 starts from zeros), SB3's batched ``(h, c)`` tuple of
-            ``(n_layers, n_envs, hidden)`` arrays (passed through), or one entry per env: an
-            ``(h, c)`` tuple of ``(n_layers, hidden)`` arrays (a previous response's ``state``)
-            or None for a fresh env.
+            ``(n_lstm_layers, n_envs, hidden_size)`` arrays (passed through after its shapes are
+            checked against the policy's LSTM, which sb3-contrib's
+            ``RecurrentActorCriticPolicy.predict`` hands to ``nn.LSTM`` unchecked), or one
+            entry per env: an ``(h, c)`` tuple of ``(n_layers, hidden)`` arrays (a previous
+            response's ``state``) or None for a fresh env.
         ids: The env ids of the batch, for messages.
 
     Returns:
@@ -136,12 +138,15 @@ def predict_state(policy: Any, state: Any, ids: Sequence[str]) -> tuple[np.ndarr
     """
     if state is None:
         return None
+    lstm = policy.lstm_actor
     if isinstance(state, tuple) and state and isinstance(state[0], np.ndarray):
         shapes = [np.shape(s) for s in state]
-        if len(state) != 2 or any(len(s) != 3 or s[1] != len(ids) for s in shapes):
+        want = (lstm.num_layers, len(ids), lstm.hidden_size)
+        if len(state) != 2 or any(s != want for s in shapes):
             raise ValueError(
                 f"state in SB3's batched form must be (h, c), each (n_layers, {len(ids)}, "
-                f"hidden) for envs {list(ids)}, got shapes {shapes}"
+                f"hidden) = {want} for the policy's LSTM and envs {list(ids)}, got shapes "
+                f"{shapes}"
             )
         return state
     if not isinstance(state, Sequence) or len(state) != len(ids):
@@ -150,7 +155,6 @@ def predict_state(policy: Any, state: Any, ids: Sequence[str]) -> tuple[np.ndarr
             f"{list(ids)}: a previous response's state or None), got {type(state).__name__}"
             + (f" of length {len(state)}" if isinstance(state, Sequence) else "")
         )
-    lstm = policy.lstm_actor
     zero = np.zeros((lstm.num_layers, lstm.hidden_size), dtype=np.float32)
     for env_id, entry in zip(ids, state, strict=True):
         if entry is not None and (

@@ -34,11 +34,13 @@ from rlightning_sb3._actions import (
     on_policy_env_actions,
 )
 from rlightning_sb3._batch import (
+    as_arrays,
     batch_observation,
     obs_tensor,
     order_responses,
     per_env_bools,
     per_env_stamps,
+    refuse_nan,
     resolve_env_ids,
 )
 from rlightning_sb3._recurrent import (
@@ -51,6 +53,15 @@ from rlightning_sb3._recurrent import (
 from rlightning_sb3._versions import SB3_CONTRIB_SUPPORTED, check_version, installed_version
 
 __all__ = ["SB3PolicyAdapter"]
+
+#: numpy dtype kinds an env action may have, per action space: Discrete and MultiDiscrete take
+#: integers (gymnasium's ``contains`` needs an integer dtype; SB3's categorical distributions
+#: sample int64); other spaces take numbers (SB3's ``BernoulliDistribution`` samples MultiBinary
+#: actions as floats).
+_ACTION_KINDS: dict[type[spaces.Space[Any]], str] = {
+    spaces.Discrete: "iu",
+    spaces.MultiDiscrete: "iu",
+}
 
 
 @functools.cache
@@ -207,6 +218,7 @@ class SB3PolicyAdapter:
             and type(space) is spaces.Box
             and observation.ndim == len(space.shape) + 1
             and observation.shape[1:] == space.shape
+            and observation.shape[0]
         ):
             return observation, observation.shape[0], True, True
         batch, n_envs, vectorized = batch_observation(policy, observation)
@@ -259,6 +271,29 @@ class SB3PolicyAdapter:
             if module.training:
                 policy.set_training_mode(False)
                 return
+
+    def _check_no_state(self, state: Any, ids: list[str]) -> None:
+        """Check ``predict``'s ``state`` for a policy without one: one None per env is accepted.
+
+        SB3's ``BasePolicy.predict`` ignores ``state`` for a feed-forward policy; the adapter
+        accepts only what a generic loop passes back (``[r.state ...]``-style, all None, one per
+        env) and refuses anything else, which would otherwise be dropped silently.
+
+        Raises:
+            ValueError: ``state`` holds a value, or has another length than the envs.
+        """
+        model = self._model
+        if not (isinstance(state, Sequence) and all(s is None for s in state)):
+            raise ValueError(
+                f"state is only used by recurrent policies (sb3-contrib's RecurrentPPO); "
+                f"{type(model).__name__}'s policy has none, pass state=None"
+            )
+        if len(state) != len(ids):
+            raise ValueError(
+                f"state must be None or one None per env ({len(ids)} for {ids}) for "
+                f"{type(model).__name__}'s policy, which has no state; got a list of length "
+                f"{len(state)}"
+            )
 
     # ------------------------------------------------------------------ predict
     @overload
@@ -334,12 +369,15 @@ class SB3PolicyAdapter:
         Raises:
             TypeError: ``env_ids`` or ``observation`` is of the wrong kind.
             ValueError: ``env_ids`` does not match the batch (lengths named), the observation's
-                shape does not fit the model's space, ``state`` is given to a policy without
-                one, or ``action_masks`` is malformed or given to a model without masking.
+                shape does not fit the model's space or it holds NaN (the envs named), ``state``
+                is given to a policy without one or does not fit the batch, or
+                ``action_masks`` is malformed or given to a model without masking.
         """
         model = self._model
-        _, n_envs, vectorized, _ready = self._batch(model.policy, observation)
+        observation = as_arrays(observation)  # lists, as SB3's obs_to_tensor converts them
+        batch, n_envs, vectorized, _ready = self._batch(model.policy, observation)
         ids, seen = self._resolve_ids(env_ids, n_envs, vectorized)
+        refuse_nan(batch, ids)
         stamps = per_env_stamps(ts_env_sent_ns, ids)
         masks = (
             None
@@ -367,13 +405,8 @@ class SB3PolicyAdapter:
             assert new_state is not None  # a recurrent policy always returns its state
             next_states = split_numpy_states(new_state)
         else:
-            if state is not None and not (
-                isinstance(state, Sequence) and all(s is None for s in state)
-            ):
-                raise ValueError(
-                    f"state is only used by recurrent policies (sb3-contrib's RecurrentPPO); "
-                    f"{type(model).__name__}'s policy has none, pass state=None"
-                )
+            if state is not None:
+                self._check_no_state(state, ids)
             actions, _ = model.predict(observation, deterministic=deterministic, **extra)
         # One pass over the envs; rows come from one list(array) per field (row views and numpy
         # scalars, as actions[i] gives), the rarer fields are set afterwards in the same order.
@@ -494,7 +527,8 @@ class SB3PolicyAdapter:
             TypeError: the model is neither on- nor off-policy (e.g. sb3-contrib's ARS), or an
                 argument is of the wrong kind.
             ValueError: ``env_ids``, ``episode_start``, ``action_masks`` or the observation does
-                not fit the batch or the model (the message names the ids and shapes).
+                not fit the batch or the model (the message names the ids and shapes), or the
+                observation holds NaN (the envs named).
 
         Note:
             gSDE (``use_sde=True``): SB3 resamples the noise matrix at the start of each rollout
@@ -505,6 +539,7 @@ class SB3PolicyAdapter:
         model = self._model
         batch, n_envs, vectorized, ready = self._batch(model.policy, observation)
         ids, seen = self._resolve_ids(env_ids, n_envs, vectorized)
+        refuse_nan(batch, ids)
         stamps = per_env_stamps(ts_env_sent_ns, ids)
         masks = (
             None
@@ -623,6 +658,31 @@ class SB3PolicyAdapter:
         return responses
 
     # ------------------------------------------------------------------ env_actions
+    def _refuse_action_dtypes(
+        self, ordered: list[PolicyResponse], actions: list[np.ndarray]
+    ) -> None:
+        """Raise for actions of a kind the action space does not take, or of mixed dtypes.
+
+        Raises:
+            TypeError: an action is not numeric, or not an integer for a Discrete or
+                MultiDiscrete space (gymnasium's ``contains`` needs an integer dtype there).
+            ValueError: the actions have different dtypes (``np.stack`` would upcast them).
+        """
+        space = self._model.action_space
+        kinds = _ACTION_KINDS.get(type(space), "biuf")
+        for response, action in zip(ordered, actions, strict=True):
+            if action.dtype.kind not in kinds:
+                wanted = "integers" if kinds != "biuf" else "numbers"
+                raise TypeError(
+                    f"action for env {response.env_id!r} must hold {wanted} for {space} (what "
+                    f"VecEnv.step passes to the env), got {type(response.action).__name__} "
+                    f"{response.action!r} of dtype {action.dtype}"
+                )
+        raise ValueError(
+            "actions have different dtypes (stacking would convert them silently): "
+            + ", ".join(f"{r.env_id!r}: {a.dtype}" for r, a in zip(ordered, actions, strict=True))
+        )
+
     def env_actions(
         self, responses: Sequence[PolicyResponse], env_ids: Sequence[str] | None = None
     ) -> np.ndarray:
@@ -640,10 +700,13 @@ class SB3PolicyAdapter:
 
         Raises:
             TypeError: ``responses`` is not a sequence of PolicyResponse.
-            ValueError: two responses have the same env id; ``env_ids`` repeats an id, has a
-                different length than ``responses`` (both lengths named), names envs that have
+            TypeError: an action is not numeric, or not an integer for a Discrete or
+                MultiDiscrete action space (the env id named).
+            ValueError: two responses have the same env id; a response is a stacked batch
+                (``PolicyResponse.stack``: pass its ``unbind()``); ``env_ids`` repeats an id, has
+                a different length than ``responses`` (both lengths named), names envs that have
                 no response, or misses env ids that responses carry (both named); a response has
-                no ``action``; or actions of different shapes.
+                no ``action``; or actions of different shapes or dtypes (each env's named).
         """
         ordered = order_responses(responses, env_ids)
         actions = []
@@ -659,4 +722,9 @@ class SB3PolicyAdapter:
                     f"{r.env_id!r}: {a.shape}" for r, a in zip(ordered, actions, strict=True)
                 )
             )
+        dtypes = {a.dtype for a in actions}
+        if len(dtypes) > 1 or next(iter(dtypes)).kind not in _ACTION_KINDS.get(
+            type(self._model.action_space), "biuf"
+        ):
+            self._refuse_action_dtypes(ordered, actions)
         return np.stack(actions)
