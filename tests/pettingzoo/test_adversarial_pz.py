@@ -167,22 +167,11 @@ def test_per_agent_field_that_is_not_a_mapping_is_a_type_error() -> None:
         from_parallel_actions({"a": 0}, "e", log_prob=[0.0])  # type: ignore[arg-type]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="from_parallel_actions(actions, action={...}) lets the per-agent field 'action' "
-    "silently replace the actions given positionally",
-)
 def test_a_per_agent_field_named_action_cannot_replace_the_actions() -> None:
     with pytest.raises((TypeError, ValueError), match="action"):
         from_parallel_actions({"a": 1}, "e", action={"a": 99})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="from_parallel_actions accepts per-agent ts_env_sent_ns dicts, so the latency "
-    "methods silently return 0.0; MultiAgentPolicyResponse.from_agents refuses differing stamps "
-    "for exactly this reason (docs/decisions.md)",
-)
 def test_per_agent_stamps_are_refused_as_in_from_agents() -> None:
     with pytest.raises(ValueError, match="ts_env_sent_ns"):
         from_parallel_actions({"a": 1, "b": 1}, "e", ts_env_sent_ns={"a": 5, "b": 6})

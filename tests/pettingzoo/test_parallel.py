@@ -233,6 +233,25 @@ def test_from_parallel_actions_errors() -> None:
         from_parallel_actions({"a": 0}, value=1.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="would shadow"):
         from_parallel_actions({"a": 0}, cpu={"a": 1})
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "from_parallel_actions() got the actions twice: as actions ['a'] and as the "
+            "per-agent field action= {'a': 99}"
+        ),
+    ):
+        from_parallel_actions({"a": 1}, action={"a": 99})
+
+
+@pytest.mark.parametrize("stamp", ["ts_env_sent_ns", "ts_policy_sent_ns"])
+def test_from_parallel_actions_refuses_per_agent_stamps(stamp: str) -> None:
+    with pytest.raises(
+        ValueError, match=re.escape(f"{stamp!r} is a timing stamp, one value per response")
+    ):
+        from_parallel_actions({"a": 1, "b": 1}, "e", **{stamp: {"a": 5, "b": 5}})
+    response = from_parallel_actions({"a": 1, "b": 1}, "e")
+    setattr(response, stamp, 5)  # the documented way: one stamp on the response
+    assert getattr(response, stamp) == 5
 
 
 # ---------------------------------------------------------------------------- property
