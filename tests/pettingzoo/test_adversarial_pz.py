@@ -204,12 +204,6 @@ def test_aec_action_outside_the_space_is_named() -> None:
         aec_action(_ma({agent: 9}), env)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after the game ended (env.agents == []) aec_action treats the removed "
-    "agent_selection as live: it checks the action against a stale mask ('illegal now: the "
-    "env's action_mask allows only [...]') and aec_action(None, env) says 'for live agent'",
-)
 def test_aec_action_after_the_game_ended_says_so() -> None:
     env = _finished_tictactoe()
     agent = env.agent_selection
@@ -217,11 +211,6 @@ def test_aec_action_after_the_game_ended_says_so() -> None:
         aec_action(_ma({agent: 0}), env)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after the game ended, sample_response still answers with an action for the removed "
-    "agent_selection (read from a stale observation) instead of an empty response or an error",
-)
 def test_sample_response_after_the_game_ended_gives_no_action() -> None:
     env = _finished_tictactoe()
     try:

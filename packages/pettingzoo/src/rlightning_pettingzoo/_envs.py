@@ -51,6 +51,43 @@ def is_aec(env: Any) -> bool:
     raise TypeError(f"env must be a PettingZoo AECEnv or ParallelEnv, got {type(env).__name__}")
 
 
+def aec_acting_agent(env: AECEnv[Any, Any, Any]) -> Any | None:
+    """The agent that acts now in an AEC env: ``env.agent_selection``, or None when it is done.
+
+    Follows PettingZoo's AEC rules: a terminated or truncated agent's step takes ``None``
+    (``AECEnv._was_dead_step``) and so acts with no policy (None is returned); once every agent
+    has left, ``env.agents`` is empty, ``agent_iter()`` stops, and ``env.agent_selection`` is a
+    stale name of a removed agent (the game is over until ``reset()``).
+
+    Args:
+        env: A PettingZoo ``AECEnv`` after ``reset``.
+
+    Returns:
+        ``env.agent_selection`` when it is live and neither terminated nor truncated, else None.
+
+    Raises:
+        ValueError: the game is over (``env.agents`` is empty), or ``env.agent_selection`` is not
+            in ``env.agents``; the message names the env and the agent and says to call
+            ``reset()``.
+    """
+    agent = env.agent_selection
+    agents = env.agents
+    if agent not in agents:
+        if not agents:
+            raise ValueError(
+                f"{describe_env(env)}: the game is over: env.agents is empty (every agent has "
+                f"left; env.agent_selection {agent!r} names a removed agent), so no agent acts; "
+                "call env.reset() before the next step (PettingZoo AEC API: agent_iter() stops "
+                "when env.agents is empty) [rule live-agents]"
+            )
+        raise ValueError(
+            f"{describe_env(env)}: env.agent_selection {agent!r} is not in env.agents {agents}, "
+            "so it cannot act; call env.reset() (PettingZoo AEC API: only agents in env.agents "
+            "are selected) [rule live-agents]"
+        )
+    return None if aec_agent_is_done(env, agent) else agent
+
+
 def aec_agent_is_done(env: AECEnv[Any, Any, Any], agent: Any) -> bool:
     """Whether ``agent`` of an AEC env is terminated or truncated (so it must step ``None``)."""
     return bool(env.terminations.get(agent, False) or env.truncations.get(agent, False))

@@ -22,7 +22,7 @@ from gymnasium import spaces
 from rlightning import MultiAgentPolicyResponse
 from rlightning._tree import tree_repr
 from rlightning.testing import space_violation
-from rlightning_pettingzoo._envs import aec_agent_is_done, describe_env, require_aec
+from rlightning_pettingzoo._envs import aec_acting_agent, describe_env, require_aec
 from rlightning_pettingzoo.masks import find_action_mask
 
 __all__ = ["aec_action"]
@@ -58,13 +58,14 @@ def aec_action(
     Raises:
         TypeError: ``env`` is not a PettingZoo ``AECEnv``, or ``response`` is neither a
             :class:`MultiAgentPolicyResponse` nor (for a finished agent) None.
-        ValueError: the selected live agent has no action in the response, the action is not in
+        ValueError: the game is over (``env.agents`` is empty: call ``env.reset()``), the
+            selected live agent has no action in the response, the action is not in
             its action space (names the agent, space and value), or, with ``check_mask``, the
             mask forbids it.
     """
     env = require_aec(env, "aec_action()")
-    agent = env.agent_selection
-    if aec_agent_is_done(env, agent):
+    agent = aec_acting_agent(env)
+    if agent is None:
         if response is not None and not isinstance(response, MultiAgentPolicyResponse):
             raise TypeError(
                 "response must be a MultiAgentPolicyResponse or None, "

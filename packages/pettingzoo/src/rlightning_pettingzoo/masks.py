@@ -21,7 +21,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rlightning import MultiAgentPolicyResponse
-from rlightning_pettingzoo._envs import aec_agent_is_done, describe_env, is_aec
+from rlightning_pettingzoo._envs import aec_acting_agent, describe_env, is_aec
 
 __all__ = ["find_action_mask", "sample_response"]
 
@@ -124,14 +124,15 @@ def sample_response(
 
     Raises:
         TypeError: ``env`` is not a PettingZoo env.
-        ValueError: a mask does not fit its Discrete space (shape, values other than 0/1); or
+        ValueError: an AEC env's game is over (``env.agents`` is empty: call ``env.reset()``);
+            a mask does not fit its Discrete space (shape, values other than 0/1); or
             a parallel env's observation space carries action masks (a Dict with
             ``"action_mask"``) but ``observations`` lacks a live agent's observation, so its mask
             cannot be honoured.
     """
     if is_aec(env):
-        agent = env.agent_selection
-        if aec_agent_is_done(env, agent):
+        agent = aec_acting_agent(env)
+        if agent is None:
             return MultiAgentPolicyResponse(env_id, action={})
         agents = [agent]
         if observations is None or agent not in observations:

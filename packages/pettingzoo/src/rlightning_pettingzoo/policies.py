@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rlightning import MultiAgentPolicyResponse, PolicyResponse
-from rlightning_pettingzoo._envs import aec_agent_is_done, describe_env, is_aec, require_parallel
+from rlightning_pettingzoo._envs import aec_acting_agent, describe_env, is_aec, require_parallel
 from rlightning_pettingzoo._sb3 import (
     is_actor_critic,
     is_sb3_model,
@@ -38,8 +38,8 @@ Policy = Any
 def _acting_agents(env: Any) -> list[Any]:
     """The agents that act now: ``env.agents`` (parallel) or the live selected agent (AEC)."""
     if is_aec(env):
-        agent = env.agent_selection
-        return [] if aec_agent_is_done(env, agent) else [agent]
+        agent = aec_acting_agent(env)
+        return [] if agent is None else [agent]
     return list(env.agents)
 
 
@@ -137,7 +137,8 @@ def respond(
     Raises:
         TypeError: ``env`` is not a PettingZoo env, a mapping argument is not a mapping, a policy
             is neither an SB3 model nor callable, returns a multi-agent response, or is recurrent.
-        ValueError: an acting agent has no observation or no policy (names the agents), or a
+        ValueError: an AEC env's game is over (``env.agents`` is empty: call ``env.reset()``),
+            an acting agent has no observation or no policy (names the agents), or a
             returned response has another ``env_id`` or no action.
     """
     agents = _acting_agents(env)
