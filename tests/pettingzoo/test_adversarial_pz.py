@@ -261,11 +261,6 @@ def test_parallel_env_with_masked_observations_refuses_to_sample_blind() -> None
 
 
 @pytest.mark.torch
-@pytest.mark.xfail(
-    strict=True,
-    reason="respond/SharedPolicyAdapter hand MaskablePPO np.asarray(mask, dtype=bool): a mask of "
-    "0.5 values (or NaN, 2) silently becomes all-True, where sample_response refuses it",
-)
 def test_respond_refuses_a_non_binary_mask_for_maskable_ppo(make_sb3: Callable[..., Any]) -> None:
     sb3_contrib = pytest.importorskip("sb3_contrib")
     env, agent, obs = _tictactoe_observation()
@@ -281,11 +276,6 @@ def test_respond_refuses_a_non_binary_mask_for_maskable_ppo(make_sb3: Callable[.
 
 
 @pytest.mark.torch
-@pytest.mark.xfail(
-    strict=True,
-    reason="a MaskablePPO mask of the wrong length fails inside numpy/sb3-contrib ('cannot "
-    "reshape array of size 5 into shape (9)') without naming the agent",
-)
 def test_respond_names_the_agent_of_a_mask_of_the_wrong_length(
     make_sb3: Callable[..., Any],
 ) -> None:

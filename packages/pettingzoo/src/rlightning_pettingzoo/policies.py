@@ -27,7 +27,7 @@ from rlightning_pettingzoo._sb3 import (
     sb3_forward,
     stack_observations,
 )
-from rlightning_pettingzoo.masks import find_action_mask
+from rlightning_pettingzoo.masks import _checked_action_mask, find_action_mask
 
 __all__ = ["Policy", "SharedPolicyAdapter", "respond"]
 
@@ -89,6 +89,23 @@ def _assemble(
     return MultiAgentPolicyResponse(env_id, **data)
 
 
+def _checked_masks(env: Any, agents: Sequence[Any], masks: Sequence[Any]) -> list[Any]:
+    """Each found mask checked against its agent's action space (rule ``action-mask``).
+
+    Returns the masks in gymnasium's format (int8), None where an agent has none; raises the
+    ValueError of ``_checked_action_mask`` naming the agent for a malformed one (a 0.5, NaN or 2
+    entry, a wrong length), which ``np.asarray(mask, dtype=bool)`` would otherwise turn into
+    "allowed" or a bare reshape error inside sb3-contrib.
+    """
+    if all(mask is None for mask in masks):
+        return list(masks)
+    action_space = env.action_space
+    return [
+        None if mask is None else _checked_action_mask(action_space(agent), mask, agent, env)
+        for agent, mask in zip(agents, masks, strict=True)
+    ]
+
+
 def _sb3_rows(
     model: Any, agents: Sequence[Any], observations: Sequence[Any], masks: Sequence[Any], det: bool
 ) -> dict[Any, dict[str, Any]]:
@@ -116,8 +133,10 @@ def respond(
     (what the env takes), ``buffer_action`` (what SB3's buffer stores) and, for actor-critic
     policies, ``value`` and ``log_prob`` (np.float32). A callable returning a
     :class:`PolicyResponse` contributes all of its data fields. An agent's action mask, when found
-    (:func:`find_action_mask`), is passed to sb3-contrib's ``MaskablePPO`` and added as the field
-    ``action_mask``; other policies get no mask, so check their actions (e.g. with
+    (:func:`find_action_mask`), is checked against its action space by the same rule as
+    :func:`sample_response` (``action-mask``: 0/1 of a bool or integer dtype, one entry per
+    action), passed to sb3-contrib's ``MaskablePPO`` and added as the field ``action_mask`` (the
+    object as found); other policies get no mask, so check their actions (e.g. with
     :func:`rlightning.testing.check_multi_agent_policy_response`) where masks matter.
 
     Args:
@@ -138,7 +157,8 @@ def respond(
         TypeError: ``env`` is not a PettingZoo env, a mapping argument is not a mapping, a policy
             is neither an SB3 model nor callable, returns a multi-agent response, or is recurrent.
         ValueError: an AEC env's game is over (``env.agents`` is empty: call ``env.reset()``),
-            an acting agent has no observation or no policy (names the agents), or a
+            an acting agent has no observation or no policy (names the agents), an acting
+            agent's action mask breaks the ``action-mask`` rule (names the agent), or a
             returned response has another ``env_id`` or no action.
     """
     agents = _acting_agents(env)
@@ -146,6 +166,7 @@ def respond(
     _require_entries(policies, agents, "policies", env)
     per_agent: dict[Any, dict[str, Any]] = {}
     masks = {agent: find_action_mask(agent, observations, infos) for agent in agents}
+    checked = dict(zip(agents, _checked_masks(env, agents, list(masks.values())), strict=True))
     groups: dict[int, list[Any]] = {}
     for agent in agents:
         policy = policies[agent]
@@ -164,7 +185,7 @@ def respond(
             model,
             group,
             [observations[a] for a in group],
-            [masks[a] for a in group],
+            [checked[a] for a in group],
             deterministic,
         )
         per_agent.update(rows)
@@ -280,8 +301,9 @@ class SharedPolicyAdapter:
 
         Raises:
             TypeError: ``env`` is not a ``ParallelEnv``, or the model's policy is recurrent.
-            ValueError: a live agent has no observation, or the agents are not homogeneous (names
-                the agent and both spaces).
+            ValueError: a live agent has no observation, its action mask breaks the
+                ``action-mask`` rule (as in :func:`sample_response`), or the agents are not
+                homogeneous (names the agent and both spaces).
         """
         env = require_parallel(env, "SharedPolicyAdapter.act()")
         agents = self.agent_order(env)
@@ -291,7 +313,11 @@ class SharedPolicyAdapter:
         self._check_homogeneous(env, agents)
         masks = [find_action_mask(agent, observations, infos) for agent in agents]
         rows = _sb3_rows(
-            self.model, agents, [observations[a] for a in agents], masks, deterministic
+            self.model,
+            agents,
+            [observations[a] for a in agents],
+            _checked_masks(env, agents, masks),
+            deterministic,
         )
         if any(mask is not None for mask in masks):
             for agent, mask in zip(agents, masks, strict=True):
