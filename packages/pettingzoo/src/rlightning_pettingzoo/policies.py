@@ -24,6 +24,8 @@ from rlightning_pettingzoo._envs import aec_acting_agent, describe_env, is_aec, 
 from rlightning_pettingzoo._sb3 import (
     is_actor_critic,
     is_sb3_model,
+    observation_shape_mismatch,
+    observation_space_mismatch,
     sb3_forward,
     stack_observations,
 )
@@ -107,13 +109,57 @@ def _checked_masks(env: Any, agents: Sequence[Any], masks: Sequence[Any]) -> lis
 
 
 def _sb3_rows(
-    model: Any, agents: Sequence[Any], observations: Sequence[Any], masks: Sequence[Any], det: bool
+    env: Any,
+    model: Any,
+    agents: Sequence[Any],
+    observations: Sequence[Any],
+    masks: Sequence[Any],
+    det: bool,
 ) -> dict[Any, dict[str, Any]]:
-    """One batched forward for ``agents``; row ``i`` of each output goes to ``agents[i]``."""
-    out = sb3_forward(model, observations, deterministic=det, masks=masks)
+    """One batched forward for ``agents``; row ``i`` of each output goes to ``agents[i]``.
+
+    When the batch cannot be built or SB3 refuses it (a ValueError: ``np.stack`` of differing
+    shapes, SB3's "Unexpected observation shape"), the agent at fault is looked for and named
+    (:func:`_observation_culprit`); the per-step path pays nothing for this.
+    """
+    try:
+        out = sb3_forward(model, observations, deterministic=det, masks=masks)
+    except ValueError as error:
+        culprit = _observation_culprit(env, model, agents, observations)
+        if culprit is None:
+            raise
+        raise ValueError(culprit) from error
     return {
         agent: {name: batch[i] for name, batch in out.items()} for i, agent in enumerate(agents)
     }
+
+
+def _observation_culprit(
+    env: Any, model: Any, agents: Sequence[Any], observations: Sequence[Any]
+) -> str | None:
+    """The message naming the first agent whose observation (or space) does not fit, or None."""
+    model_space = model.observation_space
+    for agent, observation in zip(agents, observations, strict=True):
+        space = env.observation_space(agent)
+        reason = observation_shape_mismatch(space, observation)
+        if reason is not None:
+            return (
+                f"observation of agent {agent!r} of {describe_env(env)} does not fit "
+                f"observation_space({agent!r}) {space}: {reason} (PettingZoo: an agent's "
+                "observation is an element of env.observation_space(agent))"
+            )
+        reason = observation_space_mismatch(space, model_space)
+        if reason is not None:
+            return _model_space_message(env, agent, space, model, reason)
+    return None
+
+
+def _model_space_message(env: Any, agent: Any, space: Any, model: Any, reason: str) -> str:
+    return (
+        f"agent {agent!r} of {describe_env(env)} observes {space}, but the model "
+        f"({type(model).__name__}) takes observations of {model.observation_space}: {reason} "
+        "(SB3's obs_to_tensor accepts only its observation space's shape)"
+    )
 
 
 def respond(
@@ -182,6 +228,7 @@ def respond(
     for group in groups.values():
         model = policies[group[0]]
         rows = _sb3_rows(
+            env,
             model,
             group,
             [observations[a] for a in group],
@@ -252,7 +299,13 @@ class SharedPolicyAdapter:
         return ordered
 
     def _check_homogeneous(self, env: Any, agents: Sequence[Any]) -> None:
+        """Check each agent once per pair of space objects (see the class docstring).
+
+        One observation space for all agents, one the model takes
+        (:func:`observation_space_mismatch`), and the model's action space.
+        """
         reference = env.observation_space(agents[0])
+        unchecked: list[tuple[Any, Any, Any, tuple[int, int]]] = []
         for agent in agents:
             obs_space = env.observation_space(agent)
             act_space = env.action_space(agent)
@@ -265,6 +318,11 @@ class SharedPolicyAdapter:
                     f"{obs_space}, agent {agents[0]!r} observes {reference}; a shared policy "
                     "needs one observation space (use respond() with a policy per agent type)"
                 )
+            unchecked.append((agent, obs_space, act_space, key))
+        for agent, obs_space, act_space, key in unchecked:
+            reason = observation_space_mismatch(obs_space, self.model.observation_space)
+            if reason is not None:
+                raise ValueError(_model_space_message(env, agent, obs_space, self.model, reason))
             if act_space != self.model.action_space:
                 raise ValueError(
                     f"agent {agent!r} of {describe_env(env)} acts in {act_space}, but the shared "
@@ -313,6 +371,7 @@ class SharedPolicyAdapter:
         self._check_homogeneous(env, agents)
         masks = [find_action_mask(agent, observations, infos) for agent in agents]
         rows = _sb3_rows(
+            env,
             self.model,
             agents,
             [observations[a] for a in agents],
