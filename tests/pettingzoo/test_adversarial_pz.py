@@ -333,12 +333,6 @@ def test_shared_policy_on_heterogeneous_agents_names_both_spaces(
 
 
 @pytest.mark.torch
-@pytest.mark.xfail(
-    strict=True,
-    reason="SharedPolicyAdapter checks the agents' observation spaces against each other but "
-    "not against the model's: a (10,)-input model on (18,) observations fails in SB3 "
-    "('Unexpected observation shape (3, 18)') without naming an agent or both spaces",
-)
 def test_shared_policy_with_a_model_of_another_observation_space_names_it(
     spread: Any, make_sb3: Callable[..., Any]
 ) -> None:
@@ -352,11 +346,6 @@ def test_shared_policy_with_a_model_of_another_observation_space_names_it(
 
 
 @pytest.mark.torch
-@pytest.mark.xfail(
-    strict=True,
-    reason="one agent's observation of another shape fails in np.stack ('all input arrays "
-    "must have the same shape') without naming the agent",
-)
 def test_shared_policy_names_the_agent_with_a_malformed_observation(
     spread: Any, make_sb3: Callable[..., Any]
 ) -> None:
@@ -370,12 +359,6 @@ def test_shared_policy_names_the_agent_with_a_malformed_observation(
         SharedPolicyAdapter(model).act(spread, observations)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="error messages name the env from env.metadata['name'], which mpe2 shares between "
-    "env classes: after a simple_adversary_v3 env exists, a simple_spread_v3 env's errors say "
-    "'simple_adversary_v3' (upstream quirk, but the adapter's messages mislead)",
-)
 def test_errors_name_the_right_env_when_several_mpe_envs_exist(
     simple_spread: ModuleType, simple_adversary: ModuleType
 ) -> None:

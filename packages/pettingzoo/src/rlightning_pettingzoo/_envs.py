@@ -10,10 +10,38 @@ __all__ = ["describe_env", "require_aec", "require_parallel"]
 
 
 def describe_env(env: Any) -> str:
-    """A short name for ``env`` in messages, e.g. ``"simple_spread_v3"``."""
-    metadata = getattr(env, "metadata", None)
+    """A short name for ``env`` in messages, e.g. ``"simple_spread_v3"``.
+
+    PettingZoo envs name themselves in ``metadata["name"]``, but that is only reliable when the
+    env's own class (or the instance) holds the ``metadata`` dict. mpe2's envs share one
+    class-level dict, inherited from ``SimpleEnv``, and each constructor overwrites its
+    ``"name"``, so it names whichever MPE env was created last. An inherited ``metadata`` is
+    therefore trusted only when its name without the ``_vN`` suffix is a part of the env class's
+    module path (``simple_spread_v3`` for ``mpe2.simple_spread.simple_spread.raw_env``);
+    otherwise the class's module and qualified name are used
+    (``"mpe2.simple_spread.simple_spread.raw_env"``).
+
+    Args:
+        env: A PettingZoo env (wrappers are seen through with ``env.unwrapped``) or any object.
+
+    Returns:
+        The name; ``type(env).__name__`` for an object with neither.
+    """
+    unwrapped = getattr(env, "unwrapped", env)
+    metadata = getattr(unwrapped, "metadata", None)
     name = metadata.get("name") if isinstance(metadata, dict) else None
-    return str(name) if name else type(env).__name__
+    cls = type(unwrapped)
+    if name:
+        name = str(name)
+        own = getattr(unwrapped, "__dict__", {}).get("metadata", vars(cls).get("metadata"))
+        if own is metadata:
+            return name
+        stem = name.rsplit("_v", 1)[0] if name.rsplit("_v", 1)[-1].isdigit() else name
+        if stem in cls.__module__.split("."):
+            return name
+    if cls.__module__ in ("builtins", "__main__"):
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def require_parallel(env: Any, caller: str) -> ParallelEnv[Any, Any, Any]:
