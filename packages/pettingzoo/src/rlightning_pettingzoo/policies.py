@@ -264,10 +264,31 @@ class SharedPolicyAdapter:
         TypeError: ``model`` is not an SB3 model.
 
     Examples:
-        >>> adapter = SharedPolicyAdapter(model)  # doctest: +SKIP
-        >>> observations, infos = env.reset(seed=0)  # doctest: +SKIP
-        >>> response = adapter.act(env, observations, "env-0")  # doctest: +SKIP
-        >>> observations, *_ = env.step(to_parallel_actions(response, env))  # doctest: +SKIP
+        An untrained PPO for ``simple_spread_v3``'s three agents (SB3 reads only the spaces of
+        the env it is given; train it as in ``examples/pettingzoo_shared_policy.py``):
+
+        >>> import gymnasium as gym
+        >>> from mpe2 import simple_spread_v3
+        >>> from stable_baselines3 import PPO
+        >>> from rlightning_pettingzoo import to_parallel_actions
+        >>> env = simple_spread_v3.parallel_env(max_cycles=5)
+        >>> observations, infos = env.reset(seed=0)
+        >>> class AgentSpaces(gym.Env):  # one agent's spaces, for SB3's constructor
+        ...     observation_space = env.observation_space("agent_0")
+        ...     action_space = env.action_space("agent_0")
+        >>> model = PPO("MlpPolicy", AgentSpaces(), seed=0, device="cpu")
+        >>> adapter = SharedPolicyAdapter(model)
+        >>> response = adapter.act(env, observations, "env-0")  # one forward pass, 3 agents
+        >>> list(response.action)
+        ['agent_0', 'agent_1', 'agent_2']
+        >>> sorted(response.to_dict())
+        ['action', 'buffer_action', 'log_prob', 'value']
+        >>> one = response.for_agent("agent_1")
+        >>> int(one.action) in range(5), one.log_prob.dtype
+        (True, dtype('float32'))
+        >>> observations, rewards, terminations, truncations, infos = env.step(
+        ...     to_parallel_actions(response, env)
+        ... )
     """
 
     def __init__(self, model: Any) -> None:
