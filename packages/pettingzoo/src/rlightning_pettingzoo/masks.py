@@ -66,11 +66,22 @@ def _bad_mask(array: np.ndarray[Any, Any], n: int) -> str | None:
     kind = array.dtype.kind
     if kind == "b":
         return None
-    if kind not in "iu":
+    if kind == "i":  # negatives read as huge unsigned numbers: one comparison finds both
+        array = array.view(_UNSIGNED[array.dtype.itemsize])
+    elif kind != "u":
         return f"its dtype {array.dtype} is not bool or integer"
-    if not ((array == 0) | (array == 1)).all():
+    if (array > 1).any():
         return "it holds values other than 0 and 1"
     return None
+
+
+# Unsigned integer dtype of each integer itemsize, for _bad_mask's single comparison.
+_UNSIGNED = {
+    1: np.dtype(np.uint8),
+    2: np.dtype(np.uint16),
+    4: np.dtype(np.uint32),
+    8: np.dtype(np.uint64),
+}
 
 
 def _mask_array(mask: Any, n: int, agent: Any, env: Any, space: Any, dim: str) -> Any:
