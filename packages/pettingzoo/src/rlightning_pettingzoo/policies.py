@@ -347,7 +347,9 @@ class SharedPolicyAdapter:
             if act_space != self.model.action_space:
                 raise ValueError(
                     f"agent {agent!r} of {describe_env(env)} acts in {act_space}, but the shared "
-                    f"model acts in {self.model.action_space}"
+                    f"model acts in {self.model.action_space} (PettingZoo: an agent's action is "
+                    "an element of env.action_space(agent); an SB3 model acts in its own "
+                    "action_space)"
                 )
             self._checked[agent] = key
 
