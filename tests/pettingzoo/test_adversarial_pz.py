@@ -167,22 +167,11 @@ def test_per_agent_field_that_is_not_a_mapping_is_a_type_error() -> None:
         from_parallel_actions({"a": 0}, "e", log_prob=[0.0])  # type: ignore[arg-type]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="from_parallel_actions(actions, action={...}) lets the per-agent field 'action' "
-    "silently replace the actions given positionally",
-)
 def test_a_per_agent_field_named_action_cannot_replace_the_actions() -> None:
     with pytest.raises((TypeError, ValueError), match="action"):
         from_parallel_actions({"a": 1}, "e", action={"a": 99})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="from_parallel_actions accepts per-agent ts_env_sent_ns dicts, so the latency "
-    "methods silently return 0.0; MultiAgentPolicyResponse.from_agents refuses differing stamps "
-    "for exactly this reason (docs/decisions.md)",
-)
 def test_per_agent_stamps_are_refused_as_in_from_agents() -> None:
     with pytest.raises(ValueError, match="ts_env_sent_ns"):
         from_parallel_actions({"a": 1, "b": 1}, "e", ts_env_sent_ns={"a": 5, "b": 6})
@@ -215,12 +204,6 @@ def test_aec_action_outside_the_space_is_named() -> None:
         aec_action(_ma({agent: 9}), env)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after the game ended (env.agents == []) aec_action treats the removed "
-    "agent_selection as live: it checks the action against a stale mask ('illegal now: the "
-    "env's action_mask allows only [...]') and aec_action(None, env) says 'for live agent'",
-)
 def test_aec_action_after_the_game_ended_says_so() -> None:
     env = _finished_tictactoe()
     agent = env.agent_selection
@@ -228,11 +211,6 @@ def test_aec_action_after_the_game_ended_says_so() -> None:
         aec_action(_ma({agent: 0}), env)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after the game ended, sample_response still answers with an action for the removed "
-    "agent_selection (read from a stale observation) instead of an empty response or an error",
-)
 def test_sample_response_after_the_game_ended_gives_no_action() -> None:
     env = _finished_tictactoe()
     try:
@@ -283,11 +261,6 @@ def test_parallel_env_with_masked_observations_refuses_to_sample_blind() -> None
 
 
 @pytest.mark.torch
-@pytest.mark.xfail(
-    strict=True,
-    reason="respond/SharedPolicyAdapter hand MaskablePPO np.asarray(mask, dtype=bool): a mask of "
-    "0.5 values (or NaN, 2) silently becomes all-True, where sample_response refuses it",
-)
 def test_respond_refuses_a_non_binary_mask_for_maskable_ppo(make_sb3: Callable[..., Any]) -> None:
     sb3_contrib = pytest.importorskip("sb3_contrib")
     env, agent, obs = _tictactoe_observation()
@@ -303,11 +276,6 @@ def test_respond_refuses_a_non_binary_mask_for_maskable_ppo(make_sb3: Callable[.
 
 
 @pytest.mark.torch
-@pytest.mark.xfail(
-    strict=True,
-    reason="a MaskablePPO mask of the wrong length fails inside numpy/sb3-contrib ('cannot "
-    "reshape array of size 5 into shape (9)') without naming the agent",
-)
 def test_respond_names_the_agent_of_a_mask_of_the_wrong_length(
     make_sb3: Callable[..., Any],
 ) -> None:
@@ -365,12 +333,6 @@ def test_shared_policy_on_heterogeneous_agents_names_both_spaces(
 
 
 @pytest.mark.torch
-@pytest.mark.xfail(
-    strict=True,
-    reason="SharedPolicyAdapter checks the agents' observation spaces against each other but "
-    "not against the model's: a (10,)-input model on (18,) observations fails in SB3 "
-    "('Unexpected observation shape (3, 18)') without naming an agent or both spaces",
-)
 def test_shared_policy_with_a_model_of_another_observation_space_names_it(
     spread: Any, make_sb3: Callable[..., Any]
 ) -> None:
@@ -384,11 +346,6 @@ def test_shared_policy_with_a_model_of_another_observation_space_names_it(
 
 
 @pytest.mark.torch
-@pytest.mark.xfail(
-    strict=True,
-    reason="one agent's observation of another shape fails in np.stack ('all input arrays "
-    "must have the same shape') without naming the agent",
-)
 def test_shared_policy_names_the_agent_with_a_malformed_observation(
     spread: Any, make_sb3: Callable[..., Any]
 ) -> None:
@@ -402,12 +359,6 @@ def test_shared_policy_names_the_agent_with_a_malformed_observation(
         SharedPolicyAdapter(model).act(spread, observations)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="error messages name the env from env.metadata['name'], which mpe2 shares between "
-    "env classes: after a simple_adversary_v3 env exists, a simple_spread_v3 env's errors say "
-    "'simple_adversary_v3' (upstream quirk, but the adapter's messages mislead)",
-)
 def test_errors_name_the_right_env_when_several_mpe_envs_exist(
     simple_spread: ModuleType, simple_adversary: ModuleType
 ) -> None:

@@ -13,7 +13,7 @@ from pettingzoo.classic import connect_four_v3, rps_v2, tictactoe_v3
 
 from rlightning import MultiAgentPolicyResponse
 from rlightning.testing import check_policy_response
-from rlightning_pettingzoo import aec_action, sample_response
+from rlightning_pettingzoo import aec_action, respond, sample_response
 
 GAMES = [tictactoe_v3, connect_four_v3, rps_v2]
 
@@ -178,3 +178,27 @@ def test_simple_spread_aec_env(simple_spread: ModuleType) -> None:
         result = _play(env, seed=0)
         assert result["moves"] == 15
         assert sorted(result["none_steps"]) == ["agent_0", "agent_1", "agent_2"]
+
+
+@pytest.mark.parametrize("game", GAMES, ids=["tictactoe", "connect4", "rps"])
+def test_after_the_game_ended_every_entry_point_says_call_reset(game: ModuleType) -> None:
+    """Once env.agents is empty, agent_selection names a removed agent: nothing may act."""
+    env = game.env()
+    _play(env, seed=0)
+    assert env.agents == []
+    agent = env.agent_selection
+    expected = re.escape(
+        f"{game.__name__.rsplit('.', 1)[-1]}: the game is over: env.agents is empty (every agent "
+        f"has left; env.agent_selection {agent!r} names a removed agent), so no agent acts; call "
+        "env.reset() before the next step"
+    )
+    with pytest.raises(ValueError, match=expected):
+        aec_action(MultiAgentPolicyResponse("g", action={agent: 0}), env)
+    with pytest.raises(ValueError, match=expected):
+        aec_action(None, env)
+    with pytest.raises(ValueError, match=expected):
+        sample_response(env, "g")
+    with pytest.raises(ValueError, match=expected):
+        respond(env, {agent: env.observe(agent)}, {agent: lambda o: 0}, "g")
+    env.reset(seed=1)  # and reset() makes it playable again
+    assert sample_response(env, "g").agent_ids == [env.agent_selection]

@@ -12,7 +12,13 @@ from pettingzoo.classic import connect_four_v3, tictactoe_v3
 from pettingzoo.utils.conversions import turn_based_aec_to_parallel
 
 from rlightning.testing import check_multi_agent_policy_response
-from rlightning_pettingzoo import find_action_mask, sample_response, to_parallel_actions
+from rlightning_pettingzoo import (
+    SharedPolicyAdapter,
+    find_action_mask,
+    respond,
+    sample_response,
+    to_parallel_actions,
+)
 
 
 def test_find_action_mask_order() -> None:
@@ -119,12 +125,77 @@ def test_bad_masks_are_refused() -> None:
         sample_response(env, None, observations, infos)
 
 
-def test_bool_masks_work() -> None:
+BAD_MASKS = [
+    (np.full(9, 0.5), "its dtype float64 is not bool or integer"),
+    (np.full(9, np.nan), "its dtype float64 is not bool or integer"),
+    (np.ones(9), "its dtype float64 is not bool or integer"),  # 1.0: the rule asks bool or int
+    (np.full(9, 2, np.int8), "it holds values other than 0 and 1"),
+    (np.full(9, -1, np.int64), "it holds values other than 0 and 1"),
+    (np.ones(5, np.int8), "its shape is (5,)"),
+    (np.ones((3, 3), np.int8), "its shape is (3, 3)"),
+    ([1] * 8, "its shape is (8,)"),
+]
+
+
+def _bad_mask_message(agent: str, fragment: str) -> str:
+    return (
+        f"action mask of agent {agent!r} in tictactoe_v3 must be 0/1 values of shape (9,) for "
+        "Discrete(9), got "
+    ), f": {fragment} (PettingZoo action masks: 1 = legal, 0 = illegal, one entry per action) "
+    "[rule action-mask]"
+
+
+def _bad_mask_pattern(mask: Any, fragment: str) -> str:
+    head = (
+        "action mask of agent 'player_1' in tictactoe_v3 must be 0/1 values of shape (9,) for "
+        "Discrete(9), got "
+    )
+    tail = (
+        f": {fragment} (PettingZoo action masks: 1 = legal, 0 = illegal, one entry per action) "
+        "[rule action-mask]"
+    )
+    return re.escape(head + repr(mask) + tail)
+
+
+def _masked(mask: Any) -> tuple[Any, dict[Any, Any], dict[Any, Any]]:
     env = _turn_based(tictactoe_v3)
     observations, infos = env.reset(seed=0)
-    legal = np.zeros(9, bool)
-    legal[[2, 7]] = True
-    observations = {a: {**o, "action_mask": legal} for a, o in observations.items()}
-    for seed in range(10):
-        env.action_space("player_1").seed(seed)
-        assert sample_response(env, None, observations, infos).action["player_1"] in (2, 7)
+    return env, {a: {**o, "action_mask": mask} for a, o in observations.items()}, infos
+
+
+@pytest.mark.parametrize(("mask", "fragment"), BAD_MASKS)
+def test_sampling_and_callable_policies_refuse_a_malformed_mask(mask: Any, fragment: str) -> None:
+    """One rule, the core checker's action-mask rule: nothing reads 0.5 or NaN as legal."""
+    env, observations, infos = _masked(mask)
+    pattern = _bad_mask_pattern(mask, fragment)
+    with pytest.raises(ValueError, match=pattern):
+        sample_response(env, None, observations, infos)
+    with pytest.raises(ValueError, match=pattern):
+        respond(env, observations, {a: (lambda o: 0) for a in env.agents})
+    aec = tictactoe_v3.env()
+    aec.reset(seed=0)
+    observation = {**aec.observe("player_1"), "action_mask": mask}
+    with pytest.raises(ValueError, match=pattern):
+        sample_response(aec, None, {"player_1": observation})
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(("mask", "fragment"), BAD_MASKS)
+def test_maskable_ppo_paths_refuse_a_malformed_mask(
+    mask: Any, fragment: str, make_sb3: Any
+) -> None:
+    """respond and SharedPolicyAdapter check a mask before sb3-contrib sees it (it would read
+    np.asarray(mask, dtype=bool), so 0.5 or NaN became "allowed")."""
+    sb3_contrib = pytest.importorskip("sb3_contrib")
+    env, observations, infos = _masked(mask)
+    model = make_sb3(
+        sb3_contrib.MaskablePPO,
+        "MultiInputPolicy",
+        env.observation_space("player_1"),
+        env.action_space("player_1"),
+    )
+    pattern = _bad_mask_pattern(mask, fragment)
+    with pytest.raises(ValueError, match=pattern):
+        respond(env, observations, {a: model for a in env.agents})
+    with pytest.raises(ValueError, match=pattern):
+        SharedPolicyAdapter(model).act(env, observations, infos=infos)

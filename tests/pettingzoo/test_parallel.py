@@ -233,6 +233,25 @@ def test_from_parallel_actions_errors() -> None:
         from_parallel_actions({"a": 0}, value=1.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="would shadow"):
         from_parallel_actions({"a": 0}, cpu={"a": 1})
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "from_parallel_actions() got the actions twice: as actions ['a'] and as the "
+            "per-agent field action= {'a': 99}"
+        ),
+    ):
+        from_parallel_actions({"a": 1}, action={"a": 99})
+
+
+@pytest.mark.parametrize("stamp", ["ts_env_sent_ns", "ts_policy_sent_ns"])
+def test_from_parallel_actions_refuses_per_agent_stamps(stamp: str) -> None:
+    with pytest.raises(
+        ValueError, match=re.escape(f"{stamp!r} is a timing stamp, one value per response")
+    ):
+        from_parallel_actions({"a": 1, "b": 1}, "e", **{stamp: {"a": 5, "b": 5}})
+    response = from_parallel_actions({"a": 1, "b": 1}, "e")
+    setattr(response, stamp, 5)  # the documented way: one stamp on the response
+    assert getattr(response, stamp) == 5
 
 
 # ---------------------------------------------------------------------------- property
@@ -266,3 +285,23 @@ def test_liveness_rules_hold_for_any_agent_set(
         assert to_parallel_actions(response, env, drop_inactive=drop) == dict.fromkeys(
             AGENTS, seed % 5
         )
+
+
+def test_env_names_survive_mpe2s_shared_metadata(
+    simple_spread: ModuleType, simple_adversary: ModuleType
+) -> None:
+    """mpe2 envs share one metadata dict; its name is used only while it fits the env's class."""
+    from rlightning_pettingzoo._envs import describe_env
+
+    spread = simple_spread.parallel_env()
+    assert describe_env(spread) == "simple_spread_v3"
+    adversary = simple_adversary.parallel_env()  # overwrites the shared metadata["name"]
+    assert spread.metadata["name"] == "simple_adversary_v3"  # the upstream quirk itself
+    cls = type(spread.unwrapped)
+    assert describe_env(spread) == f"{cls.__module__}.{cls.__qualname__}"
+    assert describe_env(adversary) == "simple_adversary_v3"
+    assert describe_env(tictactoe_v3.env()) == "tictactoe_v3"  # its own class's metadata
+    assert describe_env(pistonball_v6.parallel_env()) == "pistonball_v6"
+    spread.reset(seed=0)
+    with pytest.raises(ValueError, match=re.escape(f"{cls.__module__}.{cls.__qualname__} (")):
+        to_parallel_actions(MultiAgentPolicyResponse("e", action={"agent_0": 1}), spread)

@@ -219,3 +219,85 @@ def test_model_on_gpu_answers_in_numpy(simple_spread: ModuleType, make_sb3: Any)
         assert isinstance(on_gpu.value[agent], np.float32)
         np.testing.assert_allclose(on_gpu.action[agent], on_cpu.action[agent], atol=1e-5)
         assert on_gpu.value[agent] == pytest.approx(on_cpu.value[agent], abs=1e-5)
+
+
+def test_observation_space_must_fit_the_model(simple_spread: ModuleType, make_sb3: Any) -> None:
+    """Checked once per agent, before SB3 sees a batch it would refuse without naming anyone."""
+    from gymnasium import spaces
+    from stable_baselines3 import PPO
+
+    env = simple_spread.parallel_env()
+    observations, _ = env.reset(seed=0)
+    model_space = spaces.Box(-1, 1, (10,), np.float32)
+    model = make_sb3(PPO, "MlpPolicy", model_space, env.action_space("agent_0"))
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            f"agent 'agent_0' of simple_spread_v3 observes {env.observation_space('agent_0')}, "
+            f"but the model (PPO) takes observations of {model_space}: shape (18,) is not the "
+            "model's (10,) (SB3's obs_to_tensor accepts only its observation space's shape)"
+        ),
+    ):
+        SharedPolicyAdapter(model).act(env, observations)
+
+
+@pytest.mark.parametrize("culprit", ["agent_0", "agent_1", "agent_2"])
+def test_a_malformed_observation_names_its_agent(
+    simple_spread: ModuleType, make_sb3: Any, culprit: str
+) -> None:
+    from stable_baselines3 import PPO
+
+    from rlightning_pettingzoo import respond
+
+    env = simple_spread.parallel_env()
+    observations, _ = env.reset(seed=0)
+    space = env.observation_space("agent_0")
+    model = make_sb3(PPO, "MlpPolicy", space, env.action_space("agent_0"))
+    observations = {**observations, culprit: np.zeros(17, np.float32)}
+    expected = re.escape(
+        f"observation of agent {culprit!r} of simple_spread_v3 does not fit "
+        f"observation_space({culprit!r}) {space}: its shape is (17,), not (18,) (PettingZoo: an "
+        "agent's observation is an element of env.observation_space(agent))"
+    )
+    with pytest.raises(ValueError, match=expected):
+        SharedPolicyAdapter(model).act(env, observations)
+    with pytest.raises(ValueError, match=expected):
+        respond(env, observations, {a: model for a in env.agents})
+
+
+def test_every_agent_with_the_same_wrong_shape_names_the_first(
+    simple_spread: ModuleType, make_sb3: Any
+) -> None:
+    """np.stack succeeds here; SB3's own shape error is the one turned into a named error."""
+    from stable_baselines3 import PPO
+
+    env = simple_spread.parallel_env()
+    env.reset(seed=0)
+    model = make_sb3(
+        PPO, "MlpPolicy", env.observation_space("agent_0"), env.action_space("agent_0")
+    )
+    observations = {a: np.zeros(17, np.float32) for a in env.agents}
+    with pytest.raises(ValueError, match=re.escape("observation of agent 'agent_0'")) as info:
+        SharedPolicyAdapter(model).act(env, observations)
+    assert "Unexpected observation shape" in str(info.value.__cause__)
+
+
+def test_observation_space_fit_follows_sb3() -> None:
+    from gymnasium import spaces
+
+    from rlightning_pettingzoo._sb3 import observation_space_mismatch as mismatch
+
+    image = spaces.Box(0, 255, (84, 96, 3), np.uint8)
+    assert mismatch(image, spaces.Box(0, 255, (3, 84, 96), np.uint8)) is None  # transposed
+    assert mismatch(spaces.Box(-1, 1, (4,)), spaces.Box(-5, 5, (4,))) is None  # bounds: not SB3's
+    assert mismatch(spaces.Discrete(4), spaces.Discrete(5)) == "size 4 is not the model's 5"
+    mask = spaces.MultiBinary(9)
+    obs = spaces.Dict({"observation": spaces.Box(0, 1, (3,)), "action_mask": mask})
+    other = spaces.Dict({"observation": spaces.Box(0, 1, (4,)), "action_mask": mask})
+    assert mismatch(obs, other) == "key 'observation': shape (3,) is not the model's (4,)"
+    assert mismatch(obs, spaces.Dict({"observation": spaces.Box(0, 1, (3,))})) == (
+        "keys ['action_mask', 'observation'] are not the model's ['observation']"
+    )
+    assert mismatch(spaces.Discrete(3), spaces.Box(0, 1, (3,))) == (
+        f"a Discrete space is not the model's {spaces.Box(0, 1, (3,))}"
+    )

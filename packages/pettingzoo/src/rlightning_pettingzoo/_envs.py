@@ -10,10 +10,38 @@ __all__ = ["describe_env", "require_aec", "require_parallel"]
 
 
 def describe_env(env: Any) -> str:
-    """A short name for ``env`` in messages, e.g. ``"simple_spread_v3"``."""
-    metadata = getattr(env, "metadata", None)
+    """A short name for ``env`` in messages, e.g. ``"simple_spread_v3"``.
+
+    PettingZoo envs name themselves in ``metadata["name"]``, but that is only reliable when the
+    env's own class (or the instance) holds the ``metadata`` dict. mpe2's envs share one
+    class-level dict, inherited from ``SimpleEnv``, and each constructor overwrites its
+    ``"name"``, so it names whichever MPE env was created last. An inherited ``metadata`` is
+    therefore trusted only when its name without the ``_vN`` suffix is a part of the env class's
+    module path (``simple_spread_v3`` for ``mpe2.simple_spread.simple_spread.raw_env``);
+    otherwise the class's module and qualified name are used
+    (``"mpe2.simple_spread.simple_spread.raw_env"``).
+
+    Args:
+        env: A PettingZoo env (wrappers are seen through with ``env.unwrapped``) or any object.
+
+    Returns:
+        The name; ``type(env).__name__`` for an object with neither.
+    """
+    unwrapped = getattr(env, "unwrapped", env)
+    metadata = getattr(unwrapped, "metadata", None)
     name = metadata.get("name") if isinstance(metadata, dict) else None
-    return str(name) if name else type(env).__name__
+    cls = type(unwrapped)
+    if name:
+        name = str(name)
+        own = getattr(unwrapped, "__dict__", {}).get("metadata", vars(cls).get("metadata"))
+        if own is metadata:
+            return name
+        stem = name.rsplit("_v", 1)[0] if name.rsplit("_v", 1)[-1].isdigit() else name
+        if stem in cls.__module__.split("."):
+            return name
+    if cls.__module__ in ("builtins", "__main__"):
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def require_parallel(env: Any, caller: str) -> ParallelEnv[Any, Any, Any]:
@@ -49,6 +77,48 @@ def is_aec(env: Any) -> bool:
     if isinstance(env, ParallelEnv):
         return False
     raise TypeError(f"env must be a PettingZoo AECEnv or ParallelEnv, got {type(env).__name__}")
+
+
+def aec_acting_agent(env: AECEnv[Any, Any, Any]) -> Any | None:
+    """The agent that acts now in an AEC env: ``env.agent_selection``, or None when it is done.
+
+    Follows PettingZoo's AEC rules: a terminated or truncated agent's step takes ``None``
+    (``AECEnv._was_dead_step``) and so acts with no policy (None is returned); once every agent
+    has left, ``env.agents`` is empty, ``agent_iter()`` stops, and ``env.agent_selection`` is a
+    stale name of a removed agent (the game is over until ``reset()``).
+
+    Args:
+        env: A PettingZoo ``AECEnv`` after ``reset``.
+
+    Returns:
+        ``env.agent_selection`` when it is live and neither terminated nor truncated, else None.
+
+    Raises:
+        ValueError: the game is over (``env.agents`` is empty), or ``env.agent_selection`` is not
+            in ``env.agents``; the message names the env and the agent and says to call
+            ``reset()``.
+    """
+    agent = env.agent_selection
+    terminations = env.terminations
+    if agent in terminations:  # keyed by env.agents (api_test checks it): live, the fast path
+        if terminations[agent] or env.truncations.get(agent, False):
+            return None
+        return agent
+    agents = env.agents  # a wrapper's attribute read costs ~1 us: only off the fast path
+    if agent not in agents:
+        if not agents:
+            raise ValueError(
+                f"{describe_env(env)}: the game is over: env.agents is empty (every agent has "
+                f"left; env.agent_selection {agent!r} names a removed agent), so no agent acts; "
+                "call env.reset() before the next step (PettingZoo AEC API: agent_iter() stops "
+                "when env.agents is empty) [rule live-agents]"
+            )
+        raise ValueError(
+            f"{describe_env(env)}: env.agent_selection {agent!r} is not in env.agents {agents}, "
+            "so it cannot act; call env.reset() (PettingZoo AEC API: only agents in env.agents "
+            "are selected) [rule live-agents]"
+        )
+    return None if aec_agent_is_done(env, agent) else agent
 
 
 def aec_agent_is_done(env: AECEnv[Any, Any, Any], agent: Any) -> bool:

@@ -14,7 +14,13 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["is_sb3_model", "sb3_forward", "stack_observations"]
+__all__ = [
+    "is_sb3_model",
+    "observation_shape_mismatch",
+    "observation_space_mismatch",
+    "sb3_forward",
+    "stack_observations",
+]
 
 
 def is_sb3_model(obj: object) -> bool:
@@ -39,6 +45,71 @@ def is_actor_critic(policy: Any) -> bool:
     return callable(getattr(policy, "evaluate_actions", None)) and callable(
         getattr(policy, "predict_values", None)
     )
+
+
+def observation_space_mismatch(env_space: spaces.Space[Any], model_space: Any) -> str | None:
+    """Why observations from ``env_space`` cannot go to a model of ``model_space``, or None.
+
+    Follows what SB3's ``BasePolicy.obs_to_tensor`` accepts (``is_vectorized_observation`` and
+    ``maybe_transpose`` in ``stable_baselines3.common``): a Box observation of the model space's
+    shape, or the channel-last ``(H, W, C)`` form of a channel-first ``(C, H, W)`` image space
+    (SB3 trains image policies behind ``VecTransposeImage`` and transposes at prediction time);
+    Discrete/MultiDiscrete/MultiBinary of the same size; a Dict with the same keys, each fitting.
+    Box bounds and dtypes are not compared (SB3's ``predict`` does not either).
+
+    Args:
+        env_space: ``env.observation_space(agent)``.
+        model_space: ``model.observation_space``.
+
+    Returns:
+        None when they fit, else a short reason such as ``"shape (18,) is not the model's (10,)"``.
+    """
+    if env_space == model_space:
+        return None
+    if isinstance(env_space, spaces.Box) and isinstance(model_space, spaces.Box):
+        shape, want = env_space.shape, model_space.shape
+        if shape == want or (len(shape) == 3 and (shape[2], shape[0], shape[1]) == want):
+            return None
+        return f"shape {shape} is not the model's {want}"
+    if isinstance(env_space, spaces.Dict) and isinstance(model_space, spaces.Dict):
+        keys, want_keys = sorted(env_space.spaces), sorted(model_space.spaces)
+        if keys != want_keys:
+            return f"keys {keys} are not the model's {want_keys}"
+        for key, sub in env_space.spaces.items():
+            reason = observation_space_mismatch(sub, model_space.spaces[key])
+            if reason is not None:
+                return f"key {key!r}: {reason}"
+        return None
+    sized = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+    if isinstance(env_space, sized) and type(env_space) is type(model_space):
+        size = getattr(env_space, "n", getattr(env_space, "nvec", None))
+        want_size = getattr(model_space, "n", getattr(model_space, "nvec", None))
+        if np.array_equal(np.asarray(size), np.asarray(want_size)):
+            return None
+        return f"size {size} is not the model's {want_size}"
+    return f"a {type(env_space).__name__} space is not the model's {model_space}"
+
+
+def observation_shape_mismatch(space: spaces.Space[Any], observation: Any) -> str | None:
+    """Why ``observation`` has not the shape (or Dict keys) of ``space``, or None.
+
+    Only shapes and keys are compared: enough to name the agent whose observation breaks a
+    batch (``np.stack`` needs one shape), cheap enough for the error path.
+    """
+    if isinstance(space, spaces.Dict):
+        if not isinstance(observation, dict):
+            return f"it is a {type(observation).__name__}, not a dict"
+        if observation.keys() != space.spaces.keys():
+            return f"its keys {sorted(observation)} are not {sorted(space.spaces)}"
+        for key, sub in space.spaces.items():
+            reason = observation_shape_mismatch(sub, observation[key])
+            if reason is not None:
+                return f"[{key!r}]: {reason}"
+        return None
+    shape = space.shape
+    if shape is not None and np.shape(observation) != shape:
+        return f"its shape is {np.shape(observation)}, not {shape}"
+    return None
 
 
 def stack_observations(observations: Sequence[Any]) -> Any:

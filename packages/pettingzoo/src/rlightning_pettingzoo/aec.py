@@ -22,8 +22,8 @@ from gymnasium import spaces
 from rlightning import MultiAgentPolicyResponse
 from rlightning._tree import tree_repr
 from rlightning.testing import space_violation
-from rlightning_pettingzoo._envs import aec_agent_is_done, describe_env, require_aec
-from rlightning_pettingzoo.masks import find_action_mask
+from rlightning_pettingzoo._envs import aec_acting_agent, describe_env, require_aec
+from rlightning_pettingzoo.masks import _checked_action_mask, find_action_mask
 
 __all__ = ["aec_action"]
 
@@ -58,13 +58,15 @@ def aec_action(
     Raises:
         TypeError: ``env`` is not a PettingZoo ``AECEnv``, or ``response`` is neither a
             :class:`MultiAgentPolicyResponse` nor (for a finished agent) None.
-        ValueError: the selected live agent has no action in the response, the action is not in
+        ValueError: the game is over (``env.agents`` is empty: call ``env.reset()``), the
+            selected live agent has no action in the response, the action is not in
             its action space (names the agent, space and value), or, with ``check_mask``, the
-            mask forbids it.
+            env's mask is malformed (rule ``action-mask``, see ``sample_response``) or forbids
+            the action.
     """
     env = require_aec(env, "aec_action()")
-    agent = env.agent_selection
-    if aec_agent_is_done(env, agent):
+    agent = aec_acting_agent(env)
+    if agent is None:
         if response is not None and not isinstance(response, MultiAgentPolicyResponse):
             raise TypeError(
                 "response must be a MultiAgentPolicyResponse or None, "
@@ -76,36 +78,53 @@ def aec_action(
             f"response must be a MultiAgentPolicyResponse for live agent {agent!r}, "
             f"got {type(response).__name__}"
         )
-    where = f"{describe_env(env)} (response env_id={response.env_id!r})"
     actions: dict[Any, Any] = response.action
     if agent not in actions:
         raise ValueError(
-            f"{where}: no action for agent {agent!r}, the env.agent_selection that acts now; "
-            f"got actions for {list(actions)} [rule live-agents]"
+            f"{_where(env, response)}: no action for agent {agent!r}, the env.agent_selection "
+            f"that acts now; got actions for {list(actions)} [rule live-agents]"
         )
     action = actions[agent]
     space = env.action_space(agent)
     reason = space_violation(space, action)
     if reason is not None:
         raise ValueError(
-            f"{where}: action for agent {agent!r} is not in {space}: {reason}; got "
+            f"{_where(env, response)}: action for agent {agent!r} is not in {space}: {reason}; got "
             f"{tree_repr(action)} [rule action-in-space]"
         )
     if check_mask:
         mask = find_action_mask(agent, {agent: env.observe(agent)}, env.infos)
-        if mask is not None and not _allowed(space, mask, action):
-            legal = (np.flatnonzero(np.asarray(mask)) + int(space.start)).tolist()
-            raise ValueError(
-                f"{where}: action {tree_repr(action)} for agent {agent!r} is illegal now: the "
-                f"env's action_mask allows only {legal} [rule action-mask]"
-            )
+        if mask is not None:
+            checked = _checked_action_mask(space, mask, agent, env)
+            illegal = _illegal(space, checked, action)
+            if illegal is not None:
+                raise ValueError(
+                    f"{_where(env, response)}: action {tree_repr(action)} for agent {agent!r} "
+                    f"is illegal now: the env's action_mask allows only {illegal} "
+                    "[rule action-mask]"
+                )
     return action
 
 
-def _allowed(space: spaces.Space[Any], mask: Any, action: Any) -> bool:
-    """Whether a Discrete action is allowed by its 0/1 mask (other spaces: not checked here)."""
-    if not isinstance(space, spaces.Discrete):
-        return True
-    array = np.asarray(mask)
-    index = int(action) - int(space.start)
-    return array.ndim == 1 and 0 <= index < array.shape[0] and bool(array[index])
+def _where(env: Any, response: MultiAgentPolicyResponse) -> str:
+    """The env and response an error message is about (built only when raising)."""
+    return f"{describe_env(env)} (response env_id={response.env_id!r})"
+
+
+def _illegal(space: spaces.Space[Any], mask: Any, action: Any) -> list[Any] | None:
+    """None when ``action`` is one the (checked) mask allows; else the legal actions.
+
+    Discrete: ``mask[action - start]``; 1-D MultiDiscrete: each dimension's own mask (the
+    legal values of the first dimension that forbids its entry are returned). Other spaces are
+    not checked here.
+    """
+    if isinstance(space, spaces.Discrete):
+        if mask[int(action) - int(space.start)]:
+            return None
+        return (np.flatnonzero(mask) + int(space.start)).tolist()
+    if isinstance(space, spaces.MultiDiscrete) and isinstance(mask, tuple):
+        for dim, sub in enumerate(mask):
+            start = int(space.start[dim])
+            if not sub[int(action[dim]) - start]:
+                return (np.flatnonzero(sub) + start).tolist()
+    return None

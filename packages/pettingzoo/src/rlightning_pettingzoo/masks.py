@@ -21,7 +21,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rlightning import MultiAgentPolicyResponse
-from rlightning_pettingzoo._envs import aec_agent_is_done, describe_env, is_aec
+from rlightning_pettingzoo._envs import aec_acting_agent, describe_env, is_aec
 
 __all__ = ["find_action_mask", "sample_response"]
 
@@ -59,18 +59,81 @@ def find_action_mask(
     return None
 
 
-def _mask_for_sampling(space: spaces.Space[Any], mask: Any, agent: Any, env_name: str) -> Any:
-    """Validate a mask and put it in the dtype gymnasium's ``sample(mask=)`` requires (int8)."""
-    if isinstance(space, spaces.Discrete):
-        array = np.asarray(mask)
-        if array.shape != (int(space.n),) or not np.isin(array, (0, 1)).all():
+def _bad_mask(array: np.ndarray[Any, Any], n: int) -> str | None:
+    """What is wrong with ``array`` as a 0/1 mask of shape ``(n,)``, or None when nothing."""
+    if array.shape != (n,):
+        return f"its shape is {array.shape}"
+    kind = array.dtype.kind
+    if kind == "b":
+        return None
+    if kind == "i":  # negatives read as huge unsigned numbers: one comparison finds both
+        array = array.view(_UNSIGNED[array.dtype.itemsize])
+    elif kind != "u":
+        return f"its dtype {array.dtype} is not bool or integer"
+    if (array > 1).any():
+        return "it holds values other than 0 and 1"
+    return None
+
+
+# Unsigned integer dtype of each integer itemsize, for _bad_mask's single comparison.
+_UNSIGNED = {
+    1: np.dtype(np.uint8),
+    2: np.dtype(np.uint16),
+    4: np.dtype(np.uint32),
+    8: np.dtype(np.uint64),
+}
+
+
+def _mask_array(mask: Any, n: int, agent: Any, env: Any, space: Any, dim: str) -> Any:
+    array = mask if type(mask) is np.ndarray else np.asarray(mask)
+    problem = _bad_mask(array, n)
+    if problem is not None:
+        raise ValueError(
+            f"action mask of agent {agent!r}{dim} in {describe_env(env)} must be 0/1 values "
+            f"of shape ({n},) for {space}, got {mask!r}: {problem} (PettingZoo action masks: "
+            "1 = legal, 0 = illegal, one entry per action) [rule action-mask]"
+        )
+    return array.astype(np.int8, copy=False)
+
+
+def _checked_action_mask(space: spaces.Space[Any], mask: Any, agent: Any, env: Any) -> Any:
+    """Check ``agent``'s action mask against its action space; return it in gymnasium's format.
+
+    The rule is :data:`rlightning.testing.RULES` ``"action-mask"``, the same one
+    :func:`rlightning.testing.check_multi_agent_policy_response` applies: for ``Discrete(n)`` a
+    mask of shape ``(n,)`` holding only 0 and 1, of a bool or integer dtype (so 0.5, NaN or 2 is
+    refused, never read as "allowed"); for a 1-D ``MultiDiscrete`` a tuple of such masks, one per
+    dimension. Masks of other spaces are returned unchecked. Used by :func:`sample_response`,
+    :func:`aec_action`, :func:`respond` and :class:`SharedPolicyAdapter` alike.
+
+    Args:
+        space: ``env.action_space(agent)``.
+        mask: The mask as found by :func:`find_action_mask` (array-like or tuple); not modified.
+        agent: The agent id, for the message.
+        env: The env, for the message.
+
+    Returns:
+        For Discrete, an int8 array of shape ``(n,)`` (the mask itself when it already is one);
+        for 1-D MultiDiscrete, a tuple of such arrays; otherwise ``mask`` unchanged. This is the
+        dtype gymnasium's ``Space.sample(mask=...)`` requires.
+
+    Raises:
+        ValueError: the mask breaks the rule (names the agent, the env, the space, the mask and
+            what is wrong).
+    """
+    if type(space) is spaces.Discrete or isinstance(space, spaces.Discrete):
+        return _mask_array(mask, int(space.n), agent, env, space, "")
+    if isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1:
+        if not isinstance(mask, tuple) or len(mask) != len(space.nvec):
             raise ValueError(
-                f"action mask of agent {agent!r} in {env_name} must be 0/1 values of shape "
-                f"({int(space.n)},) for {space}, got {mask!r}"
+                f"action mask of agent {agent!r} in {describe_env(env)} must be a tuple of "
+                f"{len(space.nvec)} per-dimension 0/1 masks for {space}, got {mask!r} "
+                "(gymnasium's MultiDiscrete.sample(mask=...) format) [rule action-mask]"
             )
-        return array.astype(np.int8, copy=False)
-    if isinstance(space, spaces.MultiDiscrete) and isinstance(mask, tuple):
-        return tuple(np.asarray(m).astype(np.int8, copy=False) for m in mask)
+        return tuple(
+            _mask_array(sub, int(n), agent, env, space, f" (dimension {dim})")
+            for dim, (n, sub) in enumerate(zip(space.nvec, mask, strict=True))
+        )
     return mask
 
 
@@ -124,14 +187,15 @@ def sample_response(
 
     Raises:
         TypeError: ``env`` is not a PettingZoo env.
-        ValueError: a mask does not fit its Discrete space (shape, values other than 0/1); or
+        ValueError: an AEC env's game is over (``env.agents`` is empty: call ``env.reset()``);
+            a mask breaks the ``action-mask`` rule (see :func:`checked_action_mask`); or
             a parallel env's observation space carries action masks (a Dict with
             ``"action_mask"``) but ``observations`` lacks a live agent's observation, so its mask
             cannot be honoured.
     """
     if is_aec(env):
-        agent = env.agent_selection
-        if aec_agent_is_done(env, agent):
+        agent = aec_acting_agent(env)
+        if agent is None:
             return MultiAgentPolicyResponse(env_id, action={})
         agents = [agent]
         if observations is None or agent not in observations:
@@ -174,7 +238,7 @@ def sample_response(
             actions[agent] = space.sample()
         else:
             masked = True
-            mask = _mask_for_sampling(space, mask, agent, describe_env(env))
+            mask = _checked_action_mask(space, mask, agent, env)
             actions[agent] = space.sample(mask=mask)
     if masked:
         return MultiAgentPolicyResponse(env_id, action=actions, action_mask=masks)

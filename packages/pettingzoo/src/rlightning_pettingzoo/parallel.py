@@ -26,6 +26,9 @@ __all__ = ["InactiveAgentActionWarning", "from_parallel_actions", "to_parallel_a
 
 _MISSING = object()
 
+# The timing stamps of a response (rlightning.types.policy_response): shared, never per agent.
+_STAMP_FIELDS = frozenset({"ts_env_sent_ns", "ts_policy_sent_ns"})
+
 
 class InactiveAgentActionWarning(UserWarning):
     """Emitted when ``to_parallel_actions(..., drop_inactive=True)`` drops actions.
@@ -177,15 +180,20 @@ def from_parallel_actions(
             copied).
         env_id: The response's ``env_id``.
         **per_agent_fields: Other per-agent fields, each a mapping keyed by exactly the agents of
-            ``actions`` (e.g. ``log_prob={...}``); each is copied into a new dict.
+            ``actions`` (e.g. ``log_prob={...}``); each is copied into a new dict. Not
+            ``action`` (the actions are the first argument) and not the timing stamps
+            ``ts_env_sent_ns`` / ``ts_policy_sent_ns``, which are one value per response, never
+            per agent (as :meth:`MultiAgentPolicyResponse.from_agents` requires): stamp the
+            returned response instead (``response.ts_env_sent_ns = ...``, ``mark_policy_sent()``).
 
     Returns:
         A new :class:`MultiAgentPolicyResponse`.
 
     Raises:
-        TypeError: ``actions`` or a field is not a mapping.
+        TypeError: ``actions`` or a field is not a mapping, or a field is named ``action`` (it
+            would replace ``actions``).
         ValueError: a field's agents differ from those of ``actions`` (names the field and the
-            missing and extra agents), or a field name is reserved.
+            missing and extra agents), a field is a timing stamp, or a field name is reserved.
 
     Examples:
         >>> r = from_parallel_actions({"a": 0, "b": 1}, "env-0", log_prob={"a": -0.1, "b": -0.2})
@@ -195,6 +203,21 @@ def from_parallel_actions(
     if not isinstance(actions, Mapping):
         raise TypeError(
             f"actions must be a mapping {{agent_id: action}}, got {type(actions).__name__}"
+        )
+    if "action" in per_agent_fields:
+        raise TypeError(
+            "from_parallel_actions() got the actions twice: as actions "
+            f"{list(actions)} and as the per-agent field action= "
+            f"{tree_repr(per_agent_fields['action'])}; pass them once, as the first argument"
+        )
+    stamps = sorted(_STAMP_FIELDS.intersection(per_agent_fields))
+    if stamps:
+        raise ValueError(
+            f"{stamps[0]!r} is a timing stamp, one value per response (nanoseconds since the "
+            f"epoch), not a per-agent field; got {tree_repr(per_agent_fields[stamps[0]])}. "
+            "Per-agent stamps would make the latency methods return 0.0 (as "
+            "MultiAgentPolicyResponse.from_agents refuses differing stamps); set it on the "
+            "returned response instead (response.ts_env_sent_ns = ..., response.mark_policy_sent())"
         )
     data: dict[str, Any] = {"action": dict(actions)}
     for name, field in per_agent_fields.items():

@@ -20,14 +20,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rlightning import MultiAgentPolicyResponse, PolicyResponse
-from rlightning_pettingzoo._envs import aec_agent_is_done, describe_env, is_aec, require_parallel
+from rlightning_pettingzoo._envs import aec_acting_agent, describe_env, is_aec, require_parallel
 from rlightning_pettingzoo._sb3 import (
     is_actor_critic,
     is_sb3_model,
+    observation_shape_mismatch,
+    observation_space_mismatch,
     sb3_forward,
     stack_observations,
 )
-from rlightning_pettingzoo.masks import find_action_mask
+from rlightning_pettingzoo.masks import _checked_action_mask, find_action_mask
 
 __all__ = ["Policy", "SharedPolicyAdapter", "respond"]
 
@@ -38,8 +40,8 @@ Policy = Any
 def _acting_agents(env: Any) -> list[Any]:
     """The agents that act now: ``env.agents`` (parallel) or the live selected agent (AEC)."""
     if is_aec(env):
-        agent = env.agent_selection
-        return [] if aec_agent_is_done(env, agent) else [agent]
+        agent = aec_acting_agent(env)
+        return [] if agent is None else [agent]
     return list(env.agents)
 
 
@@ -89,14 +91,75 @@ def _assemble(
     return MultiAgentPolicyResponse(env_id, **data)
 
 
+def _checked_masks(env: Any, agents: Sequence[Any], masks: Sequence[Any]) -> list[Any]:
+    """Each found mask checked against its agent's action space (rule ``action-mask``).
+
+    Returns the masks in gymnasium's format (int8), None where an agent has none; raises the
+    ValueError of ``_checked_action_mask`` naming the agent for a malformed one (a 0.5, NaN or 2
+    entry, a wrong length), which ``np.asarray(mask, dtype=bool)`` would otherwise turn into
+    "allowed" or a bare reshape error inside sb3-contrib.
+    """
+    if all(mask is None for mask in masks):
+        return list(masks)
+    action_space = env.action_space
+    return [
+        None if mask is None else _checked_action_mask(action_space(agent), mask, agent, env)
+        for agent, mask in zip(agents, masks, strict=True)
+    ]
+
+
 def _sb3_rows(
-    model: Any, agents: Sequence[Any], observations: Sequence[Any], masks: Sequence[Any], det: bool
+    env: Any,
+    model: Any,
+    agents: Sequence[Any],
+    observations: Sequence[Any],
+    masks: Sequence[Any],
+    det: bool,
 ) -> dict[Any, dict[str, Any]]:
-    """One batched forward for ``agents``; row ``i`` of each output goes to ``agents[i]``."""
-    out = sb3_forward(model, observations, deterministic=det, masks=masks)
+    """One batched forward for ``agents``; row ``i`` of each output goes to ``agents[i]``.
+
+    When the batch cannot be built or SB3 refuses it (a ValueError: ``np.stack`` of differing
+    shapes, SB3's "Unexpected observation shape"), the agent at fault is looked for and named
+    (:func:`_observation_culprit`); the per-step path pays nothing for this.
+    """
+    try:
+        out = sb3_forward(model, observations, deterministic=det, masks=masks)
+    except ValueError as error:
+        culprit = _observation_culprit(env, model, agents, observations)
+        if culprit is None:
+            raise
+        raise ValueError(culprit) from error
     return {
         agent: {name: batch[i] for name, batch in out.items()} for i, agent in enumerate(agents)
     }
+
+
+def _observation_culprit(
+    env: Any, model: Any, agents: Sequence[Any], observations: Sequence[Any]
+) -> str | None:
+    """The message naming the first agent whose observation (or space) does not fit, or None."""
+    model_space = model.observation_space
+    for agent, observation in zip(agents, observations, strict=True):
+        space = env.observation_space(agent)
+        reason = observation_shape_mismatch(space, observation)
+        if reason is not None:
+            return (
+                f"observation of agent {agent!r} of {describe_env(env)} does not fit "
+                f"observation_space({agent!r}) {space}: {reason} (PettingZoo: an agent's "
+                "observation is an element of env.observation_space(agent))"
+            )
+        reason = observation_space_mismatch(space, model_space)
+        if reason is not None:
+            return _model_space_message(env, agent, space, model, reason)
+    return None
+
+
+def _model_space_message(env: Any, agent: Any, space: Any, model: Any, reason: str) -> str:
+    return (
+        f"agent {agent!r} of {describe_env(env)} observes {space}, but the model "
+        f"({type(model).__name__}) takes observations of {model.observation_space}: {reason} "
+        "(SB3's obs_to_tensor accepts only its observation space's shape)"
+    )
 
 
 def respond(
@@ -116,8 +179,10 @@ def respond(
     (what the env takes), ``buffer_action`` (what SB3's buffer stores) and, for actor-critic
     policies, ``value`` and ``log_prob`` (np.float32). A callable returning a
     :class:`PolicyResponse` contributes all of its data fields. An agent's action mask, when found
-    (:func:`find_action_mask`), is passed to sb3-contrib's ``MaskablePPO`` and added as the field
-    ``action_mask``; other policies get no mask, so check their actions (e.g. with
+    (:func:`find_action_mask`), is checked against its action space by the same rule as
+    :func:`sample_response` (``action-mask``: 0/1 of a bool or integer dtype, one entry per
+    action), passed to sb3-contrib's ``MaskablePPO`` and added as the field ``action_mask`` (the
+    object as found); other policies get no mask, so check their actions (e.g. with
     :func:`rlightning.testing.check_multi_agent_policy_response`) where masks matter.
 
     Args:
@@ -137,7 +202,9 @@ def respond(
     Raises:
         TypeError: ``env`` is not a PettingZoo env, a mapping argument is not a mapping, a policy
             is neither an SB3 model nor callable, returns a multi-agent response, or is recurrent.
-        ValueError: an acting agent has no observation or no policy (names the agents), or a
+        ValueError: an AEC env's game is over (``env.agents`` is empty: call ``env.reset()``),
+            an acting agent has no observation or no policy (names the agents), an acting
+            agent's action mask breaks the ``action-mask`` rule (names the agent), or a
             returned response has another ``env_id`` or no action.
     """
     agents = _acting_agents(env)
@@ -145,6 +212,7 @@ def respond(
     _require_entries(policies, agents, "policies", env)
     per_agent: dict[Any, dict[str, Any]] = {}
     masks = {agent: find_action_mask(agent, observations, infos) for agent in agents}
+    checked = dict(zip(agents, _checked_masks(env, agents, list(masks.values())), strict=True))
     groups: dict[int, list[Any]] = {}
     for agent in agents:
         policy = policies[agent]
@@ -160,10 +228,11 @@ def respond(
     for group in groups.values():
         model = policies[group[0]]
         rows = _sb3_rows(
+            env,
             model,
             group,
             [observations[a] for a in group],
-            [masks[a] for a in group],
+            [checked[a] for a in group],
             deterministic,
         )
         per_agent.update(rows)
@@ -195,10 +264,31 @@ class SharedPolicyAdapter:
         TypeError: ``model`` is not an SB3 model.
 
     Examples:
-        >>> adapter = SharedPolicyAdapter(model)  # doctest: +SKIP
-        >>> observations, infos = env.reset(seed=0)  # doctest: +SKIP
-        >>> response = adapter.act(env, observations, "env-0")  # doctest: +SKIP
-        >>> observations, *_ = env.step(to_parallel_actions(response, env))  # doctest: +SKIP
+        An untrained PPO for ``simple_spread_v3``'s three agents (SB3 reads only the spaces of
+        the env it is given; train it as in ``examples/pettingzoo_shared_policy.py``):
+
+        >>> import gymnasium as gym
+        >>> from mpe2 import simple_spread_v3
+        >>> from stable_baselines3 import PPO
+        >>> from rlightning_pettingzoo import to_parallel_actions
+        >>> env = simple_spread_v3.parallel_env(max_cycles=5)
+        >>> observations, infos = env.reset(seed=0)
+        >>> class AgentSpaces(gym.Env):  # one agent's spaces, for SB3's constructor
+        ...     observation_space = env.observation_space("agent_0")
+        ...     action_space = env.action_space("agent_0")
+        >>> model = PPO("MlpPolicy", AgentSpaces(), seed=0, device="cpu")
+        >>> adapter = SharedPolicyAdapter(model)
+        >>> response = adapter.act(env, observations, "env-0")  # one forward pass, 3 agents
+        >>> list(response.action)
+        ['agent_0', 'agent_1', 'agent_2']
+        >>> sorted(response.to_dict())
+        ['action', 'buffer_action', 'log_prob', 'value']
+        >>> one = response.for_agent("agent_1")
+        >>> int(one.action) in range(5), one.log_prob.dtype
+        (True, dtype('float32'))
+        >>> observations, rewards, terminations, truncations, infos = env.step(
+        ...     to_parallel_actions(response, env)
+        ... )
     """
 
     def __init__(self, model: Any) -> None:
@@ -230,7 +320,13 @@ class SharedPolicyAdapter:
         return ordered
 
     def _check_homogeneous(self, env: Any, agents: Sequence[Any]) -> None:
+        """Check each agent once per pair of space objects (see the class docstring).
+
+        One observation space for all agents, one the model takes
+        (:func:`observation_space_mismatch`), and the model's action space.
+        """
         reference = env.observation_space(agents[0])
+        unchecked: list[tuple[Any, Any, Any, tuple[int, int]]] = []
         for agent in agents:
             obs_space = env.observation_space(agent)
             act_space = env.action_space(agent)
@@ -243,10 +339,17 @@ class SharedPolicyAdapter:
                     f"{obs_space}, agent {agents[0]!r} observes {reference}; a shared policy "
                     "needs one observation space (use respond() with a policy per agent type)"
                 )
+            unchecked.append((agent, obs_space, act_space, key))
+        for agent, obs_space, act_space, key in unchecked:
+            reason = observation_space_mismatch(obs_space, self.model.observation_space)
+            if reason is not None:
+                raise ValueError(_model_space_message(env, agent, obs_space, self.model, reason))
             if act_space != self.model.action_space:
                 raise ValueError(
                     f"agent {agent!r} of {describe_env(env)} acts in {act_space}, but the shared "
-                    f"model acts in {self.model.action_space}"
+                    f"model acts in {self.model.action_space} (PettingZoo: an agent's action is "
+                    "an element of env.action_space(agent); an SB3 model acts in its own "
+                    "action_space)"
                 )
             self._checked[agent] = key
 
@@ -279,8 +382,9 @@ class SharedPolicyAdapter:
 
         Raises:
             TypeError: ``env`` is not a ``ParallelEnv``, or the model's policy is recurrent.
-            ValueError: a live agent has no observation, or the agents are not homogeneous (names
-                the agent and both spaces).
+            ValueError: a live agent has no observation, its action mask breaks the
+                ``action-mask`` rule (as in :func:`sample_response`), or the agents are not
+                homogeneous (names the agent and both spaces).
         """
         env = require_parallel(env, "SharedPolicyAdapter.act()")
         agents = self.agent_order(env)
@@ -290,7 +394,12 @@ class SharedPolicyAdapter:
         self._check_homogeneous(env, agents)
         masks = [find_action_mask(agent, observations, infos) for agent in agents]
         rows = _sb3_rows(
-            self.model, agents, [observations[a] for a in agents], masks, deterministic
+            env,
+            self.model,
+            agents,
+            [observations[a] for a in agents],
+            _checked_masks(env, agents, masks),
+            deterministic,
         )
         if any(mask is not None for mask in masks):
             for agent, mask in zip(agents, masks, strict=True):
