@@ -8,6 +8,7 @@ comparisons; these tests compare it, under hypothesis, with ``space.contains`` a
 
 from __future__ import annotations
 
+import inspect
 import re
 import warnings
 from typing import Any, ClassVar
@@ -47,12 +48,19 @@ def _contains_quietly(space: spaces.Space[Any], value: Any) -> bool:
             return False
 
 
+# Discrete takes a dtype from gymnasium 1.1 on; gymnasium 1.0 (pz-lowest) has int64 only.
+DISCRETE_HAS_DTYPE = "dtype" in inspect.signature(spaces.Discrete.__init__).parameters
+DISCRETE_DTYPES: tuple[Any, ...] = INT_DTYPES if DISCRETE_HAS_DTYPE else (np.int64,)
+
+
 @st.composite
 def discrete_spaces(draw: st.DrawFn) -> spaces.Discrete[Any]:
-    dtype = draw(st.sampled_from(INT_DTYPES))
+    dtype = draw(st.sampled_from(DISCRETE_DTYPES))
     info = np.iinfo(dtype)
     n = draw(st.integers(1, min(50, int(info.max))))
     start = draw(st.integers(max(int(info.min), -60), min(int(info.max) - n + 1, 60)))
+    if not DISCRETE_HAS_DTYPE:
+        return spaces.Discrete(n, start=start)
     return spaces.Discrete(n, start=start, dtype=dtype)
 
 
