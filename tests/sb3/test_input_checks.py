@@ -54,3 +54,28 @@ def test_negative_per_env_stamp_names_the_env(ppo2: SB3PolicyAdapter) -> None:
 def test_non_numeric_list_observation_is_refused(ppo2: SB3PolicyAdapter) -> None:
     with pytest.raises(ValueError, match="must convert to a numeric array"):
         ppo2.act([["x"] * 4, ["y"] * 4], ["a", "b"])
+
+
+def test_add_replay_step_refuses_a_terminal_observation_of_another_shape():
+    import gymnasium as gym
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from rlightning_sb3 import SB3PolicyAdapter, add_replay_step
+
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    model = DQN("MlpPolicy", env, learning_starts=10, seed=0, device="cpu")
+    adapter = SB3PolicyAdapter(model)
+    ids = ["a", "b"]
+    obs = env.reset()
+    responses = adapter.act(obs, ids)
+    new_obs, rewards, _, infos = env.step(adapter.env_actions(responses, ids))
+    dones = np.array([True, False])
+    infos = [dict(infos[0], terminal_observation=np.float32(0.5)), infos[1]]
+    assert isinstance(env.observation_space, gym.spaces.Box)
+    with pytest.raises(
+        ValueError, match=re.escape("terminal_observation'] of env 'a' has shape (), expected (4,)")
+    ):
+        add_replay_step(
+            model, obs, responses, new_obs, rewards, dones, infos, env_ids=ids, update_model=False
+        )

@@ -212,6 +212,16 @@ def check_buffer_observation(name: str, observation: Any, buf: Any, ids: Sequenc
     _check_obs_shape(name, observation, space, buf.obs_shape, n_envs, ids)
 
 
+def _check_terminal(terminal: Any, row: np.ndarray, env_id: Any, key: str) -> None:
+    """Refuse a ``terminal_observation`` that numpy would broadcast into a row of another shape."""
+    shape = np.shape(terminal)
+    if shape != row.shape:
+        raise ValueError(
+            f"infos[...]['terminal_observation']{key} of env {env_id!r} has shape {shape}, "
+            f"expected {row.shape} (one observation, as VecEnv.step_wait stores it)"
+        )
+
+
 def _check_obs_shape(
     name: str,
     value: Any,
@@ -529,8 +539,10 @@ def add_replay_step(
         if done and terminal is not None:
             if isinstance(next_obs, dict):
                 for key in next_obs:
+                    _check_terminal(terminal[key], next_obs[key][i], ids[i], f"[{key!r}]")
                     next_obs[key][i] = terminal[key]
             else:
+                _check_terminal(terminal, next_obs[i], ids[i], "")
                 next_obs[i] = terminal
     buf.add(observation, next_obs, actions, rewards_arr, dones_arr, list(infos))
     if not update_model:
