@@ -236,9 +236,12 @@ def encode(response: Any, *, checksum: bool = True) -> bytes:
     Raises:
         TypeError: a value (or dict key) has a type the format does not carry, e.g. a custom
             object, a namedtuple, a dict/list subclass, an object or datetime array, a sparse
-            tensor; the message names the field, e.g. ``field 'obs'['rgb'][0]``.
-        ValueError: nesting is deeper than :data:`MAX_DEPTH`, or an int needs more than 14,000
-            bits (Python's own limit for decimal conversion, about 4,300 digits).
+            tensor, a tensor subclass, a meta tensor, an int dict key beyond 64 bits; the message
+            names the field, e.g. ``field 'obs'['rgb'][0]``. Also raised when ``response`` is not
+            exactly a PolicyResponse or MultiAgentPolicyResponse.
+        ValueError: nesting is deeper than :data:`MAX_DEPTH`, an int needs more than 14,000
+            bits (Python's own limit for decimal conversion, about 4,300 digits), or a dict has
+            more than :data:`MAX_TUPLE_KEYS` tuple keys.
     """
     kind_name = type(response).__name__
     if kind_name not in _KINDS or type(response).__module__ != _RESPONSE_MODULE:

@@ -412,18 +412,27 @@ class PolicyResponse(SimpleNamespace):
             A new response of that class; the inputs are not mutated.
 
         Raises:
-            TypeError: mixed classes, or a field with values of different types.
-            ValueError: empty input, or responses whose fields, keys, lengths, shapes, dtypes or
-                devices differ (the message names the field and the env ids).
+            TypeError: ``responses`` is not a sequence (a str or bytes counts as not one), item 0
+                is not a ``cls``, the items are of mixed classes, a field holds values of
+                different types, or ``torch.stack`` refuses a tensor field (e.g. sparse or
+                quantized layouts).
+            ValueError: empty input; responses whose fields, keys, lengths, shapes, dtypes or
+                devices differ (the message names the field and the env ids); a response that
+                already has a field named ``env_ids``; or a field that contains itself (a
+                reference cycle).
         """
         return stack_responses(cls, responses)
 
     def unbind(self: _Self) -> list[_Self]:
         """Split a stacked response into one response per env (the inverse of :meth:`stack`).
 
-        Row ``i`` of every array and tensor (a view: no copy, writes reach the stacked data), item
-        ``i`` of every :class:`~rlightning.PerEnv`, and every other value shared as is. Env ids
-        come from the ``env_ids`` field (which is removed); without it they are None.
+        Row ``i`` of every tensor and of every array with two or more dimensions (a view: no
+        copy, writes reach the stacked data), item ``i`` of every :class:`~rlightning.PerEnv`,
+        and every other value shared as is. Row ``i`` of a 1-D array is a numpy scalar (a copy, as
+        gives), except where ``stack`` built the array from 0-d arrays: then it is a 0-d view.
+        Env ids come from the ``env_ids`` field (left out of the results; ``self`` is not
+        mutated); without it they are None and ``n_envs`` is the leading size of the first array,
+        tensor or ``PerEnv`` found.
 
         Returns:
             ``n_envs`` new responses of this class, in row order.
@@ -431,7 +440,9 @@ class PolicyResponse(SimpleNamespace):
         Raises:
             TypeError: ``env_ids`` is not a list of str/None.
             ValueError: a batched value does not have ``len(env_ids)`` rows (the message names
-                the field).
+                the field); there is no ``env_ids`` and no batched value to count rows from;
+                ``self`` has an ``env_id`` but no ``env_ids`` (it was not stacked); or a field
+                contains itself (a reference cycle).
         """
         return unbind_response(self)
 
@@ -448,9 +459,12 @@ class PolicyResponse(SimpleNamespace):
             The message.
 
         Raises:
-            TypeError: a value has a type the format does not carry (the message names the
-                field), or ``self`` is a user subclass.
-            ValueError: nesting deeper than ``rlightning.wire.MAX_DEPTH``.
+            TypeError: a value or dict key has a type the format does not carry, or an int dict
+                key does not fit in 64 bits (the message names the field), or ``self`` is a user
+                subclass.
+            ValueError: nesting deeper than ``rlightning.wire.MAX_DEPTH``, an int of more than
+                14,000 bits, or a dict with more than ``rlightning.wire.MAX_TUPLE_KEYS`` tuple
+                keys.
         """
         from rlightning import wire
 
@@ -583,6 +597,7 @@ class MultiAgentPolicyResponse(PolicyResponse):
             per-agent field, and every shared field as is (the same objects, not copies).
 
         Raises:
+            TypeError: ``agent_id`` is unhashable.
             KeyError: ``agent_id`` is not one of the agents.
         """
         fields = self.__dict__
@@ -634,7 +649,8 @@ class MultiAgentPolicyResponse(PolicyResponse):
         Args:
             env_id: Environment identifier for the result.
             responses: ``{agent_id: PolicyResponse}``; each must have an ``action``.
-            shared: Names of fields that are the same for every agent (not per-agent).
+            shared: Names of fields that are the same for every agent (not per-agent); a single
+                str is taken as one name.
 
         Returns:
             A new MultiAgentPolicyResponse.
@@ -642,10 +658,11 @@ class MultiAgentPolicyResponse(PolicyResponse):
         Raises:
             TypeError: ``responses`` is not a mapping of single-agent PolicyResponse objects.
             ValueError: ``responses`` is empty; a response's ``env_id`` is neither None nor
-                ``env_id``; a field is present for some agents and missing for others; a shared
-                field or stamp differs between agents; ``shared`` names ``action`` or a field
-                no agent has; or a shared value is a dict keyed by exactly the agent ids (it
-                would read back as per-agent). Messages name the field and the agents.
+                ``env_id``; no response has an ``action``; a field is present for some agents and
+                missing for others; a shared field or stamp differs between agents; ``shared``
+                names ``action`` or a field no agent has; or a shared value is a dict keyed by
+                exactly the agent ids (it would read back as per-agent). Messages name the field
+                and the agents.
         """
         if not isinstance(responses, Mapping):
             raise TypeError(
