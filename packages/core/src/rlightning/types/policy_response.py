@@ -428,11 +428,11 @@ class PolicyResponse(SimpleNamespace):
 
         Row ``i`` of every tensor and of every array with two or more dimensions (a view: no
         copy, writes reach the stacked data), item ``i`` of every :class:`~rlightning.PerEnv`,
-        and every other value shared as is. Row ``i`` of a 1-D array is a numpy scalar (a copy, as
-        gives), except where ``stack`` built the array from 0-d arrays: then it is a 0-d view.
-        Env ids come from the ``env_ids`` field (left out of the results; ``self`` is not
-        mutated); without it they are None and ``n_envs`` is the leading size of the first array,
-        tensor or ``PerEnv`` found.
+        and every other value shared as is. Row ``i`` of a 1-D array is a numpy scalar (a copy,
+        as numpy indexing gives), except where ``stack`` built the array from 0-d arrays: then
+        it is a 0-d view. Env ids come from the ``env_ids`` field (left out of the results;
+        ``self`` is not mutated); without it they are None and ``n_envs`` is the leading size of
+        the first array, tensor or ``PerEnv`` found.
 
         Returns:
             ``n_envs`` new responses of this class, in row order.
