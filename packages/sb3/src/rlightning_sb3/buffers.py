@@ -296,13 +296,22 @@ def add_rollout_step(
             episodes (``model._update_info_buffer``), as ``collect_rollouts`` does.
 
     Returns:
-        The ``(n_envs,)`` rewards as stored (bootstrapped where truncated), a new array.
+        The ``(n_envs,)`` rewards as stored (bootstrapped where truncated), a new array of the
+        dtype ``np.array(rewards)`` gives. ``buffer`` is mutated (``reset`` when full, then
+        ``add``), and with ``update_model`` so is ``model`` (``num_timesteps``,
+        ``ep_info_buffer``, ``ep_success_buffer``); ``rewards`` and ``responses`` are not.
 
     Raises:
-        ValueError: the responses, rewards, dones or infos do not match the buffer's envs, or a
-            response lacks a field :meth:`~SB3PolicyAdapter.act` gives (``buffer_action``,
-            ``value``, ``log_prob``, ``episode_start``; ``buffer_state``/``state`` for
-            RecurrentPPO).
+        TypeError: ``responses`` is not a sequence of PolicyResponse, ``env_ids`` is not a
+            sequence of str, an info is not a dict, or ``observation`` is a dict for a buffer of
+            arrays (or the reverse).
+        ValueError: ``update_model`` is set before :func:`start_training`; the responses
+            (empty, a stacked batch, repeated or unmatched env ids), rewards, dones, infos or
+            ``observation`` do not match the buffer's envs (counts, shapes ``(n_envs,)`` and
+            ``(n_envs, *obs_shape)``, non-boolean dones); a response lacks a field
+            :meth:`~SB3PolicyAdapter.act` gives (``buffer_action``, ``value``, ``log_prob``,
+            ``episode_start``; ``buffer_state``/``state`` for RecurrentPPO); or some responses
+            have an ``action_mask`` and others not.
     """
     if update_model:
         _require_started(model)
@@ -381,16 +390,26 @@ def finish_rollout(
 
     Args:
         model: The on-policy model.
-        new_observation: The observation ``env.step`` returned at the rollout's last step.
+        new_observation: The observation ``env.step`` returned at the rollout's last step,
+            ``(n_envs, *obs_shape)`` (dict for a Dict space).
         dones: The ``(n_envs,)`` dones of that step.
         responses: The last step's responses; needed for RecurrentPPO (their ``state``).
         buffer: The buffer; default ``model.rollout_buffer``.
         env_ids: The VecEnv's env ids in env order, when ``responses`` are in another order.
         update_model: Also update the model's progress (needs :func:`start_training` first).
 
+    Returns:
+        None. ``buffer`` is mutated (its ``returns`` and ``advantages`` are filled in place),
+        and with ``update_model`` so is ``model`` (``_current_progress_remaining``).
+
     Raises:
-        ValueError: the buffer is not full, ``dones`` has the wrong shape, or RecurrentPPO
-            ``responses`` are missing.
+        TypeError: ``responses`` or ``env_ids`` is not a sequence of the right kind, or
+            ``new_observation`` is a dict for a buffer of arrays (or the reverse).
+        ValueError: ``update_model`` is set before :func:`start_training`; the buffer is not
+            full; ``dones`` is not ``(n_envs,)`` booleans; ``new_observation`` is not
+            ``(n_envs, *obs_shape)``; ``responses`` do not match ``env_ids`` (see
+            :func:`add_rollout_step`); or, for RecurrentPPO, ``responses`` are missing or lack
+            a ``state`` field.
     """
     if update_model:
         _require_started(model)
@@ -507,9 +526,12 @@ def add_replay_step(
 
     Args:
         model: SAC, TD3, DDPG, DQN or another ``OffPolicyAlgorithm``.
-        observation: The observation the responses answered.
-        responses: From :meth:`SB3PolicyAdapter.act`, one per env (their ``buffer_action``).
-        new_observation: What ``env.step`` returned (not modified).
+        observation: The observation the responses answered, ``(n_envs, *obs_shape)`` (dict for
+            a Dict space).
+        responses: From :meth:`SB3PolicyAdapter.act`, one per env (their ``buffer_action``,
+            ``(*action_shape)``; for a Box space scaled to [-1, 1]).
+        new_observation: What ``env.step`` returned, ``(n_envs, *obs_shape)`` (not modified: a
+            deep copy gets the terminal observations).
         rewards: ``(n_envs,)`` rewards from ``env.step``.
         dones: ``(n_envs,)`` booleans from ``env.step``.
         infos: ``n_envs`` info dicts from ``env.step``.
@@ -518,9 +540,24 @@ def add_replay_step(
         update_model: Also advance the model's counters as described (needs
             :func:`start_training` first).
 
+    Returns:
+        None. ``buffer`` is mutated (``add``), and with ``update_model`` so is ``model`` (the
+        counters above; for DQN the exploration rate and target network; the action noise).
+        ``observation``, ``new_observation``, ``rewards`` and ``responses`` are not.
+
     Raises:
-        ValueError: the responses, rewards, dones or infos do not match the buffer's envs, or a
-            response has no ``buffer_action``.
+        TypeError: ``responses`` is not a sequence of PolicyResponse, ``env_ids`` is not a
+            sequence of str, an info is not a dict, an observation is a dict for a buffer of
+            arrays (or the reverse), or for a Box action space the buffer actions are not
+            floats.
+        ValueError: ``update_model`` is set before :func:`start_training`; the responses
+            (empty, a stacked batch, repeated or unmatched env ids), rewards, dones, infos or
+            observations do not match the buffer's envs (counts, shapes ``(n_envs,)`` and
+            ``(n_envs, *obs_shape)``, non-boolean dones); a response has no ``buffer_action``;
+            for a Box action space the buffer actions are not ``(n_envs, *action_shape)`` or
+            lie outside [-1, 1] (SB3's ``policy.scale_action`` range); or an
+            ``infos[i]["terminal_observation"]`` of a done env does not have one observation's
+            shape.
     """
     if update_model:
         _require_started(model)
