@@ -367,11 +367,15 @@ class SB3PolicyAdapter:
             through ``state``), ``action_mask`` (when given) and ``ts_env_sent_ns`` (when given).
 
         Raises:
-            TypeError: ``env_ids`` or ``observation`` is of the wrong kind.
-            ValueError: ``env_ids`` does not match the batch (lengths named), the observation's
-                shape does not fit the model's space or it holds NaN (the envs named), ``state``
-                is given to a policy without one or does not fit the batch, or
-                ``action_masks`` is malformed or given to a model without masking.
+            TypeError: ``env_ids`` or ``observation`` is of the wrong kind, or a
+                ``ts_env_sent_ns`` stamp is not an int (the env named).
+            ValueError: ``env_ids`` does not match the batch (lengths named) or repeats an id;
+                the observation's shape does not fit the model's space or it holds NaN (the envs
+                named); ``state`` is given to a policy without one or does not fit the batch
+                (the env named); ``episode_start`` is not ``(n_envs,)`` booleans (0/1
+                accepted); ``action_masks`` is malformed (shape, values other than 0/1, an env
+                whose mask allows no action) or given to a model other than MaskablePPO; or
+                ``ts_env_sent_ns`` has another length than the envs or a negative stamp.
         """
         model = self._model
         observation = as_arrays(observation)  # lists, as SB3's obs_to_tensor converts them
@@ -467,10 +471,11 @@ class SB3PolicyAdapter:
         Runs under ``torch.no_grad()`` with the policy in eval mode, converts the observation as
         ``collect_rollouts`` does (``obs_as_tensor`` for a batch already shaped like the space,
         else ``BasePolicy.obs_to_tensor`` as ``predict``), and draws random numbers exactly as
-        SB3 does (the
-        global torch RNG for sampling, numpy's global RNG and ``model.action_space``'s RNG for
-        warm-up, epsilon-greedy and action noise), so with the same seed and model state a loop
-        of ``act`` calls reproduces SB3's ``collect_rollouts`` bit for bit.
+        SB3 does (the global torch RNG for sampling, numpy's global RNG and
+        ``model.action_space``'s RNG for warm-up, epsilon-greedy and action noise), so with the
+        same seed and model state a loop of ``act`` calls reproduces SB3's ``collect_rollouts``
+        bit for bit. Mutates the adapter (the env ids seen, RecurrentPPO's carried LSTM states)
+        and may switch ``model.policy`` to eval mode (``set_training_mode(False)``).
 
         * On-policy (PPO, A2C, TRPO; sb3-contrib MaskablePPO), as
           ``OnPolicyAlgorithm.collect_rollouts``: ``actions, values, log_probs =
@@ -525,10 +530,14 @@ class SB3PolicyAdapter:
 
         Raises:
             TypeError: the model is neither on- nor off-policy (e.g. sb3-contrib's ARS), or an
-                argument is of the wrong kind.
-            ValueError: ``env_ids``, ``episode_start``, ``action_masks`` or the observation does
-                not fit the batch or the model (the message names the ids and shapes), or the
-                observation holds NaN (the envs named).
+                argument is of the wrong kind (``env_ids``, ``observation``, a
+                ``ts_env_sent_ns`` stamp that is not an int).
+            ValueError: ``env_ids``, ``episode_start``, ``action_masks``, ``ts_env_sent_ns`` or
+                the observation does not fit the batch or the model (the message names the ids
+                and shapes); ``action_masks`` are given to a model other than MaskablePPO, hold
+                values other than 0/1, or leave an env no legal action; ``episode_start`` holds
+                values other than booleans / 0 / 1; a stamp is negative; or the observation
+                holds NaN (the envs named).
 
         Note:
             gSDE (``use_sde=True``): SB3 resamples the noise matrix at the start of each rollout
@@ -699,14 +708,15 @@ class SB3PolicyAdapter:
             array; the responses are not modified).
 
         Raises:
-            TypeError: ``responses`` is not a sequence of PolicyResponse.
-            TypeError: an action is not numeric, or not an integer for a Discrete or
-                MultiDiscrete action space (the env id named).
-            ValueError: two responses have the same env id; a response is a stacked batch
-                (``PolicyResponse.stack``: pass its ``unbind()``); ``env_ids`` repeats an id, has
-                a different length than ``responses`` (both lengths named), names envs that have
-                no response, or misses env ids that responses carry (both named); a response has
-                no ``action``; or actions of different shapes or dtypes (each env's named).
+            TypeError: ``responses`` is not a sequence of PolicyResponse; ``env_ids`` is not a
+                sequence of str; or an action is not numeric, or not an integer for a Discrete
+                or MultiDiscrete action space (the env id named).
+            ValueError: ``responses`` is empty; two responses have the same env id; a response
+                is a stacked batch (``PolicyResponse.stack``: pass its ``unbind()``); ``env_ids``
+                repeats an id, has a different length than ``responses`` (both lengths named),
+                names envs that have no response, or misses env ids that responses carry (both
+                named); a response has no ``action``; or actions of different shapes or dtypes
+                (each env's named).
         """
         ordered = order_responses(responses, env_ids)
         actions = []
