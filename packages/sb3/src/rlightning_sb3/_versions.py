@@ -33,8 +33,10 @@ def check_version(distribution: str, installed: str, supported: str) -> None:
         supported: A PEP 440 specifier set (e.g. ``">=2.4.0,<3.0"``).
 
     Raises:
-        ImportError: ``installed`` is outside ``supported``, or is not a PEP 440 version. The
-            message names the distribution, both versions and the ``pip install`` that fixes it.
+        ImportError: ``installed`` is outside ``supported`` (the message names the
+            distribution, both versions and the ``pip install`` that fixes it), or is not a
+            PEP 440 version (the message names it and the supported range).
+        packaging.specifiers.InvalidSpecifier: ``supported`` is not a PEP 440 specifier set.
     """
     try:
         parsed = Version(installed)
