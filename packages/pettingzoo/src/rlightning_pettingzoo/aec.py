@@ -58,11 +58,11 @@ def aec_action(
     Raises:
         TypeError: ``env`` is not a PettingZoo ``AECEnv``, or ``response`` is neither a
             :class:`MultiAgentPolicyResponse` nor (for a finished agent) None.
-        ValueError: the game is over (``env.agents`` is empty: call ``env.reset()``), the
-            selected live agent has no action in the response, the action is not in
-            its action space (names the agent, space and value), or, with ``check_mask``, the
-            env's mask is malformed (rule ``action-mask``, see ``sample_response``) or forbids
-            the action.
+        ValueError: the game is over (``env.agents`` is empty: call ``env.reset()``),
+            ``env.agent_selection`` is not in ``env.agents``, the selected live agent has no
+            action in the response, the action is not in its action space (names the agent,
+            space and value), or, with ``check_mask``, the env's mask is malformed (rule
+            ``action-mask``, see ``sample_response``) or forbids the action.
     """
     env = require_aec(env, "aec_action()")
     agent = aec_acting_agent(env)

@@ -190,8 +190,8 @@ def from_parallel_actions(
         A new :class:`MultiAgentPolicyResponse`.
 
     Raises:
-        TypeError: ``actions`` or a field is not a mapping, or a field is named ``action`` (it
-            would replace ``actions``).
+        TypeError: ``actions`` or a field is not a mapping, a field is named ``action`` (it
+            would replace ``actions``), or ``env_id`` is neither a str nor None.
         ValueError: a field's agents differ from those of ``actions`` (names the field and the
             missing and extra agents), a field is a timing stamp, or a field name is reserved.
 
