@@ -168,11 +168,10 @@ def sample_response(
     mask of all zeros means the agent has no legal action now (the waiting player of a
     turn-based game in parallel form, ``turn_based_aec_to_parallel``): as gymnasium's
     ``Discrete.sample`` does then, the placeholder ``space.start`` is returned, which the env
-    ignores. For
-    an AEC env whose ``observations``/``infos`` are not given, they are read from the env
-    (``env.observe(agent)``, ``env.infos``); so is the observation when ``observations`` lacks the
-    agent. Seed the spaces
-    (``env.action_space(agent).seed(s)``) for reproducible actions.
+    ignores. For an AEC env whose ``observations``/``infos`` are not given, they are read from
+    the env (``env.observe(agent)``, ``env.infos``); so is the observation when ``observations``
+    lacks the agent. Sampling advances each action space's RNG (the env is otherwise not
+    changed); seed the spaces (``env.action_space(agent).seed(s)``) for reproducible actions.
 
     Args:
         env: A PettingZoo ``ParallelEnv`` or ``AECEnv`` after ``reset``.
@@ -186,12 +185,14 @@ def sample_response(
         agents without one). Its action dict is empty when no agent acts.
 
     Raises:
-        TypeError: ``env`` is not a PettingZoo env.
-        ValueError: an AEC env's game is over (``env.agents`` is empty: call ``env.reset()``);
-            a mask breaks the ``action-mask`` rule (see :func:`checked_action_mask`); or
-            a parallel env's observation space carries action masks (a Dict with
-            ``"action_mask"``) but ``observations`` lacks a live agent's observation, so its mask
-            cannot be honoured.
+        TypeError: ``env`` is not a PettingZoo env, or ``env_id`` is neither a str nor None.
+        ValueError: an AEC env's game is over (``env.agents`` is empty: call ``env.reset()``)
+            or its ``env.agent_selection`` is not in ``env.agents``; a mask breaks the
+            ``action-mask`` rule of :data:`rlightning.testing.RULES` (for ``Discrete(n)`` a
+            bool or integer array of shape ``(n,)`` holding only 0 and 1; for a 1-D
+            ``MultiDiscrete`` a tuple of such arrays, one per dimension); or a parallel env's
+            observation space carries action masks (a Dict with ``"action_mask"``) but
+            ``observations`` lacks a live agent's observation, so its mask cannot be honoured.
     """
     if is_aec(env):
         agent = aec_acting_agent(env)
