@@ -202,10 +202,13 @@ def respond(
     Raises:
         TypeError: ``env`` is not a PettingZoo env, a mapping argument is not a mapping, a policy
             is neither an SB3 model nor callable, returns a multi-agent response, or is recurrent.
-        ValueError: an AEC env's game is over (``env.agents`` is empty: call ``env.reset()``),
-            an acting agent has no observation or no policy (names the agents), an acting
-            agent's action mask breaks the ``action-mask`` rule (names the agent), or a
-            returned response has another ``env_id`` or no action.
+        ValueError: an AEC env's game is over (``env.agents`` is empty: call ``env.reset()``)
+            or its ``env.agent_selection`` is not in ``env.agents``; an acting agent has no
+            observation or no policy (names the agents); an acting agent's action mask breaks
+            the ``action-mask`` rule (names the agent); an SB3 model's batch fails because an
+            agent's observation does not fit ``env.observation_space(agent)`` or that space
+            does not fit the model's (names the agent); or a returned response has another
+            ``env_id`` or no action.
     """
     agents = _acting_agents(env)
     _require_entries(observations, agents, "observations", env)
@@ -376,15 +379,21 @@ class SharedPolicyAdapter:
             A :class:`MultiAgentPolicyResponse` with per-agent dicts, in :meth:`agent_order`:
             ``action`` (env action: a row of the batch, np.int64 for Discrete, a float32 array
             for Box, clipped or unscaled as SB3's ``collect_rollouts`` does), ``buffer_action``
-            (SB3's raw action), and for actor-critic models ``value`` and ``log_prob``
+            (actor-critic models: the raw sampled action, as ``collect_rollouts`` stores it;
+            other models: for Box the env action rescaled to [-1, 1] with
+            ``policy.scale_action``, without action noise, else the action itself), and for
+            actor-critic models ``value`` and ``log_prob``
             (np.float32), plus ``action_mask`` when masks were found. Empty ``action`` when no
             agent is live (no forward pass then). Split it with ``for_agent``.
 
         Raises:
-            TypeError: ``env`` is not a ``ParallelEnv``, or the model's policy is recurrent.
+            TypeError: ``env`` is not a ``ParallelEnv``, ``observations`` is not a mapping, or
+                the model's policy is recurrent.
             ValueError: a live agent has no observation, its action mask breaks the
-                ``action-mask`` rule (as in :func:`sample_response`), or the agents are not
-                homogeneous (names the agent and both spaces).
+                ``action-mask`` rule (as in :func:`sample_response`), the agents are not
+                homogeneous or an agent's spaces do not fit the model's (names the agent and
+                both spaces), or an observation does not fit its agent's observation space
+                (names the agent).
         """
         env = require_parallel(env, "SharedPolicyAdapter.act()")
         agents = self.agent_order(env)
@@ -422,6 +431,8 @@ class SharedPolicyAdapter:
 
         Raises:
             TypeError: the model is not an actor-critic (no value function).
+            ValueError: the observations have differing shapes (``np.stack``) or SB3's
+                ``obs_to_tensor`` refuses their shape.
         """
         import torch
 
