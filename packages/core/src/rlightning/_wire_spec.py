@@ -91,7 +91,9 @@ class WireFormatError(ValueError):
     Raised for every truncated, corrupted, oversized or hostile input (and only for those): bad
     magic or version, a failed checksum, invalid msgpack, an unknown tag or dtype, a shape that
     claims more bytes than the message holds or than ``max_bytes`` allows, nesting deeper than
-    :data:`MAX_DEPTH`, trailing bytes, or fields the response class refuses. A subclass of
+    :data:`MAX_DEPTH`, trailing bytes, fields the response class refuses, or a message of
+    another class than the one ``from_bytes`` was called on (a ``MultiAgentPolicyResponse``
+    message given to ``PolicyResponse.from_bytes`` is accepted: it is a subclass). A subclass of
     ``ValueError``.
     """
 
