@@ -362,10 +362,12 @@ def unbind_response(response: _R) -> list[_R]:
             or :class:`PerEnv` found.
 
     Returns:
-        ``n`` new responses of the same class, in row order, with ``env_id=env_ids[i]``. Arrays and
-        tensors are views of row ``i`` (``a[i, ...]``, ``t.unbind(0)[i]``): no data is copied and
-        writing into them writes into the stacked response. Values that are neither batched nor
-        containers are shared, as is, by every result.
+        ``n`` new responses of the same class, in row order, with ``env_id=env_ids[i]``. Tensors
+        and arrays of two or more dimensions give views of row ``i`` (``a[i]``,
+        ``t.unbind(0)[i]``): no data is copied and writing into them writes into the stacked
+        response. A 1-D array gives numpy scalars (copies), except for the paths in
+        ``env_ids.array_rows``, which give 0-d views (``a[i, ...]``). Values that are neither
+        batched nor containers are shared, as is, by every result.
 
     Raises:
         TypeError: ``env_ids`` is not a list of str/None.
