@@ -164,9 +164,11 @@ def test_update_model_needs_a_budget() -> None:
     assert model.num_timesteps == 0
 
 
-@pytest.mark.parametrize("total", [0, -5, 1.5, True])
-def test_start_training_budget_errors(total: Any) -> None:
-    with pytest.raises(ValueError, match=re.escape("total_timesteps must be a positive int")):
+@pytest.mark.parametrize(
+    ("total", "error"), [(0, ValueError), (-5, ValueError), (1.5, TypeError), (True, TypeError)]
+)
+def test_start_training_budget_errors(total: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match=re.escape("total_timesteps must be a positive int")):
         start_training(_ppo(), total)
 
 

@@ -64,10 +64,14 @@ def start_training(
         where the loop starts, with every env at an episode start.
 
     Raises:
-        ValueError: ``total_timesteps`` is not a positive int, or the model has no env.
+        TypeError: ``total_timesteps`` is not an int (a bool is refused too).
+        ValueError: ``total_timesteps`` is not positive, or the model has no env.
     """
     if isinstance(total_timesteps, bool) or not isinstance(total_timesteps, int):
-        raise ValueError(f"total_timesteps must be a positive int, got {total_timesteps!r}")
+        raise TypeError(
+            f"total_timesteps must be a positive int, got {type(total_timesteps).__name__} "
+            f"{total_timesteps!r}"
+        )
     if total_timesteps <= 0:
         raise ValueError(f"total_timesteps must be a positive int, got {total_timesteps!r}")
     if model.get_env() is None:
