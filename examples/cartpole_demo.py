@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 import torch as th
+from _cartpole_ppo import make_model  # the examples' shared model (same folder)
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 
@@ -28,33 +29,6 @@ from rlightning_sb3 import SB3PolicyAdapter
 
 THRESHOLD = 450.0
 N_EVAL_EPISODES = 20
-
-
-def linear(start: float):
-    # rl-zoo's "lin_<start>" schedule: start * progress_remaining (1 -> 0 over training)
-    def schedule(progress_remaining: float) -> float:
-        return progress_remaining * start
-
-    return schedule
-
-
-def make_model(seed: int, total: int) -> PPO:
-    # rl-baselines3-zoo hyperparams/ppo.yml, CartPole-v1
-    env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
-    return PPO(
-        "MlpPolicy",
-        env,
-        n_steps=32,
-        batch_size=256,
-        gae_lambda=0.8,
-        gamma=0.98,
-        n_epochs=20,
-        ent_coef=0.0,
-        learning_rate=linear(1e-3),
-        clip_range=linear(0.2),
-        seed=seed,
-        device="cpu",
-    )
 
 
 def evaluate(model: PPO, n_episodes: int, seed: int) -> tuple[list[float], list[float]]:
@@ -94,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     th.set_num_threads(1)  # tiny networks: threads cost more than they give on a small CPU
     total = 512 if args.smoke else args.timesteps
     n_episodes = 2 if args.smoke else N_EVAL_EPISODES
-    model = make_model(args.seed, total)
+    model = make_model(args.seed)
     start = time.perf_counter()
     model.learn(total_timesteps=total, progress_bar=True)
     train_s = time.perf_counter() - start

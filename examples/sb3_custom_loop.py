@@ -33,6 +33,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import torch as th
+from _cartpole_ppo import make_model  # the examples' shared model (same folder)
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 
@@ -46,33 +47,6 @@ from rlightning_sb3 import (
 THRESHOLD = 475.0
 BUDGET = 100_000  # rl-baselines3-zoo's n_timesteps for PPO on CartPole-v1
 DEFAULT_OUT = Path(__file__).resolve().parent / "output" / "sb3_custom_loop"
-
-
-def linear(start: float):
-    # rl-zoo's "lin_<start>" schedule: start * progress_remaining (1 -> 0 over training)
-    def schedule(progress_remaining: float) -> float:
-        return progress_remaining * start
-
-    return schedule
-
-
-def make_model(seed: int) -> PPO:
-    # rl-baselines3-zoo hyperparams/ppo.yml, CartPole-v1
-    env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
-    return PPO(
-        "MlpPolicy",
-        env,
-        n_steps=32,
-        batch_size=256,
-        gae_lambda=0.8,
-        gamma=0.98,
-        n_epochs=20,
-        ent_coef=0.0,
-        learning_rate=linear(1e-3),
-        clip_range=linear(0.2),
-        seed=seed,
-        device="cpu",
-    )
 
 
 def evaluate(adapter: SB3PolicyAdapter, n_episodes: int, seed: int) -> float:

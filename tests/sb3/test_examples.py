@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -13,6 +14,8 @@ import pytest
 pytestmark = pytest.mark.torch
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+if str(EXAMPLES) not in sys.path:  # the examples import their shared _cartpole_ppo module
+    sys.path.insert(0, str(EXAMPLES))
 
 
 def _load(name: str) -> ModuleType:
