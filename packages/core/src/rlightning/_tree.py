@@ -137,8 +137,7 @@ def map_tensors(fn: Callable[[Any], Any], value: Any, tensor: type[Any]) -> Any:
     if kind in _ATOMIC:
         return value
     if kind is dict or isinstance(value, dict):
-        out: dict[Any, Any] | None = None  # a copy, made at the first change (plain dicts)
-        changed: dict[Any, Any] | None = None  # the changes, for dict subclasses
+        changed: dict[Any, Any] | None = None
         for key, item in value.items():
             item_kind = type(item)
             if item_kind is tensor:
@@ -152,22 +151,15 @@ def map_tensors(fn: Callable[[Any], Any], value: Any, tensor: type[Any]) -> Any:
             else:
                 continue
             if new is not item:
-                if kind is dict:
-                    if out is None:
-                        out = value.copy()
-                    out[key] = new
-                else:
-                    if changed is None:
-                        changed = {}
-                    changed[key] = new
-        if out is not None:
-            return out
+                if changed is None:
+                    changed = {}
+                changed[key] = new
         if changed is None:
             return value
         # OrderedDict, defaultdict, custom subclasses: copy.copy keeps type and extra state.
-        subclass_copy = copy.copy(value)
-        subclass_copy.update(changed)
-        return subclass_copy
+        out = value.copy() if kind is dict else copy.copy(value)
+        out.update(changed)
+        return out
     if isinstance(value, (list, tuple)):
         items: list[Any] | None = None
         for index, item in enumerate(value):
