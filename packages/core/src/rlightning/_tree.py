@@ -24,25 +24,13 @@ import numpy as np
 
 from rlightning._torch import tensor_type
 
-__all__ = ["is_container", "map_leaves", "map_tensors", "tree_equal", "tree_repr"]
+__all__ = ["map_leaves", "map_tensors", "tree_equal", "tree_repr"]
 
 # Types that are certainly leaves: checked first so the common case is one lookup.
 _ATOMIC: frozenset[type] = frozenset(
     {int, float, bool, str, bytes, complex, type(None), np.ndarray}
 )
 _CONTAINERS = (dict, list, tuple)
-
-
-def is_container(value: object) -> bool:
-    """Return True if the walk descends into ``value`` (dict, list or tuple, subclasses too).
-
-    Args:
-        value: Any object.
-
-    Returns:
-        Whether ``value`` is a container that :func:`map_leaves` rebuilds.
-    """
-    return isinstance(value, (dict, list, tuple))
 
 
 def rebuild_sequence(original: list[Any] | tuple[Any, ...], items: list[Any]) -> Any:

@@ -30,8 +30,9 @@ from rlightning._tree import tree_equal, tree_repr
 
 __all__ = ["MultiAgentPolicyResponse", "PolicyResponse"]
 
-#: Field names that :meth:`PolicyResponse.to_dict` leaves out (``env_id`` and the timing stamps).
-ENVELOPE_FIELDS: frozenset[str] = frozenset({"env_id", "ts_env_sent_ns", "ts_policy_sent_ns"})
+#: The timing stamps: left out by :meth:`PolicyResponse.to_dict` (with ``env_id``), and shared,
+#: never per-agent, in :meth:`MultiAgentPolicyResponse.from_agents`.
+_STAMP_FIELDS = frozenset({"ts_env_sent_ns", "ts_policy_sent_ns"})
 
 _Self = TypeVar("_Self", bound="PolicyResponse")
 
@@ -748,9 +749,6 @@ class MultiAgentPolicyResponse(PolicyResponse):
 
 
 _MISSING = object()
-
-
-_STAMP_FIELDS = frozenset({"ts_env_sent_ns", "ts_policy_sent_ns"})
 
 
 def _shared_value(name: str, agent_ids: list[Any], values: list[Any]) -> Any:
