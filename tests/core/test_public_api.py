@@ -43,7 +43,13 @@ def test_every_api_page_member_exists_with_its_signature():
 
 
 def test_every_public_member_has_a_google_style_docstring():
-    for cls in (PolicyResponse, MultiAgentPolicyResponse, rlightning.PerEnv, rlightning.EnvIds):
+    for cls in (
+        PolicyResponse,
+        MultiAgentPolicyResponse,
+        rlightning.PerEnv,
+        rlightning.EnvIds,
+        rlightning.ResponseBatch,
+    ):
         assert len(inspect.getdoc(cls) or "") > 80, cls.__name__
         for name, member in vars(cls).items():
             if name.startswith("_"):

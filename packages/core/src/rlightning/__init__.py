@@ -6,6 +6,7 @@ Public names:
 * :class:`MultiAgentPolicyResponse` -- per-agent actions keyed by agent id;
 * :class:`PerEnv` -- per-env values of a stacked response (``PolicyResponse.stack``);
 * :class:`EnvIds` -- the ``env_ids`` of a stacked response;
+* :class:`ResponseBatch` -- the per-env responses of one batched call, split only when read;
 * :class:`WireFormatError` -- raised by ``from_bytes`` for bad bytes (see :mod:`rlightning.wire`).
 
 torch is optional (``pip install rlightning-core[torch]``); without it everything but ``cuda()``
@@ -15,6 +16,7 @@ works on numpy and Python data.
 from importlib.metadata import PackageNotFoundError, version
 
 from rlightning._stack import EnvIds, PerEnv
+from rlightning.batch import ResponseBatch
 from rlightning.types.policy_response import MultiAgentPolicyResponse, PolicyResponse
 from rlightning.wire import WireFormatError
 
@@ -28,6 +30,7 @@ __all__ = [
     "MultiAgentPolicyResponse",
     "PerEnv",
     "PolicyResponse",
+    "ResponseBatch",
     "WireFormatError",
     "__version__",
 ]

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from rlightning import PolicyResponse
+from rlightning import PolicyResponse, ResponseBatch
 
 __all__ = [
     "as_arrays",
@@ -24,6 +24,7 @@ __all__ = [
     "per_env_stamps",
     "refuse_nan",
     "resolve_env_ids",
+    "stacked_in_order",
 ]
 
 
@@ -214,6 +215,34 @@ def per_env_stamps(value: object, ids: Sequence[str]) -> list[int] | None:
                 f"since the epoch (time.time_ns()), got {stamp!r}"
             )
     return [int(s) for s in stamps]
+
+
+def stacked_in_order(responses: object, env_ids: object) -> PolicyResponse | None:
+    """Return the stacked response of a batch that was never split, when it is in env order.
+
+    The fast path of :meth:`SB3PolicyAdapter.env_actions` and the buffer helpers: a
+    :class:`~rlightning.ResponseBatch` from ``act``/``predict`` that nobody read holds the
+    step's outputs already stacked, with env ids checked unique when it was made. Its rows are in
+    the VecEnv's env order when ``env_ids`` is None or the same list.
+
+    Args:
+        responses: What the caller passed as responses.
+        env_ids: What the caller passed as ``env_ids``.
+
+    Returns:
+        The stacked response (``env_ids`` plus fields with ``n_envs`` rows), or None: take the
+        per-env path (:func:`order_responses`), which checks and reorders.
+    """
+    if type(responses) is not ResponseBatch:
+        return None
+    stacked: PolicyResponse | None = responses.stacked
+    if stacked is None:
+        return None
+    if env_ids is not None and not (
+        type(env_ids) is list and env_ids == stacked.__dict__["env_ids"]
+    ):
+        return None
+    return stacked
 
 
 def order_responses(responses: object, env_ids: Sequence[str] | None) -> list[PolicyResponse]:

@@ -1,5 +1,10 @@
 """``SB3PolicyAdapter``: run a Stable-Baselines3 model and answer with one PolicyResponse per env.
 
+A batched call answers with a :class:`~rlightning.ResponseBatch`: a sequence of one response per
+env that holds SB3's batched output as one stacked response and splits it only when an env's
+response is read. :meth:`SB3PolicyAdapter.env_actions` and the buffer helpers read the stacked
+form directly, so a training loop never pays for per-env objects it does not use.
+
 Two ways to ask the model:
 
 * :meth:`SB3PolicyAdapter.predict` wraps ``model.predict`` (evaluation, serving);
@@ -26,7 +31,7 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.utils import obs_as_tensor
 
-from rlightning import PolicyResponse
+from rlightning import PerEnv, PolicyResponse, ResponseBatch
 from rlightning_sb3._actions import (
     check_action_masks,
     off_policy_actions,
@@ -42,6 +47,7 @@ from rlightning_sb3._batch import (
     per_env_stamps,
     refuse_nan,
     resolve_env_ids,
+    stacked_in_order,
 )
 from rlightning_sb3._recurrent import (
     predict_state,
@@ -88,26 +94,49 @@ def _contrib_kind(model: BaseAlgorithm) -> str | None:
     return None
 
 
-def _rows(actions: np.ndarray, vectorized: bool) -> list[Any]:
-    """Split ``(n_envs, *action_shape)`` env actions into one entry per env.
+def _answer(
+    ids: list[str],
+    vectorized: bool,
+    fields: dict[str, Any],
+    **columns: list[Any] | np.ndarray | None,
+) -> PolicyResponse | ResponseBatch[PolicyResponse]:
+    """Build the answer: a ResponseBatch for a batch, one PolicyResponse for an unbatched call.
 
-    For a batch, ``list(actions)``: the rows ``actions[i]`` (numpy scalars for 1-d arrays, row
-    views otherwise). For an unbatched call, the one action as an ndarray (0-d for Discrete), as
-    SB3's ``predict`` returns it.
-    """
-    return list(actions) if vectorized else [np.asarray(actions[0])]
+    Args:
+        ids: The env ids, in row order.
+        vectorized: Whether the call was batched.
+        fields: The fields every env has, batched (leading dimension ``n_envs``) for a batch, or
+            the one env's values for an unbatched call.
+        **columns: Optional fields given as one entry per env (a list, stored as a
+            :class:`~rlightning.PerEnv`, or an array with ``n_envs`` rows); None ones are left
+            out. Set after ``fields``, in order, so every response has the same field order.
 
-
-def _add_columns(responses: list[PolicyResponse], **columns: Sequence[Any] | None) -> None:
-    """Set field ``name`` of ``responses[i]`` to ``column[i]`` for each column that is not None.
-
-    Fields are set in the order of ``columns``, after those the responses were built with, so
-    each response's field order is the same as building it with every field at once.
+    Returns:
+        A :class:`~rlightning.ResponseBatch` (stacked: ``env_ids`` plus ``fields``) or a
+        :class:`~rlightning.PolicyResponse`.
     """
     for name, column in columns.items():
         if column is not None:
-            for response, value in zip(responses, column, strict=True):
-                setattr(response, name, value)
+            if not vectorized:
+                fields[name] = column[0]
+            else:
+                fields[name] = PerEnv(column) if type(column) is list else column
+    if vectorized:
+        return ResponseBatch.trusted(PolicyResponse(None, env_ids=list(ids), **fields))
+    return PolicyResponse(ids[0], **fields)
+
+
+def _nan_checked_by_torch() -> bool:
+    """Whether torch.distributions validates its arguments by default (torch's own default).
+
+    SB3's on-policy policies sample from ``torch.distributions`` objects built with the default
+    validation, which refuses NaN parameters; a NaN in an observation reaches them (a NaN row
+    stays NaN through SB3's networks). With validation on, the adapter need not scan every
+    observation for NaN: it does so only when the forward pass raises, to name the envs.
+    ``torch.distributions.Distribution.set_default_validate_args(False)`` turns it off, and
+    the adapter then scans every batch.
+    """
+    return bool(getattr(th.distributions.Distribution, "_validate_args", False))
 
 
 class SB3PolicyAdapter:
@@ -320,7 +349,7 @@ class SB3PolicyAdapter:
         *,
         action_masks: Any = None,
         ts_env_sent_ns: Any = None,
-    ) -> list[PolicyResponse]: ...
+    ) -> ResponseBatch[PolicyResponse]: ...
 
     def predict(
         self,
@@ -332,7 +361,7 @@ class SB3PolicyAdapter:
         *,
         action_masks: Any = None,
         ts_env_sent_ns: Any = None,
-    ) -> PolicyResponse | list[PolicyResponse]:
+    ) -> PolicyResponse | ResponseBatch[PolicyResponse]:
         """Run ``model.predict`` and return one response per env.
 
         Follows SB3's ``BaseAlgorithm.predict`` (``BasePolicy.predict``; DQN's epsilon-greedy
@@ -360,9 +389,11 @@ class SB3PolicyAdapter:
                 response as ``ts_env_sent_ns``.
 
         Returns:
-            For a batch, a list of ``n_envs`` responses in row order; for an unbatched
-            observation, one response. Fields: ``action`` (that env's row of the actions SB3
-            returned, numpy: ``action_shape``, a numpy scalar for Discrete in a batch), ``state``
+            For a batch, a :class:`~rlightning.ResponseBatch` of ``n_envs`` responses in row
+            order (a read-only sequence; its ``stacked`` response holds SB3's batched
+            ``actions`` until a response is read); for an unbatched observation, one response.
+            Fields: ``action`` (that env's row of the actions SB3 returned, numpy:
+            ``action_shape``, a numpy scalar for Discrete in a batch), ``state``
             (recurrent only: the next ``(h, c)``, numpy ``(n_layers, hidden)`` each, to pass back
             through ``state``), ``action_mask`` (when given) and ``ts_env_sent_ns`` (when given).
 
@@ -381,7 +412,9 @@ class SB3PolicyAdapter:
         observation = as_arrays(observation)  # lists, as SB3's obs_to_tensor converts them
         batch, n_envs, vectorized, _ready = self._batch(model.policy, observation)
         ids, seen = self._resolve_ids(env_ids, n_envs, vectorized)
-        refuse_nan(batch, ids)
+        checked_by_torch = self._on_policy and _nan_checked_by_torch()
+        if not checked_by_torch:
+            refuse_nan(batch, ids)
         stamps = per_env_stamps(ts_env_sent_ns, ids)
         masks = (
             None
@@ -396,6 +429,36 @@ class SB3PolicyAdapter:
         extra: dict[str, Any] = {}
         if masks is not None:
             extra["action_masks"] = masks if vectorized else masks[0]
+        next_states: list[tuple[np.ndarray, ...]] | None = None
+        try:
+            actions, next_states = self._predict(
+                observation, state, starts, deterministic, extra, ids
+            )
+        except (ValueError, RuntimeError):
+            if checked_by_torch:
+                refuse_nan(batch, ids)  # names the envs when a NaN made torch raise
+            raise
+        self._register(ids, vectorized, seen)
+        return _answer(
+            ids,
+            vectorized,
+            {"action": actions},
+            state=next_states,
+            action_mask=masks,
+            ts_env_sent_ns=stamps,
+        )
+
+    def _predict(
+        self,
+        observation: Any,
+        state: Any,
+        starts: Any,
+        deterministic: bool,
+        extra: dict[str, Any],
+        ids: list[str],
+    ) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]] | None]:
+        """``model.predict`` for :meth:`predict`; returns the actions and the next states."""
+        model = self._model
         next_states: list[tuple[np.ndarray, ...]] | None = None
         if self._recurrent:
             sb3_state = predict_state(self._model.policy, state, ids)
@@ -412,24 +475,7 @@ class SB3PolicyAdapter:
             if state is not None:
                 self._check_no_state(state, ids)
             actions, _ = model.predict(observation, deterministic=deterministic, **extra)
-        # One pass over the envs; rows come from one list(array) per field (row views and numpy
-        # scalars, as actions[i] gives), the rarer fields are set afterwards in the same order.
-        if n_envs == 1:
-            responses = [PolicyResponse(ids[0], action=actions[0] if vectorized else actions)]
-        else:
-            responses = [
-                PolicyResponse(env_id, action=action)
-                for env_id, action in zip(ids, list(actions), strict=True)
-            ]
-        if next_states is not None or masks is not None or stamps is not None:
-            _add_columns(
-                responses,
-                state=next_states,
-                action_mask=None if masks is None else list(masks),
-                ts_env_sent_ns=stamps,
-            )
-        self._register(ids, vectorized, seen)
-        return responses if vectorized else responses[0]
+        return actions, next_states
 
     # ------------------------------------------------------------------ act
     @overload
@@ -454,7 +500,7 @@ class SB3PolicyAdapter:
         action_masks: Any = None,
         explore: bool = True,
         ts_env_sent_ns: Any = None,
-    ) -> list[PolicyResponse]: ...
+    ) -> ResponseBatch[PolicyResponse]: ...
 
     def act(
         self,
@@ -465,7 +511,7 @@ class SB3PolicyAdapter:
         action_masks: Any = None,
         explore: bool = True,
         ts_env_sent_ns: Any = None,
-    ) -> PolicyResponse | list[PolicyResponse]:
+    ) -> PolicyResponse | ResponseBatch[PolicyResponse]:
         """Run the policy as SB3's rollout collection does and return one response per env.
 
         Runs under ``torch.no_grad()`` with the policy in eval mode, converts the observation as
@@ -525,8 +571,10 @@ class SB3PolicyAdapter:
                 one per env.
 
         Returns:
-            A list of ``n_envs`` responses in row order, or one response for an unbatched
-            observation.
+            A :class:`~rlightning.ResponseBatch` of ``n_envs`` responses in row order (a read-only
+            sequence that keeps the batched outputs stacked until an env's response is read:
+            :meth:`env_actions` and the buffer helpers use them without splitting), or one
+            response for an unbatched observation.
 
         Raises:
             TypeError: the model is neither on- nor off-policy (e.g. sb3-contrib's ARS), or an
@@ -548,7 +596,9 @@ class SB3PolicyAdapter:
         model = self._model
         batch, n_envs, vectorized, ready = self._batch(model.policy, observation)
         ids, seen = self._resolve_ids(env_ids, n_envs, vectorized)
-        refuse_nan(batch, ids)
+        checked_by_torch = self._on_policy and _nan_checked_by_torch()
+        if not checked_by_torch:
+            refuse_nan(batch, ids)
         stamps = per_env_stamps(ts_env_sent_ns, ids)
         masks = (
             None
@@ -564,23 +614,27 @@ class SB3PolicyAdapter:
             env_acts, buffer_acts = off_policy_actions(
                 cast(OffPolicyAlgorithm, model), batch, n_envs, explore
             )
-            responses = [
-                PolicyResponse(env_id, action=action, buffer_action=buffer_action)
-                for env_id, action, buffer_action in zip(
-                    ids, _rows(env_acts, vectorized), list(buffer_acts), strict=True
-                )
-            ]
+            if vectorized:
+                fields = {"action": env_acts, "buffer_action": buffer_acts}
+            else:
+                fields = {"action": np.asarray(env_acts[0]), "buffer_action": buffer_acts[0]}
+            columns: dict[str, Any] = {}
         elif self._on_policy:
-            responses = self._act_on_policy(batch, ready, ids, starts, masks, explore, vectorized)
+            try:
+                fields, columns = self._act_on_policy(
+                    batch, ready, ids, starts, masks, explore, vectorized
+                )
+            except (ValueError, RuntimeError):
+                if checked_by_torch:
+                    refuse_nan(batch, ids)  # names the envs when a NaN made torch raise
+                raise
         else:
             raise TypeError(
                 f"act() supports on-policy and off-policy SB3 algorithms; "
                 f"{type(model).__name__} is neither (use predict())"
             )
-        if stamps is not None:
-            _add_columns(responses, ts_env_sent_ns=stamps)
         self._register(ids, vectorized, seen)
-        return responses if vectorized else responses[0]
+        return _answer(ids, vectorized, fields, **columns, ts_env_sent_ns=stamps)
 
     def _act_on_policy(
         self,
@@ -591,8 +645,12 @@ class SB3PolicyAdapter:
         masks: np.ndarray | None,
         explore: bool,
         vectorized: bool,
-    ) -> list[PolicyResponse]:
-        """On-policy step for :meth:`act`; returns the responses (without stamps)."""
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """On-policy step for :meth:`act`.
+
+        Returns:
+            ``(fields, columns)`` for :func:`_answer` (without the stamps).
+        """
         model = self._model
         policy: Any = model.policy
         self._eval_mode(policy)
@@ -621,50 +679,31 @@ class SB3PolicyAdapter:
             policy, model.action_space, sampled, unscale=not self._recurrent
         )
         buffer_acts = on_policy_buffer_actions(model.action_space, sampled)
-        # One unbind / list() per field, then one pass building the responses: indexing a tensor
-        # per env and per field costs more than the policy's forward pass at 64 envs. One env
-        # takes its 0-d views directly (same storage and offset 0, as ``t.flatten()[0]``).
-        if len(ids) == 1:
-            responses = [
-                PolicyResponse(
-                    ids[0],
-                    action=env_acts[0] if vectorized else np.asarray(env_acts[0]),
-                    buffer_action=buffer_acts[0],
-                    value=values.reshape(()),
-                    log_prob=log_probs.reshape(()),
-                    episode_start=starts[0],
-                )
-            ]
-        else:
-            responses = [
-                PolicyResponse(
-                    env_id,
-                    action=action,
-                    buffer_action=buffer_action,
-                    value=value,
-                    log_prob=log_prob,
-                    episode_start=start,
-                )
-                for env_id, action, buffer_action, value, log_prob, start in zip(
-                    ids,
-                    list(env_acts),
-                    list(buffer_acts),
-                    values.flatten().unbind(0),
-                    log_probs.unbind(0),
-                    starts,
-                    strict=True,
-                )
-            ]
         if states_out is not None:
             self._carried.update(zip(ids, states_out, strict=True))
-        if states_out is not None or masks is not None:
-            _add_columns(
-                responses,
-                state=states_out,
-                buffer_state=states_in,
-                action_mask=None if masks is None else list(masks),
-            )
-        return responses
+        # A batch stays batched (a ResponseBatch splits it only when an env's response is read):
+        # ``values.flatten()`` and ``log_probs`` are ``(n_envs,)``, whose rows are 0-d views.
+        if vectorized:
+            fields = {
+                "action": env_acts,
+                "buffer_action": buffer_acts,
+                "value": values.flatten(),
+                "log_prob": log_probs,
+            }
+        else:
+            fields = {
+                "action": np.asarray(env_acts[0]),
+                "buffer_action": buffer_acts[0],
+                "value": values.reshape(()),
+                "log_prob": log_probs.reshape(()),
+            }
+        columns = {
+            "episode_start": starts,
+            "state": states_out,
+            "buffer_state": states_in,
+            "action_mask": masks,
+        }
+        return fields, columns
 
     # ------------------------------------------------------------------ env_actions
     def _refuse_action_dtypes(
@@ -699,7 +738,9 @@ class SB3PolicyAdapter:
 
         Args:
             responses: One response per env (from :meth:`act` or :meth:`predict`, possibly
-                reordered, e.g. after a transport).
+                reordered, e.g. after a transport). A :class:`~rlightning.ResponseBatch` that
+                was never split, in env order, gives its stacked ``action`` (copied) without
+                building per-env responses.
             env_ids: The VecEnv's env ids in env order (``env_ids[i]`` names env ``i``); None
                 keeps the order of ``responses``.
 
@@ -718,6 +759,16 @@ class SB3PolicyAdapter:
                 named); a response has no ``action``; or actions of different shapes or dtypes
                 (each env's named).
         """
+        stacked = stacked_in_order(responses, env_ids)
+        if stacked is not None:  # a ResponseBatch never split: its actions are stacked already
+            action = stacked.__dict__.get("action")
+            if (
+                type(action) is np.ndarray
+                and action.ndim
+                and action.shape[0] == len(stacked.__dict__["env_ids"])
+                and action.dtype.kind in _ACTION_KINDS.get(type(self._model.action_space), "biuf")
+            ):
+                return action.copy()
         ordered = order_responses(responses, env_ids)
         actions = []
         for response in ordered:

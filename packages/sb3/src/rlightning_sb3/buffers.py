@@ -33,7 +33,7 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning import PolicyResponse
-from rlightning_sb3._batch import obs_tensor, order_responses
+from rlightning_sb3._batch import obs_tensor, order_responses, stacked_in_order
 from rlightning_sb3._recurrent import stack_rnn_states
 
 __all__ = ["add_replay_step", "add_rollout_step", "finish_rollout", "start_training"]
@@ -90,7 +90,7 @@ def start_training(
 
 def _check_step(
     buffer_n_envs: int,
-    ordered: list[PolicyResponse],
+    ids: list[Any],
     rewards: Any,
     dones: Any,
     infos: Any,
@@ -109,8 +109,7 @@ def _check_step(
             than booleans (0/1 accepted).
         TypeError: an info is not a dict (the env id is named).
     """
-    n_envs = len(ordered)
-    ids = [r.env_id for r in ordered]
+    n_envs = len(ids)
     if n_envs != buffer_n_envs:
         raise ValueError(
             f"the buffer holds {buffer_n_envs} envs but there are {n_envs} responses "
@@ -264,6 +263,75 @@ def _field(ordered: list[PolicyResponse], name: str, producer: str) -> list[Any]
     return values
 
 
+class _Step:
+    """One step's responses in env order, read field by field as stacked columns.
+
+    Either the stacked response of a :class:`~rlightning.ResponseBatch` that was never split (its
+    fields are the columns already: no per-env objects are built), or per-env responses put in
+    env order by :func:`order_responses` and stacked here, as before.
+    """
+
+    def __init__(self, responses: Any, env_ids: Sequence[str] | None, producer: str) -> None:
+        self.producer = producer
+        self.stacked = stacked_in_order(responses, env_ids)
+        if self.stacked is not None:
+            self.fields: dict[str, Any] = self.stacked.__dict__
+            self.ordered: list[PolicyResponse] = []
+            self.ids: list[Any] = list(self.fields["env_ids"])
+        else:
+            self.ordered = order_responses(responses, env_ids)
+            self.ids = [r.env_id for r in self.ordered]
+
+    def _stacked_field(self, name: str) -> Any:
+        if name not in self.fields:
+            raise ValueError(  # no row of the batch has it; the message names the first
+                f"response for env {self.ids[0]!r} has no {name!r} field (nor do the batch's "
+                f"other envs); the buffer helpers need responses from {self.producer}"
+            )
+        return self.fields[name]
+
+    def array(self, name: str) -> np.ndarray:
+        """The field as one ``(n_envs, ...)`` array (``np.stack`` of the per-env values)."""
+        if self.stacked is not None:
+            return np.asarray(self._stacked_field(name))
+        return np.stack(_field(self.ordered, name, self.producer))
+
+    def tensor(self, name: str) -> th.Tensor:
+        """The field as one ``(n_envs, ...)`` tensor (``torch.stack`` of the per-env values)."""
+        if self.stacked is not None:
+            value = self._stacked_field(name)
+            if isinstance(value, th.Tensor):
+                return value
+            return th.stack(list(value))
+        return th.stack(_field(self.ordered, name, self.producer))
+
+    def items(self, name: str) -> list[Any]:
+        """The field as a list of ``n_envs`` per-env values."""
+        if self.stacked is not None:
+            return list(self._stacked_field(name))
+        return _field(self.ordered, name, self.producer)
+
+    def masks(self) -> np.ndarray | None:
+        """The ``action_mask`` field as ``(n_envs, mask_dims)``, or None when no env has one.
+
+        Raises:
+            ValueError: some envs have a mask and others not.
+        """
+        if self.stacked is not None:
+            mask = self.fields.get("action_mask")
+            return None if mask is None else np.asarray(mask)
+        masks = [r.__dict__.get("action_mask") for r in self.ordered]
+        if all(m is None for m in masks):
+            return None
+        missing = [r.env_id for r, m in zip(self.ordered, masks, strict=True) if m is None]
+        if missing:
+            raise ValueError(
+                f"responses for env(s) {missing} have no action_mask but others do; "
+                "give every env a mask or none"
+            )
+        return np.stack([m for m in masks if m is not None])
+
+
 def add_rollout_step(
     model: OnPolicyAlgorithm,
     observation: Any,
@@ -320,29 +388,22 @@ def add_rollout_step(
     if update_model:
         _require_started(model)
     buf: Any = model.rollout_buffer if buffer is None else buffer
-    ordered = order_responses(responses, env_ids)
-    rewards_arr, dones_arr = _check_step(buf.n_envs, ordered, rewards, dones, infos)
-    ids = [r.env_id for r in ordered]
+    step = _Step(responses, env_ids, "SB3PolicyAdapter.act() on an on-policy model")
+    ids = step.ids
+    rewards_arr, dones_arr = _check_step(buf.n_envs, ids, rewards, dones, infos)
     check_buffer_observation("observation", observation, buf, ids)
-    producer = "SB3PolicyAdapter.act() on an on-policy model"
-    actions = np.stack(_field(ordered, "buffer_action", producer))
-    values = th.stack(_field(ordered, "value", producer))
-    log_probs = th.stack(_field(ordered, "log_prob", producer))
-    episode_starts = np.array(_field(ordered, "episode_start", producer), dtype=bool)
+    actions = step.array("buffer_action")
+    values = step.tensor("value")
+    log_probs = step.tensor("log_prob")
+    episode_starts = np.array(step.items("episode_start"), dtype=bool)
     recurrent = hasattr(buf, "hidden_states_pi")
     extra: dict[str, Any] = {}
     if recurrent:
-        extra["lstm_states"] = stack_rnn_states(_field(ordered, "buffer_state", producer))
-        next_states = _field(ordered, "state", producer)
-    masks = [r.__dict__.get("action_mask") for r in ordered]
-    if any(m is not None for m in masks):
-        missing = [r.env_id for r, m in zip(ordered, masks, strict=True) if m is None]
-        if missing:
-            raise ValueError(
-                f"responses for env(s) {missing} have no action_mask but others do; "
-                "give every env a mask or none"
-            )
-        extra["action_masks"] = np.stack([m for m in masks if m is not None])
+        extra["lstm_states"] = stack_rnn_states(step.items("buffer_state"))
+        next_states = step.items("state")
+    masks = step.masks()
+    if masks is not None:
+        extra["action_masks"] = masks
 
     policy: Any = model.policy
     for idx, done in enumerate(dones_arr):
@@ -369,7 +430,7 @@ def add_rollout_step(
         buf.reset()
     buf.add(observation, actions, rewards_arr, episode_starts, values, log_probs, **extra)
     if update_model:
-        model.num_timesteps += len(ordered)
+        model.num_timesteps += len(ids)
         model._update_info_buffer(list(infos), dones_arr)
     return rewards_arr
 
@@ -423,20 +484,20 @@ def finish_rollout(
             f"the rollout buffer holds {buf.pos} of {buf.buffer_size} steps; "
             "finish_rollout() needs a full rollout (add_rollout_step n_steps times)"
         )
-    ordered = None if responses is None else order_responses(responses, env_ids)
-    ids: list[Any] = list(range(buf.n_envs)) if ordered is None else [r.env_id for r in ordered]
+    step = None if responses is None else _Step(responses, env_ids, "SB3PolicyAdapter.act()")
+    ids: list[Any] = list(range(buf.n_envs)) if step is None else step.ids
     dones_arr = check_dones(dones, ids)
     check_buffer_observation("new_observation", new_observation, buf, ids)
     policy: Any = model.policy
     last_obs = obs_tensor(policy, new_observation, model.device)
     with th.no_grad():
         if hasattr(buf, "hidden_states_pi"):
-            if ordered is None:
+            if step is None:
                 raise ValueError(
                     "finish_rollout() needs the last step's responses for a recurrent policy "
                     "(their state holds the LSTM state to compute the last values from)"
                 )
-            states = stack_rnn_states(_field(ordered, "state", "SB3PolicyAdapter.act()"))
+            states = stack_rnn_states(step.items("state"))
             starts = th.tensor(dones_arr, dtype=th.float32, device=model.device)
             values = policy.predict_values(last_obs, states.vf, starts)
         else:
@@ -566,12 +627,12 @@ def add_replay_step(
     if update_model:
         _require_started(model)
     buf: Any = model.replay_buffer if buffer is None else buffer
-    ordered = order_responses(responses, env_ids)
-    rewards_arr, dones_arr = _check_step(buf.n_envs, ordered, rewards, dones, infos)
-    ids = [r.env_id for r in ordered]
+    step = _Step(responses, env_ids, "SB3PolicyAdapter.act()")
+    ids = step.ids
+    rewards_arr, dones_arr = _check_step(buf.n_envs, ids, rewards, dones, infos)
     check_buffer_observation("observation", observation, buf, ids)
     check_buffer_observation("new_observation", new_observation, buf, ids)
-    actions = np.stack(_field(ordered, "buffer_action", "SB3PolicyAdapter.act()"))
+    actions = step.array("buffer_action")
     if isinstance(model.action_space, spaces.Box):
         _check_scaled_actions(actions, model.action_space, ids)
     next_obs = deepcopy(new_observation)
@@ -588,7 +649,7 @@ def add_replay_step(
     buf.add(observation, next_obs, actions, rewards_arr, dones_arr, list(infos))
     if not update_model:
         return
-    n_envs = len(ordered)
+    n_envs = len(ids)
     model.num_timesteps += n_envs
     model._update_info_buffer(list(infos), dones_arr)
     _update_progress(model)

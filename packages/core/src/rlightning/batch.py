@@ -1,0 +1,210 @@
+"""``ResponseBatch``: the responses of one batched policy call, built only when read.
+
+A policy usually answers many envs at once (SB3 runs ``policy(obs)`` on an ``(n_envs, ...)``
+batch). Splitting that answer into ``n_envs`` :class:`~rlightning.PolicyResponse` objects costs
+about a microsecond per env -- at 64 envs more than a small MLP's forward pass -- and a training
+loop that hands the batch straight back (to ``VecEnv.step``, to a rollout buffer) never needs
+them. A :class:`ResponseBatch` holds the answer as one *stacked* response (the layout of
+:meth:`PolicyResponse.stack <rlightning.PolicyResponse.stack>`: fields with a leading dimension of
+``n_envs``, plus ``env_ids``) and builds the per-env responses
+(:meth:`PolicyResponse.unbind <rlightning.PolicyResponse.unbind>`) the first time one is read.
+
+It is a read-only ``Sequence``: ``len``, indexing, slicing, iteration, ``in``, ``==`` with a list,
+``reversed``, ``index`` and ``count`` all behave as on the list of per-env responses. Code that
+works on the whole batch reads :attr:`ResponseBatch.stacked` and skips the split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Generic, TypeVar, overload
+
+from rlightning._stack import ENV_IDS_FIELD
+from rlightning.types.policy_response import PolicyResponse
+
+__all__ = ["ResponseBatch"]
+
+_R = TypeVar("_R", bound=PolicyResponse)
+
+
+class ResponseBatch(Sequence[_R], Generic[_R]):
+    """One response per env, held stacked until an env's response is read.
+
+    Reading an element (``batch[i]``, a slice, iteration, ``==``, ``repr``, ``in``) splits the
+    stacked response once, with :meth:`PolicyResponse.unbind <rlightning.PolicyResponse.unbind>`,
+    and keeps the per-env responses: ``batch[0] is batch[0]``. From then on those responses are
+    the data -- change one and later reads see the change -- and :attr:`stacked` is None, since it
+    could be out of date. ``len(batch)`` and :attr:`env_ids` never split.
+
+    What the split gives (as ``unbind``): row ``i`` of every tensor and of every array with two or
+    more dimensions, as a view of the stacked data (no copy); row ``i`` of a 1-D array as a numpy
+    scalar (a copy); item ``i`` of every :class:`~rlightning.PerEnv`; any other value shared.
+
+    Args:
+        stacked: A stacked response: ``env_id`` None and a field ``env_ids`` listing the ``n_envs``
+            env ids (str or None) in row order, every other batched field with ``n_envs`` rows.
+            Held, not copied: do not change it after passing it in.
+
+    Raises:
+        TypeError: ``stacked`` is not a PolicyResponse, or its ``env_ids`` is not a list.
+        ValueError: ``stacked`` has an ``env_id`` (it is one env's response) or no ``env_ids``
+            field, or ``env_ids`` is empty. Rows that do not match ``env_ids`` are found when the
+            batch is split (``unbind`` raises ValueError naming the field).
+
+    Examples:
+        >>> import numpy as np
+        >>> from rlightning import PolicyResponse
+        >>> stacked = PolicyResponse(None, env_ids=["a", "b"], action=np.array([[1], [0]]))
+        >>> batch = ResponseBatch(stacked)
+        >>> len(batch), batch.env_ids
+        (2, ['a', 'b'])
+        >>> batch.stacked is stacked
+        True
+        >>> batch[1]
+        PolicyResponse(env_id='b', action=array([0]))
+        >>> batch.stacked is None
+        True
+    """
+
+    __slots__ = ("_responses", "_stacked")
+
+    _stacked: _R | None
+    _responses: list[_R] | None
+
+    def __init__(self, stacked: _R) -> None:
+        if not isinstance(stacked, PolicyResponse):
+            raise TypeError(
+                f"ResponseBatch takes a stacked PolicyResponse (PolicyResponse.stack's layout), "
+                f"got {type(stacked).__name__}"
+            )
+        fields = stacked.__dict__
+        if fields["env_id"] is not None:
+            raise ValueError(
+                f"ResponseBatch takes a stacked response (env_id None, an {ENV_IDS_FIELD!r} "
+                f"field), got the response of env {fields['env_id']!r}"
+            )
+        env_ids = fields.get(ENV_IDS_FIELD)
+        if env_ids is None:
+            raise ValueError(
+                f"ResponseBatch takes a stacked response with an {ENV_IDS_FIELD!r} field (the env "
+                f"ids in row order); the {type(stacked).__name__} given has none"
+            )
+        if not isinstance(env_ids, list):
+            raise TypeError(
+                f"the stacked response's {ENV_IDS_FIELD!r} must be a list of env ids, got "
+                f"{type(env_ids).__name__} {env_ids!r}"
+            )
+        if not env_ids:
+            raise ValueError(f"the stacked response's {ENV_IDS_FIELD!r} is empty: no env to answer")
+        self._stacked = stacked
+        self._responses = None
+
+    @classmethod
+    def trusted(cls, stacked: _R) -> ResponseBatch[_R]:
+        """Wrap a stacked response that the caller built correctly, skipping the checks.
+
+        For adapters on their per-step path, which build ``stacked`` themselves (``env_id`` None,
+        a non-empty ``env_ids`` list, ``n_envs`` rows everywhere). Anything else should use the
+        constructor.
+
+        Args:
+            stacked: As the constructor's.
+
+        Returns:
+            The batch.
+        """
+        batch: ResponseBatch[_R] = cls.__new__(cls)
+        batch._stacked = stacked
+        batch._responses = None
+        return batch
+
+    # ------------------------------------------------------------------ the batch as a whole
+    @property
+    def stacked(self) -> _R | None:
+        """The stacked response, or None once the batch was split into per-env responses.
+
+        Read it to work on the whole batch without the split (the SB3 adapter's
+        ``env_actions`` and buffer helpers do). Do not change it: the per-env responses are
+        built from it when first read.
+        """
+        return self._stacked
+
+    @property
+    def env_ids(self) -> list[str | None]:
+        """The env ids in row order (a new list; reading it does not split the batch)."""
+        if self._responses is not None:
+            return [response.env_id for response in self._responses]
+        assert self._stacked is not None
+        return list(self._stacked.__dict__[ENV_IDS_FIELD])
+
+    def responses(self) -> list[_R]:
+        """Return the per-env responses, splitting the batch if it was not split yet.
+
+        Returns:
+            A new list holding the batch's responses, in row order (the responses themselves
+            are shared with the batch: changing one changes what the batch holds).
+
+        Raises:
+            ValueError: the stacked response does not split (see the constructor).
+        """
+        return list(self._split())
+
+    def _split(self) -> list[_R]:
+        responses = self._responses
+        if responses is None:
+            assert self._stacked is not None
+            responses = self._responses = self._stacked.unbind()
+            self._stacked = None
+        return responses
+
+    # ------------------------------------------------------------------ Sequence protocol
+    def __len__(self) -> int:
+        if self._responses is not None:
+            return len(self._responses)
+        assert self._stacked is not None
+        return len(self._stacked.__dict__[ENV_IDS_FIELD])
+
+    @overload
+    def __getitem__(self, index: int) -> _R: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[_R]: ...
+
+    def __getitem__(self, index: int | slice) -> _R | list[_R]:
+        return self._split()[index]
+
+    def __iter__(self) -> Iterator[_R]:
+        return iter(self._split())
+
+    def __reversed__(self) -> Iterator[_R]:
+        return reversed(self._split())
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a list, tuple or ResponseBatch holding equal responses in the same order."""
+        if isinstance(other, ResponseBatch):
+            return self._split() == other._split()
+        if isinstance(other, (list, tuple)):
+            return self._split() == list(other)
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the list it stands for
+
+    def __repr__(self) -> str:
+        return f"ResponseBatch({self._split()!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Travels as it stands: stacked (one response: fewer, larger buffers) or split.
+        if self._responses is None:
+            return (_restore, (self._stacked, None))
+        return (_restore, (None, self._responses))
+
+
+def _restore(stacked: Any, responses: Sequence[Any] | None) -> ResponseBatch[Any]:
+    batch: ResponseBatch[Any] = ResponseBatch.__new__(ResponseBatch)
+    batch._stacked = stacked
+    batch._responses = None if responses is None else list(responses)
+    return batch
