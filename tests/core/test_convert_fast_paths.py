@@ -242,3 +242,30 @@ def test_map_tensors_agrees_with_map_leaves(tree: Any) -> None:
     assert tree_equal(got, expected)
     if not _has_tensor(tree):
         assert got is tree
+
+
+def test_cpu_in_a_fresh_process_does_not_skip_tensors_before_the_type_is_cached() -> None:
+    # cpu()'s inline check compares types with a cached torch.Tensor that the first conversion
+    # fills in; before that, a tensor must take the full path (here: a meta tensor refused).
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from rlightning import PolicyResponse\n"
+        "from rlightning import _convert\n"
+        "assert _convert.cached_tensor_type is not torch.Tensor\n"
+        "r = PolicyResponse('e', action=torch.zeros(2, device='meta'))\n"
+        "try:\n"
+        "    r.cpu()\n"
+        "except RuntimeError as exc:\n"
+        "    assert \"field 'action'\" in str(exc), exc\n"
+        "else:\n"
+        "    raise SystemExit('cpu() kept a meta tensor')\n"
+        "assert _convert.cached_tensor_type is torch.Tensor\n"
+        "t = torch.zeros(2)\n"
+        "r = PolicyResponse('e', action=t, n=None)\n"
+        "assert r.cpu() is r and r.action is t\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

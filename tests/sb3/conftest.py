@@ -257,7 +257,9 @@ def sb3_off_policy(model: BaseAlgorithm, steps: int, gradient_steps: int = 2) ->
     return snapshot
 
 
-def adapter_off_policy(model: BaseAlgorithm, steps: int, gradient_steps: int = 2) -> Any:
+def adapter_off_policy(
+    model: BaseAlgorithm, steps: int, gradient_steps: int = 2, split: bool = False
+) -> Any:
     obs = start_training(model, TOTAL)
     _seed_global_rngs()
     env = model.get_env()
@@ -265,6 +267,8 @@ def adapter_off_policy(model: BaseAlgorithm, steps: int, gradient_steps: int = 2
     adapter = SB3PolicyAdapter(model)
     for _ in range(steps):
         responses = adapter.act(obs, ids)
+        if split:  # per-env responses (the ResponseBatch split): the helpers' general path
+            responses = list(responses)
         new_obs, rewards, dones, infos = env.step(adapter.env_actions(responses))
         add_replay_step(model, obs, responses, new_obs, rewards, dones, infos)
         obs = new_obs

@@ -194,14 +194,16 @@ def _off_policy_factories() -> dict[str, Any]:
 OFF_POLICY = _off_policy_factories()
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["stacked", "split"])
 @pytest.mark.parametrize("name", sorted(OFF_POLICY))
-def test_off_policy_parity(name: str, parity: Any) -> None:
+def test_off_policy_parity(name: str, split: bool, parity: Any) -> None:
     factory = OFF_POLICY[name]
     sb3_model, adapter_model = factory(), factory()
     # 40 steps x 2 envs: 20 warm-up timesteps of random actions, then the policy (and noise /
-    # epsilon-greedy), several terminations or truncations.
+    # epsilon-greedy), several terminations or truncations. ``split``: the helpers get per-env
+    # responses instead of act's unsplit ResponseBatch.
     expected = parity.sb3_off_policy(sb3_model, steps=40)
-    got = parity.adapter_off_policy(adapter_model, steps=40)
+    got = parity.adapter_off_policy(adapter_model, steps=40, split=split)
     parity.assert_buffers_equal(expected, got, parity.OFF_POLICY_FIELDS)
     parity.assert_params_equal(sb3_model, adapter_model)
     assert expected.timeouts.sum() > 0  # truncations were stored as SB3 stores them

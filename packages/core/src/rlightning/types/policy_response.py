@@ -22,7 +22,8 @@ from typing import Any, ClassVar, TypeVar
 import gymnasium as gym
 import numpy as np
 
-from rlightning._convert import fields_to_cpu, fields_to_device, fields_to_numpy
+from rlightning import _convert
+from rlightning._convert import ATOMIC_TYPES, fields_to_cpu, fields_to_device, fields_to_numpy
 from rlightning._pickle import reduce_response
 from rlightning._stack import stack_responses, unbind_response
 from rlightning._torch import require_torch, torch_if_imported
@@ -244,6 +245,18 @@ class PolicyResponse(SimpleNamespace):
         """
         fields = self.__dict__
         if device == "cpu":
+            # Fast path, inline: nothing to move when every field is a CPU tensor or a plain
+            # value (the common case of cpu() on a CPU policy's output); else the full walk.
+            tensor = _convert.cached_tensor_type
+            for value in fields.values():
+                kind = type(value)
+                if kind is tensor:
+                    if not value.is_cpu:
+                        break
+                elif kind not in ATOMIC_TYPES:
+                    break
+            else:
+                return self
             fields_to_cpu(fields, non_blocking)
             return self
         torch = torch_if_imported() or require_torch(f"{type(self).__name__}.to({device!r})")

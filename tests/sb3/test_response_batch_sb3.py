@@ -1,0 +1,133 @@
+"""act()/predict() answer a batch with a ResponseBatch; the helpers read it without splitting it."""
+
+from __future__ import annotations
+
+import copy
+import re
+
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3 import PPO
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import VecEnv
+
+from rlightning import PolicyResponse, ResponseBatch
+from rlightning_sb3 import SB3PolicyAdapter, add_rollout_step, start_training
+
+IDS = ["a", "b", "c"]
+
+
+def _vec(n: int) -> VecEnv:
+    return make_vec_env("CartPole-v1", n_envs=n, seed=0)
+
+
+@pytest.fixture
+def ppo3() -> PPO:
+    return PPO(
+        "MlpPolicy",
+        _vec(3),
+        n_steps=4,
+        batch_size=12,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"net_arch": [8]},
+    )
+
+
+def test_act_answers_an_unsplit_batch_that_splits_as_per_env_responses(ppo3: PPO) -> None:
+    adapter = SB3PolicyAdapter(ppo3)
+    obs = start_training(ppo3, 100)
+    batch = adapter.act(obs, IDS)
+    assert type(batch) is ResponseBatch
+    stacked = batch.stacked
+    assert stacked is not None
+    assert stacked.env_ids == IDS
+    assert stacked.action.shape == (3,)
+    assert stacked.buffer_action.shape == (3, 1)
+    assert stacked.value.shape == (3,)
+    assert len(batch) == 3 and batch.stacked is stacked
+    split = list(batch)
+    assert [r.env_id for r in split] == IDS
+    for i, r in enumerate(split):
+        assert type(r) is PolicyResponse
+        assert r.action == stacked.action[i]
+        assert r.value.shape == ()
+        assert r.value.data_ptr() == stacked.value[i].data_ptr()  # a view, no copy
+        assert r.episode_start is True
+
+
+def test_env_actions_and_add_rollout_step_keep_the_batch_unsplit(ppo3: PPO) -> None:
+    adapter = SB3PolicyAdapter(ppo3)
+    obs = start_training(ppo3, 100)
+    batch = adapter.act(obs, IDS)
+    split_twin = ResponseBatch(copy.copy(batch.stacked))  # same data, to be split
+    actions = adapter.env_actions(batch, IDS)
+    assert batch.stacked is not None
+    np.testing.assert_array_equal(actions, adapter.env_actions(list(split_twin)))
+    assert actions is not batch.stacked.action  # a copy, as the per-env path gives
+    env = ppo3.get_env()
+    new_obs, rewards, dones, infos = env.step(actions)
+    buf_fast = copy.deepcopy(ppo3.rollout_buffer)
+    buf_split = copy.deepcopy(ppo3.rollout_buffer)
+    got = add_rollout_step(
+        ppo3, obs, batch, rewards, dones, infos, buffer=buf_fast, update_model=False
+    )
+    want = add_rollout_step(
+        ppo3, obs, split_twin.responses(), rewards, dones, infos, buffer=buf_split,
+        update_model=False,
+    )
+    assert batch.stacked is not None
+    np.testing.assert_array_equal(got, want)
+    for name in ("observations", "actions", "rewards", "episode_starts", "values", "log_probs"):
+        np.testing.assert_array_equal(getattr(buf_fast, name), getattr(buf_split, name))
+
+
+def test_a_changed_split_response_is_what_env_actions_reads(ppo3: PPO) -> None:
+    adapter = SB3PolicyAdapter(ppo3)
+    obs = start_training(ppo3, 100)
+    batch = adapter.act(obs, IDS)
+    batch[1].action = np.int64(1 - int(batch[1].action))
+    assert batch.stacked is None  # split: the responses are the data now
+    expected = np.array([r.action for r in batch])
+    np.testing.assert_array_equal(adapter.env_actions(batch), expected)
+
+
+def test_reordered_env_ids_take_the_checked_path(ppo3: PPO) -> None:
+    adapter = SB3PolicyAdapter(ppo3)
+    obs = start_training(ppo3, 100)
+    batch = adapter.act(obs, IDS)
+    stacked_actions = batch.stacked.action.copy()
+    got = adapter.env_actions(batch, ["c", "a", "b"])
+    np.testing.assert_array_equal(got, stacked_actions[[2, 0, 1]])
+    with pytest.raises(ValueError, match=re.escape("env_ids has 2 ids but there are 3")):
+        adapter.env_actions(adapter.act(obs, IDS), ["a", "b"])
+
+
+def test_predict_answers_a_batch_holding_sb3s_actions(ppo3: PPO) -> None:
+    adapter = SB3PolicyAdapter(ppo3)
+    obs = np.zeros((3, 4), np.float32)
+    batch = adapter.predict(obs, IDS, deterministic=True, ts_env_sent_ns=[1, 2, 3])
+    expected, _ = ppo3.predict(obs, deterministic=True)
+    assert type(batch) is ResponseBatch
+    np.testing.assert_array_equal(batch.stacked.action, expected)
+    assert [r.ts_env_sent_ns for r in batch] == [1, 2, 3]
+    one = adapter.predict(obs[0], "a", deterministic=True, ts_env_sent_ns=5)
+    assert type(one) is PolicyResponse and one.ts_env_sent_ns == 5
+
+
+@pytest.mark.parametrize("method", ["act", "predict"])
+def test_nan_is_named_with_torch_validation_off_too(ppo3: PPO, method: str) -> None:
+    adapter = SB3PolicyAdapter(ppo3)
+    obs = np.zeros((3, 4), np.float32)
+    obs[2, 1] = np.nan
+    msg = "observation holds NaN for env(s) ['c']"
+    with pytest.raises(ValueError, match=re.escape(msg)):  # torch raised; the env is named
+        getattr(adapter, method)(obs, IDS)
+    previous = th.distributions.Distribution._validate_args
+    th.distributions.Distribution.set_default_validate_args(False)
+    try:
+        with pytest.raises(ValueError, match=re.escape(msg)):  # scanned before the forward
+            getattr(adapter, method)(obs, IDS)
+    finally:
+        th.distributions.Distribution.set_default_validate_args(previous)
