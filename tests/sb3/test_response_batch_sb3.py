@@ -67,7 +67,7 @@ def test_env_actions_and_add_rollout_step_keep_the_batch_unsplit(ppo3: PPO) -> N
     np.testing.assert_array_equal(actions, adapter.env_actions(list(split_twin)))
     assert actions is not batch.stacked.action  # a copy, as the per-env path gives
     env = ppo3.get_env()
-    new_obs, rewards, dones, infos = env.step(actions)
+    _new_obs, rewards, dones, infos = env.step(actions)
     buf_fast = copy.deepcopy(ppo3.rollout_buffer)
     buf_split = copy.deepcopy(ppo3.rollout_buffer)
     got = add_rollout_step(
