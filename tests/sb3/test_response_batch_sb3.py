@@ -74,7 +74,13 @@ def test_env_actions_and_add_rollout_step_keep_the_batch_unsplit(ppo3: PPO) -> N
         ppo3, obs, batch, rewards, dones, infos, buffer=buf_fast, update_model=False
     )
     want = add_rollout_step(
-        ppo3, obs, split_twin.responses(), rewards, dones, infos, buffer=buf_split,
+        ppo3,
+        obs,
+        split_twin.responses(),
+        rewards,
+        dones,
+        infos,
+        buffer=buf_split,
         update_model=False,
     )
     assert batch.stacked is not None
