@@ -70,7 +70,12 @@ CASES: tuple[tuple[str, int, str, str], ...] = tuple(
     ]
 )
 
-CASE_IMPLS: dict[str, tuple[str, ...]] = {case: ("floor", "rlightning") for case, *_ in CASES}
+CASE_IMPLS: dict[str, tuple[str, ...]] = {
+    case: ("floor", "bare_batch", "rlightning")
+    if case.startswith("6.act")
+    else ("floor", "rlightning")
+    for case, *_ in CASES
+}
 
 
 def _import_attrs(module: str, names: tuple[str, ...]) -> tuple[list[Any], str | None]:
@@ -156,6 +161,39 @@ def _sb3_bench(case: str, impl: str) -> Bench:
                         np.clip(actions, action_space.low, action_space.high)
                 if isinstance(action_space, spaces.Discrete):
                     actions = actions.reshape(-1, 1)
+
+    elif impl == "bare_batch":
+        # Not an anchor: the act floor plus the least an adapter answering with responses must
+        # do -- one stacked PolicyResponse (env ids, actions, buffer actions, values, log-probs,
+        # episode starts) wrapped in a ResponseBatch -- with no input checked. The structural
+        # floor of act's contract, to show what is left for the checks.
+        from gymnasium import spaces
+
+        from rlightning import PerEnv, PolicyResponse, ResponseBatch
+
+        policy, device, action_space = model.policy, model.device, model.action_space
+
+        def run(items: list[Any]) -> None:
+            for o in items:
+                with torch.no_grad():
+                    actions, values, log_probs = policy(obs_as_tensor(o, device))
+                actions = actions.cpu().numpy()
+                if isinstance(action_space, spaces.Box):
+                    np.clip(actions, action_space.low, action_space.high)
+                buffer = (
+                    actions.reshape(-1, 1) if isinstance(action_space, spaces.Discrete) else actions
+                )
+                ResponseBatch.trusted(
+                    PolicyResponse(
+                        None,
+                        env_ids=list(env_ids),
+                        action=actions,
+                        buffer_action=buffer,
+                        value=values.flatten(),
+                        log_prob=log_probs,
+                        episode_start=PerEnv([False] * n_envs),
+                    )
+                )
 
     else:
         from rlightning_sb3 import SB3PolicyAdapter

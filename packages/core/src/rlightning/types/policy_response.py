@@ -245,18 +245,6 @@ class PolicyResponse(SimpleNamespace):
         """
         fields = self.__dict__
         if device == "cpu":
-            # Fast path, inline: nothing to move when every field is a CPU tensor or a plain
-            # value (the common case of cpu() on a CPU policy's output); else the full walk.
-            tensor = _convert.cached_tensor_type
-            for value in fields.values():
-                kind = type(value)
-                if kind is tensor:
-                    if not value.is_cpu:
-                        break
-                elif kind not in ATOMIC_TYPES:
-                    break
-            else:
-                return self
             fields_to_cpu(fields, non_blocking)
             return self
         torch = torch_if_imported() or require_torch(f"{type(self).__name__}.to({device!r})")
@@ -270,6 +258,10 @@ class PolicyResponse(SimpleNamespace):
     def cpu(self: _Self) -> _Self:
         """Move all tensor attributes to CPU, in place (``to("cpu")``).
 
+        When every field is already a CPU ``torch.Tensor`` or a plain value (a number, str,
+        bytes, None, numpy array) there is nothing to move and ``self`` is returned at once,
+        without the walk; anything else goes through :meth:`to`.
+
         Returns:
             Self with tensors moved to CPU.
 
@@ -278,6 +270,19 @@ class PolicyResponse(SimpleNamespace):
                 message names the field.
             ValueError: a field contains itself (a reference cycle).
         """
+        # The common case inline (cpu() of a CPU policy's output): one type check and one
+        # ``is_cpu`` per field, no call. ``cached_tensor_type`` is ``torch.Tensor`` once a
+        # conversion has seen torch; before that no tensor matches it and to() does the work.
+        tensor = _convert.cached_tensor_type
+        for value in self.__dict__.values():
+            kind = type(value)
+            if kind is tensor:
+                if not value.is_cpu:
+                    break
+            elif kind not in ATOMIC_TYPES:
+                break
+        else:
+            return self
         return self.to("cpu")
 
     def cuda(self: _Self, device: str | int | None = None) -> _Self:
