@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -22,10 +23,8 @@ class _SlowUnbind(PolicyResponse):
     barrier = threading.Barrier(2, timeout=1.0)
 
     def unbind(self) -> Any:
-        try:
+        with contextlib.suppress(threading.BrokenBarrierError):
             self.barrier.wait()
-        except threading.BrokenBarrierError:
-            pass
         return super().unbind()
 
 
