@@ -1,0 +1,151 @@
+"""Breaker tests: the stacked fast paths of act/predict, env_actions and the buffer helpers.
+
+Each xfail test pins a defect found by trying bad input on the ResponseBatch paths; the per-env
+path (or the code before ResponseBatch) refuses the same input.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3 import DQN, PPO
+from stable_baselines3.common.env_util import make_vec_env
+
+from rlightning import PerEnv, PolicyResponse, ResponseBatch
+from rlightning_sb3 import SB3PolicyAdapter, add_rollout_step, start_training
+
+IDS = ["a", "b"]
+
+
+def _ppo() -> PPO:
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    return PPO(
+        "MlpPolicy",
+        env,
+        n_steps=4,
+        batch_size=8,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"net_arch": [8]},
+    )
+
+
+def _dqn() -> DQN:
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    return DQN(
+        "MlpPolicy",
+        env,
+        learning_starts=0,
+        buffer_size=50,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"net_arch": [8]},
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="SB3PolicyAdapter._resolve_ids returns the cached ids when env_ids equals the last "
+    "call's list without checking n_envs; since act/predict answer a lazy ResponseBatch nothing "
+    "else notices (before it, building the responses raised)",
+)
+@pytest.mark.parametrize("make", [_ppo, _dqn], ids=["ppo", "dqn"])
+@pytest.mark.parametrize("method", ["act", "predict"])
+@pytest.mark.parametrize("rows", [3, 1])
+def test_a_batch_whose_rows_differ_from_the_repeated_env_ids_is_refused(
+    make: Any, method: str, rows: int
+) -> None:
+    model = make()
+    adapter = SB3PolicyAdapter(model)
+    obs = model.get_env().reset()
+    adapter.act(obs, IDS)  # the ids are now cached
+    other = np.concatenate([obs, obs])[:rows]
+    msg = f"env_ids has 2 ids but the observation batch has {rows} rows"
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        getattr(adapter, method)(other, list(IDS))
+
+
+def test_the_same_batch_with_fresh_ids_is_refused_as_expected() -> None:
+    # Control for the test above: without the cached ids the check runs.
+    model = _ppo()
+    obs = model.get_env().reset()
+    msg = "env_ids has 2 ids but the observation batch has 3 rows"
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        SB3PolicyAdapter(model).act(np.concatenate([obs, obs[:1]]), IDS)
+
+
+def _constructed(model: PPO, **changes: Any) -> tuple[Any, PolicyResponse]:
+    """A batch as a transport would rebuild it: ResponseBatch(stacked) from act's fields."""
+    adapter = SB3PolicyAdapter(model)
+    obs = start_training(model, 100)
+    stacked = adapter.act(obs, IDS).stacked
+    assert stacked is not None
+    fields = {k: v for k, v in stacked.__dict__.items() if k != "env_id"}
+    fields.update(changes)
+    return obs, PolicyResponse(None, **fields)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="stacked_in_order trusts every unsplit ResponseBatch, but ResponseBatch(stacked) "
+    "(the public constructor, used after a transport) does not check rows against env_ids; "
+    "_Step reads the short columns and RolloutBuffer.add broadcasts them into every env's slot",
+)
+def test_add_rollout_step_refuses_short_columns_of_a_constructed_batch() -> None:
+    model = _ppo()
+    obs, stacked = _constructed(model, value=th.tensor([0.25]), log_prob=th.tensor([-0.5]))
+    stacked.episode_start = PerEnv([True])
+    with pytest.raises(ValueError, match="value"):
+        add_rollout_step(
+            model, obs, ResponseBatch(stacked), np.zeros(2), np.zeros(2, bool), [{}, {}]
+        )
+
+
+def test_the_per_env_path_refuses_the_same_short_columns() -> None:
+    # Control: the same batch, split, is refused (unbind names the field).
+    model = _ppo()
+    obs, stacked = _constructed(model, value=th.tensor([0.25]), log_prob=th.tensor([-0.5]))
+    with pytest.raises(ValueError, match=re.escape("field 'value' is a tensor of shape (1,)")):
+        add_rollout_step(
+            model, obs, list(ResponseBatch(stacked)), np.zeros(2), np.zeros(2, bool), [{}, {}]
+        )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ResponseBatch's constructor accepts repeated (or None) env ids and the fast path of "
+    "env_actions (stacked_in_order) assumes they were checked unique; the per-env path refuses",
+)
+@pytest.mark.parametrize("ids", [["a", "a"], [None, None]], ids=["repeated", "none"])
+def test_env_actions_refuses_repeated_env_ids_of_a_constructed_batch(ids: list[Any]) -> None:
+    model = _ppo()
+    _, stacked = _constructed(model, env_ids=ids)
+    adapter = SB3PolicyAdapter(model)
+    with pytest.raises(ValueError, match=re.escape("several responses for env id(s)")):
+        adapter.env_actions(ResponseBatch(stacked))
+
+
+def test_env_actions_per_env_path_refuses_repeated_env_ids() -> None:
+    # Control: the split batch is refused.
+    model = _ppo()
+    _, stacked = _constructed(model, env_ids=["a", "a"])
+    with pytest.raises(ValueError, match=re.escape("several responses for env id(s) ['a']")):
+        SB3PolicyAdapter(model).env_actions(list(ResponseBatch(stacked)))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="add_rollout_step's fast path (_Step on a constructed ResponseBatch) never checks "
+    "the env ids are distinct; the per-env path (order_responses) refuses repeated ids",
+)
+def test_add_rollout_step_refuses_repeated_env_ids_of_a_constructed_batch() -> None:
+    model = _ppo()
+    obs, stacked = _constructed(model, env_ids=["a", "a"])
+    with pytest.raises(ValueError, match=re.escape("several responses for env id(s) ['a']")):
+        add_rollout_step(
+            model, obs, ResponseBatch(stacked), np.zeros(2), np.zeros(2, bool), [{}, {}]
+        )
