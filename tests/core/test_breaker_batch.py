@@ -7,7 +7,6 @@ import threading
 from typing import Any
 
 import numpy as np
-import pytest
 
 from rlightning import PolicyResponse, ResponseBatch
 
@@ -28,12 +27,6 @@ class _SlowUnbind(PolicyResponse):
         return super().unbind()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ResponseBatch._split is not atomic: two threads reading an unsplit batch both run "
-    "unbind and get different response objects; the later assignment wins, so a change made "
-    "through the first thread's response is lost (batch[0] is batch[0] fails across threads)",
-)
 def test_concurrent_first_reads_share_one_split() -> None:
     _SlowUnbind.barrier.reset()
     stacked = _SlowUnbind(None, env_ids=["a", "b"], action=np.zeros((2, 1)))

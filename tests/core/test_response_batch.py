@@ -130,3 +130,21 @@ def test_trusted_skips_the_checks_but_behaves_the_same():
     batch = ResponseBatch.trusted(stacked)
     assert batch.stacked is stacked
     assert batch == stacked.unbind()
+
+
+class _MyBatch(ResponseBatch[PolicyResponse]):
+    __slots__ = ()
+
+
+def test_trust_is_given_by_trusted_only_and_lost_in_transport():
+    assert ResponseBatch.trusted(_stacked()).is_trusted
+    assert not ResponseBatch(_stacked()).is_trusted
+    back = pickle.loads(pickle.dumps(ResponseBatch.trusted(_stacked())))
+    assert back.stacked is not None
+    assert not back.is_trusted
+
+
+def test_a_subclass_unpickles_as_itself():
+    back = pickle.loads(pickle.dumps(_MyBatch(_stacked())))
+    assert type(back) is _MyBatch
+    assert back == _stacked().unbind()

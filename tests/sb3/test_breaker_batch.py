@@ -1,7 +1,7 @@
 """Breaker tests: the stacked fast paths of act/predict, env_actions and the buffer helpers.
 
-Each xfail test pins a defect found by trying bad input on the ResponseBatch paths; the per-env
-path (or the code before ResponseBatch) refuses the same input.
+Each test pins a defect a breaker found by trying bad input on the ResponseBatch paths (all
+fixed); the per-env path (or the code before ResponseBatch) refuses the same input.
 """
 
 from __future__ import annotations
@@ -47,12 +47,6 @@ def _dqn() -> DQN:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SB3PolicyAdapter._resolve_ids returns the cached ids when env_ids equals the last "
-    "call's list without checking n_envs; since act/predict answer a lazy ResponseBatch nothing "
-    "else notices (before it, building the responses raised)",
-)
 @pytest.mark.parametrize("make", [_ppo, _dqn], ids=["ppo", "dqn"])
 @pytest.mark.parametrize("method", ["act", "predict"])
 @pytest.mark.parametrize("rows", [3, 1])
@@ -89,12 +83,6 @@ def _constructed(model: PPO, **changes: Any) -> tuple[Any, PolicyResponse]:
     return obs, PolicyResponse(None, **fields)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="stacked_in_order trusts every unsplit ResponseBatch, but ResponseBatch(stacked) "
-    "(the public constructor, used after a transport) does not check rows against env_ids; "
-    "_Step reads the short columns and RolloutBuffer.add broadcasts them into every env's slot",
-)
 def test_add_rollout_step_refuses_short_columns_of_a_constructed_batch() -> None:
     model = _ppo()
     obs, stacked = _constructed(model, value=th.tensor([0.25]), log_prob=th.tensor([-0.5]))
@@ -115,11 +103,6 @@ def test_the_per_env_path_refuses_the_same_short_columns() -> None:
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ResponseBatch's constructor accepts repeated (or None) env ids and the fast path of "
-    "env_actions (stacked_in_order) assumes they were checked unique; the per-env path refuses",
-)
 @pytest.mark.parametrize("ids", [["a", "a"], [None, None]], ids=["repeated", "none"])
 def test_env_actions_refuses_repeated_env_ids_of_a_constructed_batch(ids: list[Any]) -> None:
     model = _ppo()
@@ -137,11 +120,6 @@ def test_env_actions_per_env_path_refuses_repeated_env_ids() -> None:
         SB3PolicyAdapter(model).env_actions(list(ResponseBatch(stacked)))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="add_rollout_step's fast path (_Step on a constructed ResponseBatch) never checks "
-    "the env ids are distinct; the per-env path (order_responses) refuses repeated ids",
-)
 def test_add_rollout_step_refuses_repeated_env_ids_of_a_constructed_batch() -> None:
     model = _ppo()
     obs, stacked = _constructed(model, env_ids=["a", "a"])

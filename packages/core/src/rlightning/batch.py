@@ -16,6 +16,7 @@ works on the whole batch reads :attr:`ResponseBatch.stacked` and skips the split
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, Generic, TypeVar, overload
 
@@ -25,6 +26,10 @@ from rlightning.types.policy_response import PolicyResponse
 __all__ = ["ResponseBatch"]
 
 _R = TypeVar("_R", bound=PolicyResponse)
+
+#: Taken by the first split of any batch (never on reads after it), so that two threads reading
+#: an unsplit batch at once get the same responses.
+_SPLIT_LOCK = threading.Lock()
 
 
 class ResponseBatch(Sequence[_R], Generic[_R]):
@@ -66,10 +71,13 @@ class ResponseBatch(Sequence[_R], Generic[_R]):
         True
     """
 
-    __slots__ = ("_responses", "_stacked")
+    __slots__ = ("_responses", "_stacked", "_trusted")
 
     _stacked: _R | None
     _responses: list[_R] | None
+    #: Built by its producer with :meth:`trusted`: ids unique, rows matching (see
+    #: :attr:`is_trusted`).
+    _trusted: bool
 
     def __init__(self, stacked: _R) -> None:
         if not isinstance(stacked, PolicyResponse):
@@ -98,17 +106,19 @@ class ResponseBatch(Sequence[_R], Generic[_R]):
             raise ValueError(f"the stacked response's {ENV_IDS_FIELD!r} is empty: no env to answer")
         self._stacked = stacked
         self._responses = None
+        self._trusted = False
 
     @classmethod
     def trusted(cls, stacked: _R) -> ResponseBatch[_R]:
-        """Wrap a stacked response that the caller built correctly, skipping the checks.
+        """Wrap a stacked response that the caller built and checked, skipping the checks.
 
-        For adapters on their per-step path, which build ``stacked`` themselves (``env_id`` None,
-        a non-empty ``env_ids`` list, ``n_envs`` rows everywhere). Anything else should use the
-        constructor.
+        For adapters on their per-step path, which build ``stacked`` themselves: ``env_id`` None,
+        a non-empty ``env_ids`` list of unique ids, ``n_envs`` rows in every batched field. Such
+        a batch reports :attr:`is_trusted`, and code that reads :attr:`stacked` directly may rely
+        on those facts without splitting. Anything else should use the constructor.
 
         Args:
-            stacked: As the constructor's.
+            stacked: As the constructor's, with the guarantees above.
 
         Returns:
             The batch.
@@ -116,6 +126,7 @@ class ResponseBatch(Sequence[_R], Generic[_R]):
         batch: ResponseBatch[_R] = cls.__new__(cls)
         batch._stacked = stacked
         batch._responses = None
+        batch._trusted = True
         return batch
 
     # ------------------------------------------------------------------ the batch as a whole
@@ -130,12 +141,25 @@ class ResponseBatch(Sequence[_R], Generic[_R]):
         return self._stacked
 
     @property
+    def is_trusted(self) -> bool:
+        """Whether the producer vouched for the stacked form (:meth:`trusted`).
+
+        True for batches an adapter made with :meth:`trusted`: unique env ids and ``n_envs``
+        rows in every batched field. False for batches built with the constructor (from a
+        stacked response of unknown origin, e.g. after a transport) and for unpickled ones; code
+        that reads :attr:`stacked` directly (the SB3 helpers' fast path) uses only trusted
+        batches and splits the others, which checks every row.
+        """
+        return self._trusted
+
+    @property
     def env_ids(self) -> list[str | None]:
         """The env ids in row order (a new list; reading it does not split the batch)."""
-        if self._responses is not None:
-            return [response.env_id for response in self._responses]
-        assert self._stacked is not None
-        return list(self._stacked.__dict__[ENV_IDS_FIELD])
+        responses, stacked = self._responses, self._stacked
+        if responses is not None:
+            return [response.env_id for response in responses]
+        assert stacked is not None
+        return list(stacked.__dict__[ENV_IDS_FIELD])
 
     def responses(self) -> list[_R]:
         """Return the per-env responses, splitting the batch if it was not split yet.
@@ -152,17 +176,21 @@ class ResponseBatch(Sequence[_R], Generic[_R]):
     def _split(self) -> list[_R]:
         responses = self._responses
         if responses is None:
-            assert self._stacked is not None
-            responses = self._responses = self._stacked.unbind()
-            self._stacked = None
+            with _SPLIT_LOCK:  # double-checked: another thread may have split it meanwhile
+                responses = self._responses
+                if responses is None:
+                    assert self._stacked is not None
+                    responses = self._responses = self._stacked.unbind()
+                    self._stacked = None
         return responses
 
     # ------------------------------------------------------------------ Sequence protocol
     def __len__(self) -> int:
-        if self._responses is not None:
-            return len(self._responses)
-        assert self._stacked is not None
-        return len(self._stacked.__dict__[ENV_IDS_FIELD])
+        responses, stacked = self._responses, self._stacked
+        if responses is not None:
+            return len(responses)
+        assert stacked is not None
+        return len(stacked.__dict__[ENV_IDS_FIELD])
 
     @overload
     def __getitem__(self, index: int) -> _R: ...
@@ -197,14 +225,19 @@ class ResponseBatch(Sequence[_R], Generic[_R]):
         return f"ResponseBatch({self._split()!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Travels as it stands: stacked (one response: fewer, larger buffers) or split.
-        if self._responses is None:
-            return (_restore, (self._stacked, None))
-        return (_restore, (None, self._responses))
+        # Travels as it stands: stacked (one response: fewer, larger buffers) or split; the
+        # copy is not trusted (see is_trusted).
+        responses, stacked = self._responses, self._stacked
+        if responses is None:
+            return (_restore, (type(self), stacked, None))
+        return (_restore, (type(self), None, responses))
 
 
-def _restore(stacked: Any, responses: Sequence[Any] | None) -> ResponseBatch[Any]:
-    batch: ResponseBatch[Any] = ResponseBatch.__new__(ResponseBatch)
+def _restore(
+    cls: type[ResponseBatch[Any]], stacked: Any, responses: Sequence[Any] | None
+) -> ResponseBatch[Any]:
+    batch: ResponseBatch[Any] = cls.__new__(cls)
     batch._stacked = stacked
     batch._responses = None if responses is None else list(responses)
+    batch._trusted = False
     return batch

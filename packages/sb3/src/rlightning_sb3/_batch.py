@@ -221,9 +221,11 @@ def stacked_in_order(responses: object, env_ids: object) -> PolicyResponse | Non
     """Return the stacked response of a batch that was never split, when it is in env order.
 
     The fast path of :meth:`SB3PolicyAdapter.env_actions` and the buffer helpers: a
-    :class:`~rlightning.ResponseBatch` from ``act``/``predict`` that nobody read holds the
-    step's outputs already stacked, with env ids checked unique when it was made. Its rows are in
-    the VecEnv's env order when ``env_ids`` is None or the same list.
+    :class:`~rlightning.ResponseBatch` from ``act``/``predict`` (``is_trusted``: env ids checked
+    unique and every field with one row per id when it was made) that nobody read holds the
+    step's outputs already stacked. Its rows are in the VecEnv's env order when ``env_ids`` is
+    None or the same list. Any other batch (built with ``ResponseBatch(stacked)``, unpickled)
+    takes the per-env path, whose split checks every row.
 
     Args:
         responses: What the caller passed as responses.
@@ -233,8 +235,8 @@ def stacked_in_order(responses: object, env_ids: object) -> PolicyResponse | Non
         The stacked response (``env_ids`` plus fields with ``n_envs`` rows), or None: take the
         per-env path (:func:`order_responses`), which checks and reorders.
     """
-    if type(responses) is not ResponseBatch:
-        return None
+    if type(responses) is not ResponseBatch or not responses.is_trusted:
+        return None  # not vouched for by act()/predict(): split it, which checks every row
     stacked: PolicyResponse | None = responses.stacked
     if stacked is None:
         return None

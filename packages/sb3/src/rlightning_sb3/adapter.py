@@ -263,7 +263,13 @@ class SB3PolicyAdapter:
         the per-env look-ups are skipped.
         """
         last = self._last_ids
-        if last is not None and type(env_ids) is list and env_ids == last and vectorized:
+        if (
+            last is not None
+            and vectorized
+            and type(env_ids) is list
+            and len(last) == n_envs
+            and env_ids == last
+        ):
             return last, True
         return resolve_env_ids(env_ids, n_envs, vectorized), False
 
