@@ -127,3 +127,32 @@ def test_add_rollout_step_refuses_repeated_env_ids_of_a_constructed_batch() -> N
         add_rollout_step(
             model, obs, ResponseBatch(stacked), np.zeros(2), np.zeros(2, bool), [{}, {}]
         )
+
+
+def test_episode_start_that_is_not_boolean_is_refused_by_add_rollout_step() -> None:
+    from stable_baselines3 import PPO
+
+    from rlightning import PolicyResponse
+    from rlightning_sb3 import SB3PolicyAdapter, add_rollout_step, start_training
+
+    model = PPO(
+        "MlpPolicy", "CartPole-v1", n_steps=4, batch_size=4, policy_kwargs={"net_arch": [8]}
+    )
+    obs = start_training(model, 100)
+    response = SB3PolicyAdapter(model).act(obs, ["e0"])[0]
+    bad = PolicyResponse(**{**vars(response), "episode_start": "no"})
+    with pytest.raises(ValueError, match=re.escape("episode_start must hold booleans (or 0/1)")):
+        add_rollout_step(model, obs, [bad], [1.0], [False], [{}])
+
+
+def test_action_masks_are_copied_so_reusing_the_array_changes_no_response() -> None:
+    from sb3_contrib import MaskablePPO
+
+    from rlightning_sb3 import SB3PolicyAdapter
+
+    model = MaskablePPO("MlpPolicy", "CartPole-v1", n_steps=4, batch_size=4, seed=0)
+    adapter = SB3PolicyAdapter(model)
+    masks = np.ones((1, 2), dtype=bool)
+    response = adapter.act(np.zeros((1, 4), np.float32), ["e0"], action_masks=masks)[0]
+    masks[0, 0] = False  # the caller refills its array for the next step
+    assert response.action_mask.tolist() == [True, True]

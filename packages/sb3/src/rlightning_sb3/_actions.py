@@ -136,7 +136,8 @@ def check_action_masks(
     """Validate MaskablePPO ``action_masks`` and return them as ``(n_envs, mask_dims)``.
 
     The values are kept as given (booleans or 0/1; sb3-contrib's ``MaskableCategorical`` reads
-    them as booleans), only reshaped from ``(mask_dims,)`` for one env.
+    them as booleans), only reshaped from ``(mask_dims,)`` for one env, in a copy: responses keep
+    their masks even when the caller refills its array for the next step.
 
     Args:
         model: The SB3 model.
@@ -159,7 +160,7 @@ def check_action_masks(
         )
     space = model.action_space
     dims = mask_dims(space)
-    masks = np.asarray(action_masks)
+    masks = np.array(action_masks)  # a copy: a caller reusing its mask array changes no response
     if masks.shape == (dims,) and len(ids) == 1:
         masks = masks.reshape(1, dims)
     if masks.shape != (len(ids), dims):

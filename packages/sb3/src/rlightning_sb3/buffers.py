@@ -33,7 +33,7 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning import PolicyResponse
-from rlightning_sb3._batch import obs_tensor, order_responses, stacked_in_order
+from rlightning_sb3._batch import obs_tensor, order_responses, per_env_bools, stacked_in_order
 from rlightning_sb3._recurrent import stack_rnn_states
 
 __all__ = ["add_replay_step", "add_rollout_step", "finish_rollout", "start_training"]
@@ -382,8 +382,9 @@ def add_rollout_step(
             ``observation`` do not match the buffer's envs (counts, shapes ``(n_envs,)`` and
             ``(n_envs, *obs_shape)``, non-boolean dones); a response lacks a field
             :meth:`~SB3PolicyAdapter.act` gives (``buffer_action``, ``value``, ``log_prob``,
-            ``episode_start``; ``buffer_state``/``state`` for RecurrentPPO); or some responses
-            have an ``action_mask`` and others not.
+            ``episode_start``; ``buffer_state``/``state`` for RecurrentPPO); an
+            ``episode_start`` is not a boolean (0/1 accepted); or some responses have an
+            ``action_mask`` and others not.
     """
     if update_model:
         _require_started(model)
@@ -395,7 +396,7 @@ def add_rollout_step(
     actions = step.array("buffer_action")
     values = step.tensor("value")
     log_probs = step.tensor("log_prob")
-    episode_starts = np.array(step.items("episode_start"), dtype=bool)
+    episode_starts = per_env_bools(step.items("episode_start"), "episode_start", ids, None)
     recurrent = hasattr(buf, "hidden_states_pi")
     extra: dict[str, Any] = {}
     if recurrent:
