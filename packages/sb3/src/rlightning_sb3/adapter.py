@@ -98,32 +98,39 @@ def _answer(
     ids: list[str],
     vectorized: bool,
     fields: dict[str, Any],
-    **columns: list[Any] | np.ndarray | None,
+    columns: tuple[tuple[str, list[Any] | np.ndarray | None], ...],
 ) -> PolicyResponse | ResponseBatch[PolicyResponse]:
     """Build the answer: a ResponseBatch for a batch, one PolicyResponse for an unbatched call.
 
     Args:
-        ids: The env ids, in row order.
+        ids: The env ids, in row order (unique: checked by the caller).
         vectorized: Whether the call was batched.
         fields: The fields every env has, batched (leading dimension ``n_envs``) for a batch, or
-            the one env's values for an unbatched call.
-        **columns: Optional fields given as one entry per env (a list, stored as a
-            :class:`~rlightning.PerEnv`, or an array with ``n_envs`` rows); None ones are left
-            out. Set after ``fields``, in order, so every response has the same field order.
+            the one env's values for an unbatched call. Mutated (the columns are added).
+        columns: ``(name, column)`` pairs of optional fields given as one entry per env (a list,
+            stored as a :class:`~rlightning.PerEnv`, or an array with ``n_envs`` rows); None
+            ones are left out. Set after ``fields``, in order, so every response has the same
+            field order.
 
     Returns:
-        A :class:`~rlightning.ResponseBatch` (stacked: ``env_ids`` plus ``fields``) or a
+        A trusted :class:`~rlightning.ResponseBatch` (stacked: ``env_ids`` plus ``fields``) or a
         :class:`~rlightning.PolicyResponse`.
     """
-    for name, column in columns.items():
+    for name, column in columns:
         if column is not None:
             if not vectorized:
                 fields[name] = column[0]
             else:
                 fields[name] = PerEnv(column) if type(column) is list else column
-    if vectorized:
-        return ResponseBatch.trusted(PolicyResponse(None, env_ids=list(ids), **fields))
-    return PolicyResponse(ids[0], **fields)
+    if not vectorized:
+        return PolicyResponse(ids[0], **fields)
+    # The field names are this module's own (none is reserved), so the stacked response is
+    # filled directly rather than through the constructor's keyword checks.
+    stacked = PolicyResponse(None)
+    data = stacked.__dict__
+    data["env_ids"] = list(ids)
+    data.update(fields)
+    return ResponseBatch.trusted(stacked)
 
 
 def _nan_checked_by_torch() -> bool:
@@ -190,6 +197,8 @@ class SB3PolicyAdapter:
         self._last_ids: list[str] | None = None
         #: ``(policy, every module of it)`` as of the first :meth:`act`, for the eval-mode check.
         self._policy_modules: tuple[Any, tuple[th.nn.Module, ...]] | None = None
+        #: ``(observation space, its shape if a Box else None)`` for :meth:`_batch`'s fast path.
+        self._box_shape: tuple[Any, tuple[int, ...] | None] | None = None
 
     # ------------------------------------------------------------------ properties
     @property
@@ -242,11 +251,15 @@ class SB3PolicyAdapter:
             ``obs_as_tensor`` as it is (False: let :func:`obs_tensor` decide).
         """
         space = policy.observation_space
+        cached = self._box_shape
+        if cached is None or cached[0] is not space:  # a space's shape never changes
+            cached = self._box_shape = (space, space.shape if type(space) is spaces.Box else None)
+        shape = cached[1]
         if (
-            type(observation) is np.ndarray
-            and type(space) is spaces.Box
-            and observation.ndim == len(space.shape) + 1
-            and observation.shape[1:] == space.shape
+            shape is not None
+            and type(observation) is np.ndarray
+            and observation.ndim == len(shape) + 1
+            and observation.shape[1:] == shape
             and observation.shape[0]
         ):
             return observation, observation.shape[0], True, True
@@ -449,9 +462,7 @@ class SB3PolicyAdapter:
             ids,
             vectorized,
             {"action": actions},
-            state=next_states,
-            action_mask=masks,
-            ts_env_sent_ns=stamps,
+            (("state", next_states), ("action_mask", masks), ("ts_env_sent_ns", stamps)),
         )
 
     def _predict(
@@ -624,7 +635,7 @@ class SB3PolicyAdapter:
                 fields = {"action": env_acts, "buffer_action": buffer_acts}
             else:
                 fields = {"action": np.asarray(env_acts[0]), "buffer_action": buffer_acts[0]}
-            columns: dict[str, Any] = {}
+            columns: tuple[tuple[str, Any], ...] = ()
         elif self._on_policy:
             try:
                 fields, columns = self._act_on_policy(
@@ -640,7 +651,7 @@ class SB3PolicyAdapter:
                 f"{type(model).__name__} is neither (use predict())"
             )
         self._register(ids, vectorized, seen)
-        return _answer(ids, vectorized, fields, **columns, ts_env_sent_ns=stamps)
+        return _answer(ids, vectorized, fields, (*columns, ("ts_env_sent_ns", stamps)))
 
     def _act_on_policy(
         self,
@@ -651,7 +662,7 @@ class SB3PolicyAdapter:
         masks: np.ndarray | None,
         explore: bool,
         vectorized: bool,
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    ) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...]]:
         """On-policy step for :meth:`act`.
 
         Returns:
@@ -703,12 +714,12 @@ class SB3PolicyAdapter:
                 "value": values.reshape(()),
                 "log_prob": log_probs.reshape(()),
             }
-        columns = {
-            "episode_start": starts,
-            "state": states_out,
-            "buffer_state": states_in,
-            "action_mask": masks,
-        }
+        columns = (
+            ("episode_start", starts),
+            ("state", states_out),
+            ("buffer_state", states_in),
+            ("action_mask", masks),
+        )
         return fields, columns
 
     # ------------------------------------------------------------------ env_actions
