@@ -23,7 +23,13 @@ from pettingzoo import ParallelEnv
 from rlightning import MultiAgentPolicyResponse
 from rlightning.testing import space_violation
 from rlightning_pettingzoo import sample_response, to_parallel_actions
-from rlightning_pettingzoo._checks import _CACHES, checker_cache, make_checker
+from rlightning_pettingzoo._checks import (
+    _CACHES,
+    cache_entry,
+    checker_cache,
+    int_ranges,
+    make_checker,
+)
 
 INT_DTYPES: tuple[Any, ...] = (
     np.int8,
@@ -250,3 +256,45 @@ def test_checker_cache_is_per_env_and_dies_with_it() -> None:
     gc.collect()
     assert ref() is None
     assert key not in _CACHES  # the env's checkers went with it
+
+
+def test_int_ranges_tables() -> None:
+    space = spaces.Discrete(3, start=-1)
+    ranges = int_ranges(space)
+    assert ranges[int] == (-1, 1)
+    assert ranges[np.int64] == ranges[np.int8] == ranges[np.uint32] == (-1, 1)
+    assert bool not in ranges and np.bool_ not in ranges and np.float64 not in ranges
+    if DISCRETE_HAS_DTYPE:  # a uint8 space: int8 and int64 scalars do not cast safely
+        small = int_ranges(spaces.Discrete(5, start=2, dtype=np.uint8))
+        assert np.int64 not in small and np.int8 not in small
+        assert small[np.uint8] == small[int] == (2, 6)
+
+    class MyDiscrete(spaces.Discrete):  # a subclass may override contains(): no table
+        pass
+
+    assert int_ranges(MyDiscrete(3)) == {}
+    assert int_ranges(spaces.Box(0.0, 1.0, (2,))) == {}
+    entry = cache_entry(space)
+    assert entry[0] is space and entry[2] == ranges and entry[1](1) and not entry[1](2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_to_parallel_actions_fast_path_is_gymnasium_contains(data: st.DataObject) -> None:
+    """to_parallel_actions inlines the checkers' int test (_checks.int_ranges): its verdict on
+    every value is still gymnasium's, and a refused value gets the documented error."""
+    space = data.draw(discrete_spaces())
+    env = _SpacesEnv()
+    env.spaces = {"a": spaces.Discrete(5), "b": space}
+    env.reset()
+    for _ in range(3):
+        value = data.draw(_int_values(space))
+        response = MultiAgentPolicyResponse("env-0", action={"a": 1, "b": value})
+        if _contains_quietly(space, value):
+            out = to_parallel_actions(response, env)
+            assert out == {"a": 1, "b": value} and out["b"] is value
+        else:
+            with pytest.raises(
+                ValueError, match=re.escape(f"action for agent 'b' is not in {space}")
+            ):
+                to_parallel_actions(response, env)

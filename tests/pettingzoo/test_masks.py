@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from pettingzoo.classic import connect_four_v3, tictactoe_v3
 from pettingzoo.utils.conversions import turn_based_aec_to_parallel
 
+from rlightning import MultiAgentPolicyResponse
 from rlightning.testing import check_multi_agent_policy_response
 from rlightning_pettingzoo import (
     SharedPolicyAdapter,
@@ -199,3 +201,42 @@ def test_maskable_ppo_paths_refuse_a_malformed_mask(
         respond(env, observations, {a: model for a in env.agents})
     with pytest.raises(ValueError, match=pattern):
         SharedPolicyAdapter(model).act(env, observations, infos=infos)
+
+
+class _Name(str):
+    """A str subclass: a valid env_id that the constructor, not the fast path, stores."""
+
+
+@pytest.mark.parametrize("env_id", [None, "env-3", _Name("env-4")], ids=["none", "str", "str-sub"])
+def test_unmasked_parallel_response_is_the_constructors(
+    simple_spread: ModuleType, env_id: str | None
+) -> None:
+    """sample_response builds its unmasked parallel response without __init__ (a per-step
+    saving); it must be the response the constructor builds: same type, fields, field order."""
+    env = simple_spread.parallel_env()
+    env.reset(seed=0)
+    for i, agent in enumerate(env.agents):
+        env.action_space(agent).seed(i)
+    response = sample_response(env, env_id)
+    expected = MultiAgentPolicyResponse(env_id, action=dict(response.action))
+    assert type(response) is MultiAgentPolicyResponse
+    assert list(vars(response).items()) == list(vars(expected).items())
+    assert response == expected and repr(response) == repr(expected)
+    assert response.env_id is env_id and list(response.action) == env.agents
+    assert all(env.action_space(a).contains(v) for a, v in response.action.items())
+    response.value = dict.fromkeys(env.agents, 0.5)  # an ordinary, mutable response
+    assert response.for_agent(env.agents[0]).value == 0.5
+
+
+def test_unmasked_parallel_response_refuses_a_bad_env_id(simple_spread: ModuleType) -> None:
+    env = simple_spread.parallel_env()
+    env.reset(seed=0)
+    with pytest.raises(TypeError, match=re.escape("env_id must be a str (or None), got int 3")):
+        sample_response(env, 3)  # type: ignore[arg-type]
+
+
+def test_sample_response_refuses_a_non_env() -> None:
+    with pytest.raises(
+        TypeError, match=re.escape("env must be a PettingZoo AECEnv or ParallelEnv, got dict")
+    ):
+        sample_response({"agents": ["a"]})
