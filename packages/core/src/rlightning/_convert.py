@@ -90,16 +90,17 @@ def tensor_to_numpy(tensor: Any) -> np.ndarray[Any, Any]:
     Returns:
         The array, shape unchanged.
     """
-    if not tensor.requires_grad and tensor.is_cpu:
-        # Fast path: numpy() itself, without force's detach/cpu/resolve calls. It refuses only
-        # what the general path below handles (a dtype numpy lacks, a conjugate or negative bit,
-        # a layout that is not strided), so those fall through, at the cost of one exception.
-        try:
-            fast: np.ndarray[Any, Any] = tensor.numpy()
-        except (TypeError, RuntimeError):
-            pass
-        else:
-            return fast
+    # Fast path: numpy() itself, without force's detach/cpu/resolve calls. It refuses only what
+    # the general path below handles (a tensor that requires grad or is not on the CPU, a dtype
+    # numpy lacks, a conjugate or negative bit, a layout that is not strided), so those fall
+    # through, at the cost of one exception; asking ``requires_grad``/``is_cpu`` first would
+    # cost two property reads on every tensor of the common case.
+    try:
+        fast: np.ndarray[Any, Any] = tensor.numpy()
+    except (TypeError, RuntimeError):  # NotImplementedError (meta tensors) is a RuntimeError
+        pass
+    else:
+        return fast
     unsupported = _unsupported if _unsupported is not None else _unsupported_dtypes()
     if tensor.dtype in unsupported:
         import torch
@@ -119,7 +120,7 @@ def _dict_to_numpy(value: dict[Any, Any], tensor: type[Any]) -> dict[Any, Any]:
     """
     out: dict[Any, Any] | None = None
     for key, item in value.items():
-        if type(item) is tensor and not item.requires_grad and item.is_cpu:
+        if type(item) is tensor:
             try:
                 new = item.numpy()
             except (TypeError, RuntimeError):  # see tensor_to_numpy
