@@ -58,9 +58,12 @@ Profiled with cProfile and by timing variants side by side (the tables above are
   object, and keeps a container whose tensors are all on the CPU as the same object (no
   rebuild). That is why it beats the floor of raw `t.cpu()` calls.
 * **`numpy()`** of a CPU tensor that needs no grad is one `tensor.numpy()` call (a view sharing
-  the tensor's memory) instead of the three calls `detach().cpu().numpy()`; other tensors take
-  one `tensor.numpy(force=True)`, after widening a dtype numpy lacks (bfloat16, float8,
-  complex32). A plain dict of per-agent tensors is converted in one inline loop.
+  the tensor's memory) instead of the three calls `detach().cpu().numpy()`. That call is simply
+  tried on every tensor: the rare ones it refuses (requiring grad, on a device, a dtype numpy
+  lacks, a conjugate bit) fall through at the cost of one exception to one
+  `tensor.numpy(force=True)`, after widening a dtype numpy lacks (bfloat16, float8,
+  complex32), which is cheaper than reading `requires_grad` and `is_cpu` on every tensor. A
+  plain dict of per-agent tensors is converted in one inline loop.
 * **Batches stay batched** (item 6): SB3's `act`/`predict` return a `ResponseBatch` holding one
   stacked response, and `env_actions` and the buffer helpers read its stacked fields, so a
   training step builds no per-env response (before: one `PolicyResponse` and two 0-d tensors per
