@@ -66,7 +66,7 @@ class ResponseBatch(Sequence[_R], Generic[_R]):
         >>> batch.stacked is stacked
         True
         >>> batch[1]
-        PolicyResponse(env_id='b', action=array([0]))
+        PolicyResponse(env_id='b', action=array([0], dtype=int64))
         >>> batch.stacked is None
         True
     """
