@@ -1,0 +1,186 @@
+"""Breaker tests for the PettingZoo per-step fast paths (perf item 7, branch pz7).
+
+``to_parallel_actions`` reads the Discrete table (``_checks.int_ranges``) inline and the checker
+cache by ``id(env)``; ``sample_response`` builds its response without the constructor. The
+``xfail(strict=True)`` tests pin defects found by feeding these paths unusual input; the plain
+tests pin cases that were tried and hold (so a later cut of the fast paths keeps them).
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import pickle
+import re
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from pettingzoo import ParallelEnv
+from rlightning import MultiAgentPolicyResponse
+from rlightning_pettingzoo import sample_response, to_parallel_actions
+from rlightning_pettingzoo._checks import make_checker
+
+
+class _ManyAgentsEnv(ParallelEnv):  # type: ignore[misc]
+    """``benchmarks/cases_adapters.py::make_many_agent_env``'s env: Discrete(5) actions."""
+
+    metadata: ClassVar[dict[str, Any]] = {"name": "many_agents_v0", "render_modes": []}
+
+    def __init__(self, n: int) -> None:
+        self.possible_agents = [f"agent_{i}" for i in range(n)]
+        self._obs = {a: spaces.Box(-1.0, 1.0, (2,), np.float32) for a in self.possible_agents}
+        self._act: dict[str, Any] = {
+            a: spaces.Discrete(5, seed=i) for i, a in enumerate(self.possible_agents)
+        }
+
+    def observation_space(self, agent: str) -> Any:
+        return self._obs[agent]
+
+    def action_space(self, agent: str) -> Any:
+        return self._act[agent]
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        self.agents = list(self.possible_agents)
+        return {a: np.zeros(2, np.float32) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        raise NotImplementedError  # never stepped here
+
+
+def _env(n: int) -> _ManyAgentsEnv:
+    env = _ManyAgentsEnv(n)
+    env.reset(seed=0)
+    return env
+
+
+class _EqMeta(type):
+    """A metaclass defining ``__eq__`` only: Python then sets ``__hash__ = None``, so the
+    *classes* it makes are unhashable (their instances are ordinary objects)."""
+
+    def __eq__(cls, other: object) -> bool:
+        return cls is other
+
+
+class _Unhashable(metaclass=_EqMeta):
+    """An action whose ``type()`` cannot be a dict key."""
+
+
+# ---------------------------------------------------------------------------------------- defects
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="to_parallel_actions looks up int_ranges(space).get(type(action)) inline for every "
+    "space; an action whose class is unhashable (metaclass with __eq__ only) raises "
+    "TypeError('unhashable type') instead of the documented ValueError [rule action-in-space]",
+)
+@pytest.mark.parametrize(
+    "space",
+    [spaces.Discrete(5), spaces.Box(-1.0, 1.0, (2,), np.float32), spaces.MultiDiscrete([2, 2])],
+    ids=["Discrete", "Box", "MultiDiscrete"],
+)
+def test_unhashable_action_type_is_a_value_error(space: spaces.Space[Any]) -> None:
+    env = _env(1)
+    env._act["agent_0"] = space
+    response = MultiAgentPolicyResponse("e0", action={"agent_0": _Unhashable()})
+    with pytest.raises(ValueError, match=re.escape("[rule action-in-space]")):
+        to_parallel_actions(response, env)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="make_checker(Discrete)'s table lookup ranges.get(type(value)) raises TypeError for "
+    "a value whose class is unhashable, where space.contains() says False",
+)
+def test_discrete_checker_unhashable_type_is_false() -> None:
+    space = spaces.Discrete(5)
+    assert space.contains(_Unhashable()) is False
+    assert make_checker(space)(_Unhashable()) is False
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="to_parallel_actions (fast and checked path) infers 'no inactive action' from "
+    "len(actions) == len(env.agents); with a repeated id in env.agents an action for an agent "
+    "outside env.agents is silently dropped instead of raising [rule no-inactive-action]",
+)
+def test_duplicate_live_agent_does_not_hide_an_inactive_action() -> None:
+    env = _env(2)
+    env.agents = ["agent_0", "agent_0"]  # a malformed env; the extra action must not vanish
+    response = MultiAgentPolicyResponse("e0", action={"agent_0": 1, "agent_1": 2})
+    with pytest.raises(ValueError, match=re.escape("[rule no-inactive-action]")):
+        to_parallel_actions(response, env)
+
+
+# ----------------------------------------------------------------------- tried, and they hold
+
+
+def test_checker_cache_survives_env_id_reuse() -> None:
+    # Envs created and dropped in a loop reuse addresses; each must be checked against its own
+    # space, never a cached table of a dead env at the same id().
+    for i in range(120):
+        env = _env(1)
+        n = 1 + i % 5
+        env._act["agent_0"] = spaces.Discrete(n, start=-(i % 3))
+        start = -(i % 3)
+        for value in range(start - 1, start + 6):
+            response = MultiAgentPolicyResponse(None, action={"agent_0": value})
+            if start <= value < start + n:
+                assert to_parallel_actions(response, env) == {"agent_0": value}
+            else:
+                with pytest.raises(ValueError, match=re.escape("[rule action-in-space]")):
+                    to_parallel_actions(response, env)
+        del env
+        if i % 40 == 0:
+            gc.collect()
+
+
+def test_space_replaced_between_steps_is_rechecked() -> None:
+    env = _env(1)
+    ok = MultiAgentPolicyResponse(None, action={"agent_0": 4})
+    assert to_parallel_actions(ok, env) == {"agent_0": 4}
+    env._act["agent_0"] = spaces.Discrete(4)  # a new object: the cached table must not be used
+    with pytest.raises(ValueError, match=re.escape("[rule action-in-space]")):
+        to_parallel_actions(ok, env)
+    env._act["agent_0"] = spaces.Discrete(3, start=2, dtype=np.uint8)
+    assert to_parallel_actions(ok, env) == {"agent_0": 4}
+    for bad in (np.int64(4), True, np.bool_(True), 4.0, np.array(4, dtype=np.int16)):
+        response = MultiAgentPolicyResponse(None, action={"agent_0": bad})
+        assert env._act["agent_0"].contains(bad) is False
+        with pytest.raises(ValueError, match=re.escape("[rule action-in-space]")):
+            to_parallel_actions(response, env)
+
+
+class _Str(str):
+    pass
+
+
+@pytest.mark.parametrize("env_id", [None, "", "env-0", _Str("sub")])
+def test_sample_response_equals_constructed_response(env_id: Any) -> None:
+    env = _env(3)
+    for agent in env.agents:
+        env.action_space(agent).seed(1)
+    got = sample_response(env, env_id)
+    want = MultiAgentPolicyResponse(env_id, action=dict(got.action))
+    assert got == want and repr(got) == repr(want)
+    assert list(vars(got)) == list(vars(want))
+    assert pickle.loads(pickle.dumps(got)) == want
+    assert copy.deepcopy(got) == want and copy.copy(got) == want
+    assert got.to_bytes() == want.to_bytes()
+    with pytest.raises(ValueError, match="would shadow"):
+        got.numpy = 1
+    with pytest.raises(TypeError):
+        got.action = [1]
+
+
+@pytest.mark.parametrize("env_id", [b"env", 1, 1.0])
+def test_sample_response_bad_env_id_raises(env_id: Any) -> None:
+    env = _env(2)
+    with pytest.raises(TypeError):
+        sample_response(env, env_id)
+    env.agents = []
+    with pytest.raises(TypeError):
+        sample_response(env, env_id)
