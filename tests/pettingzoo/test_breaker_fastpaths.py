@@ -2,8 +2,9 @@
 
 ``to_parallel_actions`` reads the Discrete table (``_checks.int_ranges``) inline and the checker
 cache by ``id(env)``; ``sample_response`` builds its response without the constructor. The
-``xfail(strict=True)`` tests pin defects found by feeding these paths unusual input; the plain
-tests pin cases that were tried and hold (so a later cut of the fast paths keeps them).
+unhashable-type and repeated-agent tests pin defects found by feeding these paths unusual input
+(fixed); the others pin cases that were tried and hold (so a later cut of the fast paths keeps
+them).
 """
 
 from __future__ import annotations
@@ -71,12 +72,6 @@ class _Unhashable(metaclass=_EqMeta):
 # ---------------------------------------------------------------------------------------- defects
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="to_parallel_actions looks up int_ranges(space).get(type(action)) inline for every "
-    "space; an action whose class is unhashable (metaclass with __eq__ only) raises "
-    "TypeError('unhashable type') instead of the documented ValueError [rule action-in-space]",
-)
 @pytest.mark.parametrize(
     "space",
     [spaces.Discrete(5), spaces.Box(-1.0, 1.0, (2,), np.float32), spaces.MultiDiscrete([2, 2])],
@@ -90,23 +85,12 @@ def test_unhashable_action_type_is_a_value_error(space: spaces.Space[Any]) -> No
         to_parallel_actions(response, env)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="make_checker(Discrete)'s table lookup ranges.get(type(value)) raises TypeError for "
-    "a value whose class is unhashable, where space.contains() says False",
-)
 def test_discrete_checker_unhashable_type_is_false() -> None:
     space = spaces.Discrete(5)
     assert space.contains(_Unhashable()) is False
     assert make_checker(space)(_Unhashable()) is False
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="to_parallel_actions (fast and checked path) infers 'no inactive action' from "
-    "len(actions) == len(env.agents); with a repeated id in env.agents an action for an agent "
-    "outside env.agents is silently dropped instead of raising [rule no-inactive-action]",
-)
 def test_duplicate_live_agent_does_not_hide_an_inactive_action() -> None:
     env = _env(2)
     env.agents = ["agent_0", "agent_0"]  # a malformed env; the extra action must not vanish

@@ -145,7 +145,10 @@ def _discrete_checker(space: spaces.Discrete[Any], ranges: IntRanges) -> Checker
     index = operator.index  # int(value) for the int and numpy integer keys, ~2x faster
 
     def check(value: Any) -> bool:
-        bounds = ranges.get(type(value))
+        try:
+            bounds = ranges.get(type(value))
+        except TypeError:  # a class that cannot be hashed: gymnasium's contains decides
+            bounds = None
         if bounds is not None and bounds[0] <= index(value) <= bounds[1]:
             return True
         return full(value)

@@ -121,13 +121,17 @@ def to_parallel_actions(
                 entry = checkers[agent] = cache_entry(space)
             # The checker's int fast path inline (_checks.int_ranges), sparing a call per agent;
             # any other value, or one outside the range, is the checker's to decide.
-            bounds = entry[2].get(type(action))
+            try:
+                bounds = entry[2].get(type(action))
+            except TypeError:  # a class that cannot be hashed: the checker decides
+                bounds = None
             if bounds is None or not bounds[0] <= index(action) <= bounds[1]:  # noqa: SIM102
                 if not entry[1](action):
                     break
             out[agent] = action
         else:
-            return out
+            if len(out) == len(actions):  # (env.agents repeating an id would leave one out)
+                return out
     return _checked_parallel_actions(response, env, drop_inactive)
 
 
@@ -145,9 +149,9 @@ def _checked_parallel_actions(
             f"for every agent in env.agents {live}; got actions for {list(actions)} "
             "[rule live-agents]"
         )
-    if len(actions) != len(live):
-        live_set = set(live)
-        inactive = tuple(agent for agent in actions if agent not in live_set)
+    live_set = set(live)
+    inactive = tuple(agent for agent in actions if agent not in live_set)
+    if inactive:
         if not drop_inactive:
             raise ValueError(
                 f"{where}: action(s) for agent(s) {list(inactive)} not in env.agents {live} "
