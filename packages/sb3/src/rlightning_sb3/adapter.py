@@ -14,6 +14,9 @@ Two ways to ask the model:
   built on responses computes exactly what SB3 would.
 
 :meth:`SB3PolicyAdapter.env_actions` stacks responses back into what ``VecEnv.step`` takes.
+
+This module holds the public class and its documentation; ``predict`` and ``act`` run in the
+private modules ``_predict`` and ``_step``, with the per-call bookkeeping in ``_calls``.
 """
 
 from __future__ import annotations

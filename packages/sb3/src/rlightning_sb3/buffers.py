@@ -16,6 +16,9 @@ Observations and rewards are those of the VecEnv the model was built with (``mod
 which SB3 may have wrapped, e.g. in ``VecTransposeImage`` for images). With ``VecNormalize``,
 SB3's replay buffer stores the original (unnormalized) observations and rewards: pass
 ``env.get_original_obs()`` / ``env.get_original_reward()`` to :func:`add_replay_step`.
+
+The checks on what the env returned live in the private module ``_buffer_checks``, the reading
+of a step's responses as stacked columns in ``_columns``.
 """
 
 from __future__ import annotations
