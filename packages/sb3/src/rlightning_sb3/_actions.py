@@ -2,7 +2,8 @@
 
 Each function names the SB3 code it follows. None of them draws random numbers except
 :func:`off_policy_actions`, which draws exactly what SB3's ``OffPolicyAlgorithm._sample_action``
-draws, in the same order.
+draws, in the same order. :data:`ACTION_KINDS` and :func:`refuse_action_dtypes` hold the env
+action dtypes ``SB3PolicyAdapter.env_actions`` stacks.
 """
 
 from __future__ import annotations
@@ -17,13 +18,26 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 
+from rlightning import PolicyResponse
+
 __all__ = [
+    "ACTION_KINDS",
     "check_action_masks",
     "mask_dims",
     "off_policy_actions",
     "on_policy_buffer_actions",
     "on_policy_env_actions",
+    "refuse_action_dtypes",
 ]
+
+#: numpy dtype kinds an env action may have, per action space: Discrete and MultiDiscrete take
+#: integers (gymnasium's ``contains`` needs an integer dtype; SB3's categorical distributions
+#: sample int64); other spaces take numbers (SB3's ``BernoulliDistribution`` samples MultiBinary
+#: actions as floats).
+ACTION_KINDS: dict[type[spaces.Space[Any]], str] = {
+    spaces.Discrete: "iu",
+    spaces.MultiDiscrete: "iu",
+}
 
 
 def on_policy_env_actions(
@@ -185,3 +199,35 @@ def check_action_masks(
                     f"[{start}:{stop}] (of {space}): got {row!r}"
                 )
     return masks
+
+
+def refuse_action_dtypes(
+    space: spaces.Space[Any], ordered: list[PolicyResponse], actions: list[np.ndarray]
+) -> None:
+    """Raise for actions of a kind the action space does not take, or of mixed dtypes.
+
+    For ``SB3PolicyAdapter.env_actions``, once its fast check found something wrong.
+
+    Args:
+        space: The model's action space.
+        ordered: The responses, in env order.
+        actions: Their actions as arrays, in the same order.
+
+    Raises:
+        TypeError: an action is not numeric, or not an integer for a Discrete or
+            MultiDiscrete space (gymnasium's ``contains`` needs an integer dtype there).
+        ValueError: the actions have different dtypes (``np.stack`` would upcast them).
+    """
+    kinds = ACTION_KINDS.get(type(space), "biuf")
+    for response, action in zip(ordered, actions, strict=True):
+        if action.dtype.kind not in kinds:
+            wanted = "integers" if kinds != "biuf" else "numbers"
+            raise TypeError(
+                f"action for env {response.env_id!r} must hold {wanted} for {space} (what "
+                f"VecEnv.step passes to the env), got {type(response.action).__name__} "
+                f"{response.action!r} of dtype {action.dtype}"
+            )
+    raise ValueError(
+        "actions have different dtypes (stacking would convert them silently): "
+        + ", ".join(f"{r.env_id!r}: {a.dtype}" for r, a in zip(ordered, actions, strict=True))
+    )

@@ -14,136 +14,30 @@ Two ways to ask the model:
   built on responses computes exactly what SB3 would.
 
 :meth:`SB3PolicyAdapter.env_actions` stacks responses back into what ``VecEnv.step`` takes.
+
+This module holds the public class and its documentation; ``predict`` and ``act`` run in the
+private modules ``_predict`` and ``_step``, with the per-call bookkeeping in ``_calls``.
 """
 
 from __future__ import annotations
 
-import functools
-import sys
 from collections.abc import Sequence
-from typing import Any, cast, overload
+from typing import Any, overload
 
 import numpy as np
 import torch as th
-from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
-from stable_baselines3.common.utils import obs_as_tensor
 
-from rlightning import PerEnv, PolicyResponse, ResponseBatch
-from rlightning_sb3._actions import (
-    check_action_masks,
-    off_policy_actions,
-    on_policy_buffer_actions,
-    on_policy_env_actions,
-)
-from rlightning_sb3._batch import (
-    as_arrays,
-    batch_observation,
-    obs_tensor,
-    order_responses,
-    per_env_bools,
-    per_env_stamps,
-    refuse_nan,
-    resolve_env_ids,
-    stacked_in_order,
-)
-from rlightning_sb3._recurrent import (
-    predict_state,
-    split_numpy_states,
-    split_rnn_states,
-    stack_rnn_states,
-    zero_rnn_state,
-)
-from rlightning_sb3._versions import SB3_CONTRIB_SUPPORTED, check_version, installed_version
+from rlightning import PolicyResponse, ResponseBatch
+from rlightning_sb3._actions import ACTION_KINDS, refuse_action_dtypes
+from rlightning_sb3._batch import order_responses, stacked_in_order
+from rlightning_sb3._contrib import contrib_kind
+from rlightning_sb3._predict import predict_step
+from rlightning_sb3._step import act_step
 
 __all__ = ["SB3PolicyAdapter"]
-
-#: numpy dtype kinds an env action may have, per action space: Discrete and MultiDiscrete take
-#: integers (gymnasium's ``contains`` needs an integer dtype; SB3's categorical distributions
-#: sample int64); other spaces take numbers (SB3's ``BernoulliDistribution`` samples MultiBinary
-#: actions as floats).
-_ACTION_KINDS: dict[type[spaces.Space[Any]], str] = {
-    spaces.Discrete: "iu",
-    spaces.MultiDiscrete: "iu",
-}
-
-
-@functools.cache
-def _check_contrib_version(module_version: str | None) -> None:
-    """Check the imported sb3-contrib against the supported range (once per process)."""
-    check_version(
-        "sb3-contrib", installed_version("sb3-contrib", module_version), SB3_CONTRIB_SUPPORTED
-    )
-
-
-def _contrib_kind(model: BaseAlgorithm) -> str | None:
-    """Return ``"recurrent"``/``"maskable"`` for sb3-contrib's RecurrentPPO/MaskablePPO, else None.
-
-    sb3-contrib is never imported here: a model of its classes can only exist once it is.
-    """
-    contrib = sys.modules.get("sb3_contrib")
-    if contrib is None:
-        return None
-    _check_contrib_version(getattr(contrib, "__version__", None))
-    if isinstance(model, contrib.RecurrentPPO):
-        return "recurrent"
-    if isinstance(model, contrib.MaskablePPO):
-        return "maskable"
-    return None
-
-
-def _answer(
-    ids: list[str],
-    vectorized: bool,
-    fields: dict[str, Any],
-    columns: tuple[tuple[str, list[Any] | np.ndarray | None], ...],
-) -> PolicyResponse | ResponseBatch[PolicyResponse]:
-    """Build the answer: a ResponseBatch for a batch, one PolicyResponse for an unbatched call.
-
-    Args:
-        ids: The env ids, in row order (unique: checked by the caller).
-        vectorized: Whether the call was batched.
-        fields: The fields every env has, batched (leading dimension ``n_envs``) for a batch, or
-            the one env's values for an unbatched call. Mutated (the columns are added).
-        columns: ``(name, column)`` pairs of optional fields given as one entry per env (a list,
-            stored as a :class:`~rlightning.PerEnv`, or an array with ``n_envs`` rows); None
-            ones are left out. Set after ``fields``, in order, so every response has the same
-            field order.
-
-    Returns:
-        A trusted :class:`~rlightning.ResponseBatch` (stacked: ``env_ids`` plus ``fields``) or a
-        :class:`~rlightning.PolicyResponse`.
-    """
-    for name, column in columns:
-        if column is not None:
-            if not vectorized:
-                fields[name] = column[0]
-            else:
-                fields[name] = PerEnv(column) if type(column) is list else column
-    if not vectorized:
-        return PolicyResponse(ids[0], **fields)
-    # The field names are this module's own (none is reserved), so the stacked response is
-    # filled directly rather than through the constructor's keyword checks.
-    stacked = PolicyResponse(None)
-    data = stacked.__dict__
-    data["env_ids"] = list(ids)
-    data.update(fields)
-    return ResponseBatch.trusted(stacked)
-
-
-def _nan_checked_by_torch() -> bool:
-    """Whether torch.distributions validates its arguments by default (torch's own default).
-
-    SB3's on-policy policies sample from ``torch.distributions`` objects built with the default
-    validation, which refuses NaN parameters; a NaN in an observation reaches them (a NaN row
-    stays NaN through SB3's networks). With validation on, the adapter need not scan every
-    observation for NaN: it does so only when the forward pass raises, to name the envs.
-    ``torch.distributions.Distribution.set_default_validate_args(False)`` turns it off, and
-    the adapter then scans every batch.
-    """
-    return bool(getattr(th.distributions.Distribution, "_validate_args", False))
 
 
 class SB3PolicyAdapter:
@@ -184,7 +78,7 @@ class SB3PolicyAdapter:
                 f"got {type(model).__name__}"
             )
         self._model = model
-        kind = _contrib_kind(model)
+        kind = contrib_kind(model)
         self._recurrent = kind == "recurrent"
         self._maskable = kind == "maskable"
         self._off_policy = isinstance(model, OffPolicyAlgorithm)
@@ -193,11 +87,12 @@ class SB3PolicyAdapter:
         self._carried: dict[str, Any] = {}
         #: The env ids of the last successful batched call, all of them in ``_carried``: a call
         #: with an equal list skips the id checks and needs no new registration (see
-        #: :meth:`_resolve_ids`). Cleared by :meth:`reset_state`.
+        #: :func:`~rlightning_sb3._calls.resolve_ids`). Cleared by :meth:`reset_state`.
         self._last_ids: list[str] | None = None
         #: ``(policy, every module of it)`` as of the first :meth:`act`, for the eval-mode check.
         self._policy_modules: tuple[Any, tuple[th.nn.Module, ...]] | None = None
-        #: ``(observation space, its shape if a Box else None)`` for :meth:`_batch`'s fast path.
+        #: ``(observation space, its shape if a Box else None)`` for the fast path of
+        #: :func:`~rlightning_sb3._calls.read_batch`.
         self._box_shape: tuple[Any, tuple[int, ...] | None] | None = None
 
     # ------------------------------------------------------------------ properties
@@ -236,112 +131,6 @@ class SB3PolicyAdapter:
             return
         for env_id in [env_ids] if isinstance(env_ids, str) else env_ids:
             self._carried.pop(env_id, None)
-
-    # ------------------------------------------------------------------ input checks
-    def _batch(self, policy: Any, observation: Any) -> tuple[Any, int, bool, bool]:
-        """:func:`batch_observation`, plus whether the batch is ready for ``obs_as_tensor``.
-
-        Fast path for the common step: a numpy array of shape ``(n_envs, *space.shape)`` for a
-        Box observation space is a batch by SB3's rule (``is_vectorized_box_observation``; no
-        ``maybe_transpose`` applies to an array of the space's own shape) and is what
-        ``collect_rollouts`` hands to ``obs_as_tensor``, so the general checks are skipped.
-
-        Returns:
-            ``(batch, n_envs, vectorized, ready)``; ``ready`` True means the batch goes to
-            ``obs_as_tensor`` as it is (False: let :func:`obs_tensor` decide).
-        """
-        space = policy.observation_space
-        cached = self._box_shape
-        if cached is None or cached[0] is not space:  # a space's shape never changes
-            cached = self._box_shape = (space, space.shape if type(space) is spaces.Box else None)
-        shape = cached[1]
-        if (
-            shape is not None
-            and type(observation) is np.ndarray
-            and observation.ndim == len(shape) + 1
-            and observation.shape[1:] == shape
-            and observation.shape[0]
-        ):
-            return observation, observation.shape[0], True, True
-        batch, n_envs, vectorized = batch_observation(policy, observation)
-        return batch, n_envs, vectorized, False
-
-    def _resolve_ids(
-        self, env_ids: object, n_envs: int, vectorized: bool
-    ) -> tuple[list[str], bool]:
-        """Check ``env_ids`` (:func:`resolve_env_ids`); return them and whether all were seen.
-
-        A loop passes the same ids every step: a list equal to the last successful call's ids
-        was checked then, and every one of its ids is known to ``_carried``, so the checks and
-        the per-env look-ups are skipped.
-        """
-        last = self._last_ids
-        if (
-            last is not None
-            and vectorized
-            and type(env_ids) is list
-            and len(last) == n_envs
-            and env_ids == last
-        ):
-            return last, True
-        return resolve_env_ids(env_ids, n_envs, vectorized), False
-
-    def _register(self, ids: list[str], vectorized: bool, seen: bool) -> None:
-        """Mark ``ids`` as seen (after a successful call) and remember them for the next call."""
-        if not seen:
-            carried = self._carried
-            for env_id in ids:
-                carried.setdefault(env_id, None)
-        if vectorized:
-            self._last_ids = ids
-
-    def _default_starts(self, ids: Sequence[str], seen: bool) -> list[bool]:
-        if seen:
-            return [False] * len(ids)
-        carried = self._carried
-        return [env_id not in carried for env_id in ids]
-
-    def _eval_mode(self, policy: Any) -> None:
-        """Put ``policy`` in eval mode as ``collect_rollouts`` does, only when it is not already.
-
-        SB3 calls ``policy.set_training_mode(False)`` once at the start of each rollout (and
-        ``train()`` switches back with ``set_training_mode(True)``); calling it every step costs
-        more than a small MLP's forward pass. Every module of the policy is checked (a
-        ``train()`` on the policy or on any of its submodules is seen), and the call is made
-        when one of them is in training mode. The modules are listed once per policy object: a
-        submodule assigned into the policy after the first :meth:`act` is not checked, so call
-        ``model.policy.set_training_mode(False)`` after such surgery, as SB3's next rollout would.
-        """
-        cached = self._policy_modules
-        if cached is None or cached[0] is not policy:
-            cached = self._policy_modules = (policy, tuple(policy.modules()))
-        for module in cached[1]:
-            if module.training:
-                policy.set_training_mode(False)
-                return
-
-    def _check_no_state(self, state: Any, ids: list[str]) -> None:
-        """Check ``predict``'s ``state`` for a policy without one: one None per env is accepted.
-
-        SB3's ``BasePolicy.predict`` ignores ``state`` for a feed-forward policy; the adapter
-        accepts only what a generic loop passes back (``[r.state ...]``-style, all None, one per
-        env) and refuses anything else, which would otherwise be dropped silently.
-
-        Raises:
-            ValueError: ``state`` holds a value, or has another length than the envs.
-        """
-        model = self._model
-        if not (isinstance(state, Sequence) and all(s is None for s in state)):
-            raise ValueError(
-                f"state is only used by recurrent policies (sb3-contrib's RecurrentPPO); "
-                f"{type(model).__name__}'s policy has none, pass state=None"
-            )
-        if len(state) != len(ids):
-            raise ValueError(
-                f"state must be None or one None per env ({len(ids)} for {ids}) for "
-                f"{type(model).__name__}'s policy, which has no state; got a list of length "
-                f"{len(state)}"
-            )
 
     # ------------------------------------------------------------------ predict
     @overload
@@ -427,72 +216,16 @@ class SB3PolicyAdapter:
                 whose mask allows no action) or given to a model other than MaskablePPO; or
                 ``ts_env_sent_ns`` has another length than the envs or a negative stamp.
         """
-        model = self._model
-        observation = as_arrays(observation)  # lists, as SB3's obs_to_tensor converts them
-        batch, n_envs, vectorized, _ready = self._batch(model.policy, observation)
-        ids, seen = self._resolve_ids(env_ids, n_envs, vectorized)
-        checked_by_torch = self._on_policy and _nan_checked_by_torch()
-        if not checked_by_torch:
-            refuse_nan(batch, ids)
-        stamps = per_env_stamps(ts_env_sent_ns, ids)
-        masks = (
-            None
-            if action_masks is None
-            else check_action_masks(self._model, self._maskable, action_masks, ids)
+        return predict_step(
+            self,
+            observation,
+            env_ids,
+            state,
+            episode_start,
+            deterministic,
+            action_masks,
+            ts_env_sent_ns,
         )
-        starts = (
-            None
-            if episode_start is None
-            else per_env_bools(episode_start, "episode_start", ids, None)
-        )
-        extra: dict[str, Any] = {}
-        if masks is not None:
-            extra["action_masks"] = masks if vectorized else masks[0]
-        next_states: list[tuple[np.ndarray, ...]] | None = None
-        try:
-            actions, next_states = self._predict(
-                observation, state, starts, deterministic, extra, ids
-            )
-        except (ValueError, RuntimeError):
-            if checked_by_torch:
-                refuse_nan(batch, ids)  # names the envs when a NaN made torch raise
-            raise
-        self._register(ids, vectorized, seen)
-        return _answer(
-            ids,
-            vectorized,
-            {"action": actions},
-            (("state", next_states), ("action_mask", masks), ("ts_env_sent_ns", stamps)),
-        )
-
-    def _predict(
-        self,
-        observation: Any,
-        state: Any,
-        starts: Any,
-        deterministic: bool,
-        extra: dict[str, Any],
-        ids: list[str],
-    ) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]] | None]:
-        """``model.predict`` for :meth:`predict`; returns the actions and the next states."""
-        model = self._model
-        next_states: list[tuple[np.ndarray, ...]] | None = None
-        if self._recurrent:
-            sb3_state = predict_state(self._model.policy, state, ids)
-            actions, new_state = model.predict(
-                observation,
-                state=sb3_state,
-                episode_start=starts,
-                deterministic=deterministic,
-                **extra,
-            )
-            assert new_state is not None  # a recurrent policy always returns its state
-            next_states = split_numpy_states(new_state)
-        else:
-            if state is not None:
-                self._check_no_state(state, ids)
-            actions, _ = model.predict(observation, deterministic=deterministic, **extra)
-        return actions, next_states
 
     # ------------------------------------------------------------------ act
     @overload
@@ -610,144 +343,11 @@ class SB3PolicyAdapter:
             call ``model.policy.reset_noise(n_envs)`` (off-policy: ``model.actor.reset_noise``)
             where ``collect_rollouts`` would.
         """
-        model = self._model
-        batch, n_envs, vectorized, ready = self._batch(model.policy, observation)
-        ids, seen = self._resolve_ids(env_ids, n_envs, vectorized)
-        checked_by_torch = self._on_policy and _nan_checked_by_torch()
-        if not checked_by_torch:
-            refuse_nan(batch, ids)
-        stamps = per_env_stamps(ts_env_sent_ns, ids)
-        masks = (
-            None
-            if action_masks is None
-            else check_action_masks(self._model, self._maskable, action_masks, ids)
+        return act_step(
+            self, observation, env_ids, episode_start, action_masks, explore, ts_env_sent_ns
         )
-        starts = (
-            self._default_starts(ids, seen)
-            if episode_start is None
-            else per_env_bools(episode_start, "episode_start", ids, None).tolist()
-        )
-        if self._off_policy:
-            env_acts, buffer_acts = off_policy_actions(
-                cast(OffPolicyAlgorithm, model), batch, n_envs, explore
-            )
-            if vectorized:
-                fields = {"action": env_acts, "buffer_action": buffer_acts}
-            else:
-                fields = {"action": np.asarray(env_acts[0]), "buffer_action": buffer_acts[0]}
-            columns: tuple[tuple[str, Any], ...] = ()
-        elif self._on_policy:
-            try:
-                fields, columns = self._act_on_policy(
-                    batch, ready, ids, starts, masks, explore, vectorized
-                )
-            except (ValueError, RuntimeError):
-                if checked_by_torch:
-                    refuse_nan(batch, ids)  # names the envs when a NaN made torch raise
-                raise
-        else:
-            raise TypeError(
-                f"act() supports on-policy and off-policy SB3 algorithms; "
-                f"{type(model).__name__} is neither (use predict())"
-            )
-        self._register(ids, vectorized, seen)
-        return _answer(ids, vectorized, fields, (*columns, ("ts_env_sent_ns", stamps)))
-
-    def _act_on_policy(
-        self,
-        batch: Any,
-        ready: bool,
-        ids: list[str],
-        starts: list[bool],
-        masks: np.ndarray | None,
-        explore: bool,
-        vectorized: bool,
-    ) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...]]:
-        """On-policy step for :meth:`act`.
-
-        Returns:
-            ``(fields, columns)`` for :func:`_answer` (without the stamps).
-        """
-        model = self._model
-        policy: Any = model.policy
-        self._eval_mode(policy)
-        obs = (
-            obs_as_tensor(batch, model.device) if ready else obs_tensor(policy, batch, model.device)
-        )
-        states_in: list[Any] | None = None
-        states_out: list[Any] | None = None
-        with th.no_grad():
-            if self._recurrent:
-                zero = zero_rnn_state(policy)
-                states_in = [self._carried.get(env_id) or zero for env_id in ids]
-                episode_starts = th.tensor(starts, dtype=th.float32, device=model.device)
-                actions, values, log_probs, lstm_out = policy(
-                    obs, stack_rnn_states(states_in), episode_starts, not explore
-                )
-                states_out = split_rnn_states(lstm_out)
-            elif self._maskable:
-                actions, values, log_probs = policy(
-                    obs, deterministic=not explore, action_masks=masks
-                )
-            else:
-                actions, values, log_probs = policy(obs, deterministic=not explore)
-        sampled = actions.cpu().numpy()
-        env_acts = on_policy_env_actions(
-            policy, model.action_space, sampled, unscale=not self._recurrent
-        )
-        buffer_acts = on_policy_buffer_actions(model.action_space, sampled)
-        if states_out is not None:
-            self._carried.update(zip(ids, states_out, strict=True))
-        # A batch stays batched (a ResponseBatch splits it only when an env's response is read):
-        # ``values.flatten()`` and ``log_probs`` are ``(n_envs,)``, whose rows are 0-d views.
-        if vectorized:
-            fields = {
-                "action": env_acts,
-                "buffer_action": buffer_acts,
-                "value": values.flatten(),
-                "log_prob": log_probs,
-            }
-        else:
-            fields = {
-                "action": np.asarray(env_acts[0]),
-                "buffer_action": buffer_acts[0],
-                "value": values.reshape(()),
-                "log_prob": log_probs.reshape(()),
-            }
-        columns = (
-            ("episode_start", starts),
-            ("state", states_out),
-            ("buffer_state", states_in),
-            ("action_mask", masks),
-        )
-        return fields, columns
 
     # ------------------------------------------------------------------ env_actions
-    def _refuse_action_dtypes(
-        self, ordered: list[PolicyResponse], actions: list[np.ndarray]
-    ) -> None:
-        """Raise for actions of a kind the action space does not take, or of mixed dtypes.
-
-        Raises:
-            TypeError: an action is not numeric, or not an integer for a Discrete or
-                MultiDiscrete space (gymnasium's ``contains`` needs an integer dtype there).
-            ValueError: the actions have different dtypes (``np.stack`` would upcast them).
-        """
-        space = self._model.action_space
-        kinds = _ACTION_KINDS.get(type(space), "biuf")
-        for response, action in zip(ordered, actions, strict=True):
-            if action.dtype.kind not in kinds:
-                wanted = "integers" if kinds != "biuf" else "numbers"
-                raise TypeError(
-                    f"action for env {response.env_id!r} must hold {wanted} for {space} (what "
-                    f"VecEnv.step passes to the env), got {type(response.action).__name__} "
-                    f"{response.action!r} of dtype {action.dtype}"
-                )
-        raise ValueError(
-            "actions have different dtypes (stacking would convert them silently): "
-            + ", ".join(f"{r.env_id!r}: {a.dtype}" for r, a in zip(ordered, actions, strict=True))
-        )
-
     def env_actions(
         self, responses: Sequence[PolicyResponse], env_ids: Sequence[str] | None = None
     ) -> np.ndarray:
@@ -783,7 +383,7 @@ class SB3PolicyAdapter:
                 type(action) is np.ndarray
                 and action.ndim
                 and action.shape[0] == len(stacked.__dict__["env_ids"])
-                and action.dtype.kind in _ACTION_KINDS.get(type(self._model.action_space), "biuf")
+                and action.dtype.kind in ACTION_KINDS.get(type(self._model.action_space), "biuf")
             ):
                 return action.copy()
         ordered = order_responses(responses, env_ids)
@@ -801,8 +401,8 @@ class SB3PolicyAdapter:
                 )
             )
         dtypes = {a.dtype for a in actions}
-        if len(dtypes) > 1 or next(iter(dtypes)).kind not in _ACTION_KINDS.get(
+        if len(dtypes) > 1 or next(iter(dtypes)).kind not in ACTION_KINDS.get(
             type(self._model.action_space), "biuf"
         ):
-            self._refuse_action_dtypes(ordered, actions)
+            refuse_action_dtypes(self._model.action_space, ordered, actions)
         return np.stack(actions)

@@ -16,6 +16,9 @@ Observations and rewards are those of the VecEnv the model was built with (``mod
 which SB3 may have wrapped, e.g. in ``VecTransposeImage`` for images). With ``VecNormalize``,
 SB3's replay buffer stores the original (unnormalized) observations and rewards: pass
 ``env.get_original_obs()`` / ``env.get_original_reward()`` to :func:`add_replay_step`.
+
+The checks on what the env returned live in the private module ``_buffer_checks``, the reading
+of a step's responses as stacked columns in ``_columns``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,16 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning import PolicyResponse
-from rlightning_sb3._batch import obs_tensor, order_responses, per_env_bools, stacked_in_order
+from rlightning_sb3._batch import obs_tensor, per_env_bools
+from rlightning_sb3._buffer_checks import (
+    check_buffer_observation,
+    check_dones,
+    check_scaled_actions,
+    check_step,
+    check_terminal,
+    require_started,
+)
+from rlightning_sb3._columns import StepColumns
 from rlightning_sb3._recurrent import stack_rnn_states
 
 __all__ = ["add_replay_step", "add_rollout_step", "finish_rollout", "start_training"]
@@ -86,250 +98,6 @@ def start_training(
         progress_bar=False,
     )
     return model._last_obs
-
-
-def _check_step(
-    buffer_n_envs: int,
-    ids: list[Any],
-    rewards: Any,
-    dones: Any,
-    infos: Any,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Check one step's responses, rewards, dones and infos against the buffer's envs.
-
-    As SB3's ``VecEnv.step`` returns them (``VecEnvStepReturn``): ``(n_envs,)`` rewards,
-    ``(n_envs,)`` boolean dones and a list of ``n_envs`` info dicts.
-
-    Returns:
-        ``(rewards, dones)``: the rewards as a new array (SB3 bootstraps it in place), the dones as
-        a ``(n_envs,)`` bool array.
-
-    Raises:
-        ValueError: a count or shape does not match the buffer, or ``dones`` holds values other
-            than booleans (0/1 accepted).
-        TypeError: an info is not a dict (the env id is named).
-    """
-    n_envs = len(ids)
-    if n_envs != buffer_n_envs:
-        raise ValueError(
-            f"the buffer holds {buffer_n_envs} envs but there are {n_envs} responses "
-            f"(env ids {ids})"
-        )
-    rewards_arr = np.array(rewards)  # a copy: SB3 adds the bootstrap value in place
-    if rewards_arr.shape != (n_envs,):
-        raise ValueError(
-            f"rewards must have shape ({n_envs},), one per env, got {rewards_arr.shape}"
-        )
-    dones_arr = check_dones(dones, ids)
-    if not isinstance(infos, Sequence) or len(infos) != n_envs:
-        raise ValueError(
-            f"infos must be a list of {n_envs} dicts (one per env, as VecEnv.step returns), "
-            f"got {type(infos).__name__}"
-            + (f" of length {len(infos)}" if isinstance(infos, Sequence) else "")
-        )
-    for index, info in enumerate(infos):
-        if not isinstance(info, dict):
-            raise TypeError(
-                f"infos[{index}] (env {ids[index]!r}) must be a dict, as VecEnv.step returns "
-                f"one info dict per env, got {type(info).__name__} {info!r}"
-            )
-    return rewards_arr, dones_arr
-
-
-def check_dones(dones: Any, ids: Sequence[Any]) -> np.ndarray:
-    """Return ``dones`` as a ``(n_envs,)`` bool array, refusing values that are not booleans.
-
-    SB3's ``VecEnv.step`` returns dones as a bool array; the buffers store them as floats and
-    ``collect_rollouts`` tests them by truthiness, so a value such as ``"no"`` or ``2`` would
-    silently count as done. Booleans, and the numbers 0 and 1, are accepted.
-
-    Args:
-        dones: What the caller passed.
-        ids: The env ids in env order, for messages.
-
-    Returns:
-        The dones, dtype bool (``dones`` itself when it already is such an array).
-
-    Raises:
-        ValueError: wrong shape, or a value that is not a boolean / 0 / 1 (the env ids named).
-    """
-    arr = np.asarray(dones)
-    if arr.shape != (len(ids),):
-        raise ValueError(
-            f"dones must have shape ({len(ids)},), one per env {list(ids)}, got {arr.shape}"
-        )
-    if arr.dtype == np.bool_:
-        return arr
-    ok = np.isin(arr, (0, 1)) if arr.dtype.kind in "iufO" else np.zeros(arr.shape, bool)
-    if not ok.all():
-        values = arr.tolist()
-        bad = {ids[i]: values[i] for i in np.flatnonzero(~ok).tolist()}
-        raise ValueError(
-            f"dones must hold booleans (or 0/1), as VecEnv.step returns them, got {arr!r}; "
-            f"not booleans for env(s) {bad}"
-        )
-    return arr.astype(bool)
-
-
-def check_buffer_observation(name: str, observation: Any, buf: Any, ids: Sequence[Any]) -> None:
-    """Check that ``observation`` has one row per env of ``buf``, in the buffer's obs shape.
-
-    SB3's buffers (``RolloutBuffer.add``, ``ReplayBuffer.add`` and their Dict versions) assign
-    the observation into a ``(n_envs, *obs_shape)`` row, so numpy would broadcast one unbatched
-    observation into every env's row; SB3 only reshapes Discrete observations (``(n_envs,)`` to
-    ``(n_envs, 1)``). This requires shape ``(n_envs, *obs_shape)`` (for a Discrete space, a
-    leading ``n_envs`` and ``n_envs * prod(obs_shape)`` values), per key for a Dict space.
-
-    Args:
-        name: The argument name, for messages.
-        observation: An array (or dict of arrays) as ``VecEnv`` returns it.
-        buf: The SB3 buffer (its ``n_envs``, ``obs_shape`` and ``observation_space``).
-        ids: The env ids in env order, for messages.
-
-    Raises:
-        TypeError: a dict for a buffer of arrays or the reverse.
-        ValueError: a shape does not match (the key, expected and given shapes named).
-    """
-    space = buf.observation_space
-    n_envs = buf.n_envs
-    if isinstance(space, spaces.Dict):
-        if not isinstance(observation, dict):
-            raise TypeError(
-                f"{name} must be a dict of arrays for the buffer's Dict observation space, "
-                f"got {type(observation).__name__}"
-            )
-        if set(observation) != set(buf.obs_shape):
-            raise ValueError(
-                f"{name} has keys {sorted(observation)}, the buffer's Dict observation space has "
-                f"keys {sorted(buf.obs_shape)}"
-            )
-        for key, shape in buf.obs_shape.items():
-            _check_obs_shape(
-                f"{name}[{key!r}]", observation[key], space.spaces[key], shape, n_envs, ids
-            )
-        return
-    if isinstance(observation, dict):
-        raise TypeError(
-            f"{name} must be an array for the buffer's observation space {space}, got a dict"
-        )
-    _check_obs_shape(name, observation, space, buf.obs_shape, n_envs, ids)
-
-
-def _check_terminal(terminal: Any, row: np.ndarray, env_id: Any, key: str) -> None:
-    """Refuse a ``terminal_observation`` that numpy would broadcast into a row of another shape."""
-    shape = np.shape(terminal)
-    if shape != row.shape:
-        raise ValueError(
-            f"infos[...]['terminal_observation']{key} of env {env_id!r} has shape {shape}, "
-            f"expected {row.shape} (one observation, as VecEnv.step_wait stores it)"
-        )
-
-
-def _check_obs_shape(
-    name: str,
-    value: Any,
-    space: spaces.Space[Any],
-    obs_shape: tuple[int, ...],
-    n_envs: int,
-    ids: Sequence[Any],
-) -> None:
-    shape = np.shape(value)
-    want = (n_envs, *obs_shape)
-    if shape == want:
-        return
-    if (
-        isinstance(space, spaces.Discrete)
-        and shape[:1] == (n_envs,)
-        and int(np.prod(shape)) == int(np.prod(want))
-    ):
-        return
-    raise ValueError(
-        f"{name} must have shape {want} (n_envs, *obs_shape): one row per env {list(ids)}, as "
-        f"the VecEnv returns it, got shape {shape}"
-        + ("; one unbatched observation is not spread over the envs" if shape == obs_shape else "")
-    )
-
-
-def _field(ordered: list[PolicyResponse], name: str, producer: str) -> list[Any]:
-    values = []
-    for response in ordered:
-        fields = response.__dict__
-        if name not in fields:
-            raise ValueError(
-                f"response for env {response.env_id!r} has no {name!r} field; the buffer helpers "
-                f"need responses from {producer}"
-            )
-        values.append(fields[name])
-    return values
-
-
-class _Step:
-    """One step's responses in env order, read field by field as stacked columns.
-
-    Either the stacked response of a :class:`~rlightning.ResponseBatch` that was never split (its
-    fields are the columns already: no per-env objects are built), or per-env responses put in
-    env order by :func:`order_responses` and stacked here, as before.
-    """
-
-    def __init__(self, responses: Any, env_ids: Sequence[str] | None, producer: str) -> None:
-        self.producer = producer
-        self.stacked = stacked_in_order(responses, env_ids)
-        if self.stacked is not None:
-            self.fields: dict[str, Any] = self.stacked.__dict__
-            self.ordered: list[PolicyResponse] = []
-            self.ids: list[Any] = list(self.fields["env_ids"])
-        else:
-            self.ordered = order_responses(responses, env_ids)
-            self.ids = [r.env_id for r in self.ordered]
-
-    def _stacked_field(self, name: str) -> Any:
-        if name not in self.fields:
-            raise ValueError(  # no row of the batch has it; the message names the first
-                f"response for env {self.ids[0]!r} has no {name!r} field (nor do the batch's "
-                f"other envs); the buffer helpers need responses from {self.producer}"
-            )
-        return self.fields[name]
-
-    def array(self, name: str) -> np.ndarray:
-        """The field as one ``(n_envs, ...)`` array (``np.stack`` of the per-env values)."""
-        if self.stacked is not None:
-            return np.asarray(self._stacked_field(name))
-        return np.stack(_field(self.ordered, name, self.producer))
-
-    def tensor(self, name: str) -> th.Tensor:
-        """The field as one ``(n_envs, ...)`` tensor (``torch.stack`` of the per-env values)."""
-        if self.stacked is not None:
-            value = self._stacked_field(name)
-            if isinstance(value, th.Tensor):
-                return value
-            return th.stack(list(value))
-        return th.stack(_field(self.ordered, name, self.producer))
-
-    def items(self, name: str) -> list[Any]:
-        """The field as a list of ``n_envs`` per-env values."""
-        if self.stacked is not None:
-            return list(self._stacked_field(name))
-        return _field(self.ordered, name, self.producer)
-
-    def masks(self) -> np.ndarray | None:
-        """The ``action_mask`` field as ``(n_envs, mask_dims)``, or None when no env has one.
-
-        Raises:
-            ValueError: some envs have a mask and others not.
-        """
-        if self.stacked is not None:
-            mask = self.fields.get("action_mask")
-            return None if mask is None else np.asarray(mask)
-        masks = [r.__dict__.get("action_mask") for r in self.ordered]
-        if all(m is None for m in masks):
-            return None
-        missing = [r.env_id for r, m in zip(self.ordered, masks, strict=True) if m is None]
-        if missing:
-            raise ValueError(
-                f"responses for env(s) {missing} have no action_mask but others do; "
-                "give every env a mask or none"
-            )
-        return np.stack([m for m in masks if m is not None])
 
 
 def add_rollout_step(
@@ -387,11 +155,11 @@ def add_rollout_step(
             ``action_mask`` and others not.
     """
     if update_model:
-        _require_started(model)
+        require_started(model)
     buf: Any = model.rollout_buffer if buffer is None else buffer
-    step = _Step(responses, env_ids, "SB3PolicyAdapter.act() on an on-policy model")
+    step = StepColumns(responses, env_ids, "SB3PolicyAdapter.act() on an on-policy model")
     ids = step.ids
-    rewards_arr, dones_arr = _check_step(buf.n_envs, ids, rewards, dones, infos)
+    rewards_arr, dones_arr = check_step(buf.n_envs, ids, rewards, dones, infos)
     check_buffer_observation("observation", observation, buf, ids)
     actions = step.array("buffer_action")
     values = step.tensor("value")
@@ -478,14 +246,14 @@ def finish_rollout(
             a ``state`` field.
     """
     if update_model:
-        _require_started(model)
+        require_started(model)
     buf: Any = model.rollout_buffer if buffer is None else buffer
     if not buf.full:
         raise ValueError(
             f"the rollout buffer holds {buf.pos} of {buf.buffer_size} steps; "
             "finish_rollout() needs a full rollout (add_rollout_step n_steps times)"
         )
-    step = None if responses is None else _Step(responses, env_ids, "SB3PolicyAdapter.act()")
+    step = None if responses is None else StepColumns(responses, env_ids, "SB3PolicyAdapter.act()")
     ids: list[Any] = list(range(buf.n_envs)) if step is None else step.ids
     dones_arr = check_dones(dones, ids)
     check_buffer_observation("new_observation", new_observation, buf, ids)
@@ -506,58 +274,6 @@ def finish_rollout(
     buf.compute_returns_and_advantage(last_values=values, dones=dones_arr)
     if update_model:
         _update_progress(model)
-
-
-def _check_scaled_actions(actions: np.ndarray, space: spaces.Box, ids: Sequence[Any]) -> None:
-    """Refuse Box buffer actions that are not SB3's scaled actions in [-1, 1].
-
-    SB3's ``OffPolicyAlgorithm._sample_action`` stores ``policy.scale_action(action)`` (with the
-    action noise added, then clipped to [-1, 1]); the critic and actor losses read the buffer
-    in that scale. A response edited or built by hand (e.g. carrying the env action) would be
-    stored silently. Values may exceed 1 by float rounding of ``scale_action`` of an unscaled
-    action (a few ulps); more than ``1 + 8 * eps`` of the dtype, NaN, or a non-float dtype is
-    refused.
-
-    Args:
-        actions: ``(n_envs, *action_shape)`` stacked buffer actions.
-        space: The model's Box action space.
-        ids: The env ids in env order.
-
-    Raises:
-        TypeError: the buffer actions are not floats.
-        ValueError: the shape is not ``(n_envs, *space.shape)`` or a value is outside [-1, 1]
-            (the env ids and their values named).
-    """
-    want = (len(ids), *space.shape)
-    if actions.shape != want:
-        raise ValueError(
-            f"buffer actions must have shape {want} (one {space.shape} action per env "
-            f"{list(ids)}), got {actions.shape}"
-        )
-    if actions.dtype.kind != "f":
-        raise TypeError(
-            f"buffer actions for a Box action space must be floats scaled to [-1, 1] "
-            f"(SB3's policy.scale_action), got dtype {actions.dtype} for envs {list(ids)}"
-        )
-    limit = 1 + 8 * float(np.finfo(actions.dtype).eps)
-    inside = np.abs(actions) <= limit  # False for NaN too
-    if not inside.all():
-        rows = inside.reshape(len(ids), -1).all(axis=1)
-        bad = {ids[i]: actions[i].tolist() for i in np.flatnonzero(~rows).tolist()}
-        raise ValueError(
-            f"buffer_action must be the action scaled to [-1, 1], as SB3's "
-            f"OffPolicyAlgorithm._sample_action stores it (policy.scale_action); out of range "
-            f"for env(s) {bad}"
-        )
-
-
-def _require_started(model: BaseAlgorithm) -> None:
-    """Refuse to update a model's counters before :func:`start_training` (nothing is changed)."""
-    if model._total_timesteps <= 0 or model.ep_info_buffer is None:
-        raise ValueError(
-            "the model has no step budget yet: call start_training(model, total_timesteps) "
-            "before the loop (or pass update_model=False)"
-        )
 
 
 def _update_progress(model: BaseAlgorithm) -> None:
@@ -626,26 +342,26 @@ def add_replay_step(
             shape.
     """
     if update_model:
-        _require_started(model)
+        require_started(model)
     buf: Any = model.replay_buffer if buffer is None else buffer
-    step = _Step(responses, env_ids, "SB3PolicyAdapter.act()")
+    step = StepColumns(responses, env_ids, "SB3PolicyAdapter.act()")
     ids = step.ids
-    rewards_arr, dones_arr = _check_step(buf.n_envs, ids, rewards, dones, infos)
+    rewards_arr, dones_arr = check_step(buf.n_envs, ids, rewards, dones, infos)
     check_buffer_observation("observation", observation, buf, ids)
     check_buffer_observation("new_observation", new_observation, buf, ids)
     actions = step.array("buffer_action")
     if isinstance(model.action_space, spaces.Box):
-        _check_scaled_actions(actions, model.action_space, ids)
+        check_scaled_actions(actions, model.action_space, ids)
     next_obs = deepcopy(new_observation)
     for i, done in enumerate(dones_arr):
         terminal = infos[i].get("terminal_observation")
         if done and terminal is not None:
             if isinstance(next_obs, dict):
                 for key in next_obs:
-                    _check_terminal(terminal[key], next_obs[key][i], ids[i], f"[{key!r}]")
+                    check_terminal(terminal[key], next_obs[key][i], ids[i], f"[{key!r}]")
                     next_obs[key][i] = terminal[key]
             else:
-                _check_terminal(terminal, next_obs[i], ids[i], "")
+                check_terminal(terminal, next_obs[i], ids[i], "")
                 next_obs[i] = terminal
     buf.add(observation, next_obs, actions, rewards_arr, dones_arr, list(infos))
     if not update_model:
