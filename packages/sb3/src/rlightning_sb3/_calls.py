@@ -15,12 +15,20 @@ import numpy as np
 import torch as th
 from gymnasium import spaces
 
-from rlightning_sb3._batch import batch_observation, resolve_env_ids
+from rlightning_sb3._actions import check_action_masks
+from rlightning_sb3._batch import batch_observation, per_env_stamps, refuse_nan, resolve_env_ids
 
 if TYPE_CHECKING:
     from rlightning_sb3.adapter import SB3PolicyAdapter
 
-__all__ = ["default_starts", "nan_checked_by_torch", "read_batch", "register_ids", "resolve_ids"]
+__all__ = [
+    "default_starts",
+    "nan_checked_by_torch",
+    "read_batch",
+    "read_call",
+    "register_ids",
+    "resolve_ids",
+]
 
 
 def read_batch(
@@ -104,3 +112,35 @@ def nan_checked_by_torch() -> bool:
     the adapter then scans every batch.
     """
     return bool(getattr(th.distributions.Distribution, "_validate_args", False))
+
+
+def read_call(
+    adapter: SB3PolicyAdapter,
+    observation: Any,
+    env_ids: object,
+    ts_env_sent_ns: Any,
+    action_masks: Any,
+) -> tuple[Any, int, bool, bool, list[str], bool, bool, list[int] | None, np.ndarray | None]:
+    """The checks ``predict`` and ``act`` both start with, in the order their errors come.
+
+    :func:`read_batch`, :func:`resolve_ids`, the NaN scan unless torch's distribution
+    validation will catch a NaN (:func:`nan_checked_by_torch`: on-policy models), the stamps
+    (``per_env_stamps``) and the action masks (``check_action_masks``).
+
+    Returns:
+        ``(batch, n_envs, vectorized, ready, ids, seen, checked_by_torch, stamps, masks)``;
+        ``checked_by_torch`` True means the caller scans for NaN only if the forward pass
+        raises (to name the envs).
+    """
+    batch, n_envs, vectorized, ready = read_batch(adapter, adapter._model.policy, observation)
+    ids, seen = resolve_ids(adapter, env_ids, n_envs, vectorized)
+    checked_by_torch = adapter._on_policy and nan_checked_by_torch()
+    if not checked_by_torch:
+        refuse_nan(batch, ids)
+    stamps = per_env_stamps(ts_env_sent_ns, ids)
+    masks = (
+        None
+        if action_masks is None
+        else check_action_masks(adapter._model, adapter._maskable, action_masks, ids)
+    )
+    return batch, n_envs, vectorized, ready, ids, seen, checked_by_torch, stamps, masks

@@ -16,10 +16,9 @@ import numpy as np
 from stable_baselines3.common.base_class import BaseAlgorithm
 
 from rlightning import PolicyResponse, ResponseBatch
-from rlightning_sb3._actions import check_action_masks
 from rlightning_sb3._answer import answer
-from rlightning_sb3._batch import as_arrays, per_env_bools, per_env_stamps, refuse_nan
-from rlightning_sb3._calls import nan_checked_by_torch, read_batch, register_ids, resolve_ids
+from rlightning_sb3._batch import as_arrays, per_env_bools, refuse_nan
+from rlightning_sb3._calls import read_call, register_ids
 from rlightning_sb3._recurrent import predict_state, split_numpy_states
 
 if TYPE_CHECKING:
@@ -45,18 +44,9 @@ def predict_step(
     Returns:
         What ``predict`` returns; see its docstring for the fields and the errors raised.
     """
-    model = adapter._model
     observation = as_arrays(observation)  # lists, as SB3's obs_to_tensor converts them
-    batch, n_envs, vectorized, _ready = read_batch(adapter, model.policy, observation)
-    ids, seen = resolve_ids(adapter, env_ids, n_envs, vectorized)
-    checked_by_torch = adapter._on_policy and nan_checked_by_torch()
-    if not checked_by_torch:
-        refuse_nan(batch, ids)
-    stamps = per_env_stamps(ts_env_sent_ns, ids)
-    masks = (
-        None
-        if action_masks is None
-        else check_action_masks(adapter._model, adapter._maskable, action_masks, ids)
+    batch, _n, vectorized, _ready, ids, seen, checked_by_torch, stamps, masks = read_call(
+        adapter, observation, env_ids, ts_env_sent_ns, action_masks
     )
     starts = (
         None if episode_start is None else per_env_bools(episode_start, "episode_start", ids, None)

@@ -20,19 +20,16 @@ from stable_baselines3.common.utils import obs_as_tensor
 
 from rlightning import PolicyResponse, ResponseBatch
 from rlightning_sb3._actions import (
-    check_action_masks,
     off_policy_actions,
     on_policy_buffer_actions,
     on_policy_env_actions,
 )
 from rlightning_sb3._answer import answer
-from rlightning_sb3._batch import obs_tensor, per_env_bools, per_env_stamps, refuse_nan
+from rlightning_sb3._batch import obs_tensor, per_env_bools, refuse_nan
 from rlightning_sb3._calls import (
     default_starts,
-    nan_checked_by_torch,
-    read_batch,
+    read_call,
     register_ids,
-    resolve_ids,
 )
 from rlightning_sb3._recurrent import split_rnn_states, stack_rnn_states, zero_rnn_state
 
@@ -57,16 +54,8 @@ def act_step(
         What ``act`` returns; see its docstring for the fields and the errors raised.
     """
     model = adapter._model
-    batch, n_envs, vectorized, ready = read_batch(adapter, model.policy, observation)
-    ids, seen = resolve_ids(adapter, env_ids, n_envs, vectorized)
-    checked_by_torch = adapter._on_policy and nan_checked_by_torch()
-    if not checked_by_torch:
-        refuse_nan(batch, ids)
-    stamps = per_env_stamps(ts_env_sent_ns, ids)
-    masks = (
-        None
-        if action_masks is None
-        else check_action_masks(adapter._model, adapter._maskable, action_masks, ids)
+    batch, n_envs, vectorized, ready, ids, seen, checked_by_torch, stamps, masks = read_call(
+        adapter, observation, env_ids, ts_env_sent_ns, action_masks
     )
     starts = (
         default_starts(adapter, ids, seen)
