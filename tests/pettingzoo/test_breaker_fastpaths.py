@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import inspect
 import pickle
 import re
 from typing import Any, ClassVar
@@ -129,6 +130,8 @@ def test_space_replaced_between_steps_is_rechecked() -> None:
     env._act["agent_0"] = spaces.Discrete(4)  # a new object: the cached table must not be used
     with pytest.raises(ValueError, match=re.escape("[rule action-in-space]")):
         to_parallel_actions(ok, env)
+    if "dtype" not in inspect.signature(spaces.Discrete.__init__).parameters:
+        return  # gymnasium 1.0 (pz-lowest): Discrete is int64 only, the uint8 part cannot run
     env._act["agent_0"] = spaces.Discrete(3, start=2, dtype=np.uint8)
     assert to_parallel_actions(ok, env) == {"agent_0": 4}
     for bad in (np.int64(4), True, np.bool_(True), 4.0, np.array(4, dtype=np.int16)):
