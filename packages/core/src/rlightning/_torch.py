@@ -16,6 +16,7 @@ from typing import Any
 __all__ = [
     "NUMPY_UNSUPPORTED_DTYPES",
     "TENSOR",
+    "cuda_device",
     "require_torch",
     "tensor_type",
     "torch_if_imported",
@@ -80,6 +81,38 @@ def require_torch(purpose: str) -> ModuleType:
             f"{purpose} needs torch, which is not installed: {_TORCH_EXTRA_HINT}"
         ) from exc
     return torch
+
+
+def cuda_device(owner: str, device: str | int | None) -> Any:
+    """Resolve the ``device`` argument of ``<owner>.cuda()`` to a CUDA ``torch.device``.
+
+    Args:
+        owner: The class name, for the messages (e.g. ``"PolicyResponse"``).
+        device: CUDA device index or string; None means ``'cuda'`` (the current device).
+
+    Returns:
+        The ``torch.device``, of type ``"cuda"``.
+
+    Raises:
+        ImportError: torch is not installed (torch with CUDA support is needed).
+        RuntimeError: torch has no usable CUDA device.
+        ValueError: ``device`` names a device that is not CUDA.
+    """
+    torch = require_torch(f"{owner}.cuda() (torch with CUDA support)")
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"{owner}.cuda() needs torch with CUDA and a visible GPU, but "
+            f"torch {torch.__version__} reports torch.cuda.is_available() == False"
+        )
+    if device is None:
+        target = torch.device("cuda")
+    elif isinstance(device, int) and not isinstance(device, bool):
+        target = torch.device("cuda", device)
+    else:
+        target = torch.device(device)
+    if target.type != "cuda":
+        raise ValueError(f"cuda() takes a CUDA device, got device={device!r}; use to()")
+    return target
 
 
 def _numpy_unsupported_dtypes() -> frozenset[Any]:

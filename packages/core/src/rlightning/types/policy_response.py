@@ -10,82 +10,33 @@ Timing stamps are integers in nanoseconds since the Unix epoch (``time.time_ns()
 
 * ``ts_env_sent_ns`` -- set by whoever sends the observation (the env worker);
 * ``ts_policy_sent_ns`` -- set by :meth:`PolicyResponse.mark_policy_sent`.
+
+:class:`MultiAgentPolicyResponse` is defined in ``rlightning.types._multi_agent`` and re-exported
+here, where its ``__module__`` says it lives (pickles and the wire format record that path). The
+field checks and latency arithmetic are in ``rlightning._fields``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any, ClassVar, TypeVar
 
 import gymnasium as gym
-import numpy as np
 
 from rlightning import _convert
 from rlightning._convert import ATOMIC_TYPES, fields_to_cpu, fields_to_device, fields_to_numpy
+from rlightning._fields import _check_env_id, _check_space, _latency_s, _reserved_names
 from rlightning._pickle import reduce_response
 from rlightning._stack import stack_responses, unbind_response
-from rlightning._torch import require_torch, torch_if_imported
+from rlightning._torch import cuda_device, require_torch, torch_if_imported
 from rlightning._tree import tree_equal, tree_repr
 
 __all__ = ["MultiAgentPolicyResponse", "PolicyResponse"]
 
-#: The timing stamps: left out by :meth:`PolicyResponse.to_dict` (with ``env_id``), and shared,
-#: never per-agent, in :meth:`MultiAgentPolicyResponse.from_agents`.
-_STAMP_FIELDS = frozenset({"ts_env_sent_ns", "ts_policy_sent_ns"})
 
 _Self = TypeVar("_Self", bound="PolicyResponse")
-
-
-def _check_env_id(env_id: object) -> None:
-    if env_id is not None and not isinstance(env_id, str):
-        raise TypeError(
-            f"env_id must be a str (or None), got {type(env_id).__name__} {env_id!r}; "
-            f"pass str({env_id!r}) if a number identifies the env"
-        )
-
-
-_INT64_MIN, _INT64_MAX = -(2**63), 2**64 - 1  # signed or unsigned 64-bit
-
-
-def _latency_s(stamp: object, now_ns: int | None, stamp_name: str) -> float:
-    if now_ns is None:
-        now_ns = time.time_ns()
-    elif isinstance(now_ns, bool) or not isinstance(now_ns, (int, np.integer)):
-        raise TypeError(
-            f"now_ns must be an int of nanoseconds since the epoch, got "
-            f"{type(now_ns).__name__} {now_ns!r} (while reading {stamp_name})"
-        )
-    elif not _INT64_MIN <= now_ns <= _INT64_MAX:
-        raise ValueError(
-            f"now_ns must fit in a 64-bit int of nanoseconds, got {now_ns!r} "
-            f"(while reading {stamp_name})"
-        )
-    if isinstance(stamp, bool) or not isinstance(stamp, (int, np.integer)):
-        return 0.0
-    if not _INT64_MIN <= stamp <= _INT64_MAX:  # not a nanosecond time: treated as invalid
-        return 0.0
-    elapsed = (int(now_ns) - int(stamp)) / 1e9
-    return elapsed if elapsed > 0.0 else 0.0
-
-
-# Names that protocols (copy, pickle, numpy, torch, DLPack) look up on the *instance*: a field
-# with one of these names would hijack them, so they are reserved like the class's members.
-_PROTOCOL_NAMES: frozenset[str] = frozenset(
-    {
-        "__copy__", "__deepcopy__", "__reduce__", "__reduce_ex__", "__getstate__",
-        "__setstate__", "__getnewargs__", "__getnewargs_ex__", "__array__",
-        "__array_interface__", "__array_struct__", "__array_priority__", "__array_ufunc__",
-        "__array_function__", "__array_wrap__", "__cuda_array_interface__", "__dlpack__",
-        "__dlpack_device__", "__torch_function__", "__torch_dispatch__", "__fspath__",
-        "__index__", "__len__", "__iter__", "__getitem__", "__call__", "__slots__",
-    }
-)  # fmt: skip
-
-
-def _reserved_names(cls: type) -> frozenset[str]:
-    return (frozenset(dir(cls)) | _PROTOCOL_NAMES) - {"env_id"}
 
 
 class PolicyResponse(SimpleNamespace):
@@ -299,21 +250,7 @@ class PolicyResponse(SimpleNamespace):
             RuntimeError: torch has no usable CUDA device.
             ValueError: ``device`` names a device that is not CUDA.
         """
-        torch = require_torch(f"{type(self).__name__}.cuda() (torch with CUDA support)")
-        if not torch.cuda.is_available():
-            raise RuntimeError(
-                f"{type(self).__name__}.cuda() needs torch with CUDA and a visible GPU, but "
-                f"torch {torch.__version__} reports torch.cuda.is_available() == False"
-            )
-        if device is None:
-            target = torch.device("cuda")
-        elif isinstance(device, int) and not isinstance(device, bool):
-            target = torch.device("cuda", device)
-        else:
-            target = torch.device(device)
-        if target.type != "cuda":
-            raise ValueError(f"cuda() takes a CUDA device, got device={device!r}; use to()")
-        return self.to(target)
+        return self.to(cuda_device(type(self).__name__, device))
 
     def numpy(self: _Self) -> _Self:
         """Convert all tensor attributes to NumPy arrays, in place.
@@ -529,278 +466,7 @@ class PolicyResponse(SimpleNamespace):
         )
 
 
-def _check_space(space: object, name: str) -> None:
-    if not isinstance(space, gym.Space):
-        raise TypeError(f"{name} must be a gymnasium.Space, got {type(space).__name__} {space!r}")
-
-
-class MultiAgentPolicyResponse(PolicyResponse):
-    """Policy response for multi-agent interactions.
-
-    Extends PolicyResponse with support for multiple agents, where actions are stored in a
-    dictionary keyed by agent ID (the PettingZoo convention: ``{agent_id: action}``).
-
-    Per-agent fields: a field is per-agent when it is a dict whose keys are exactly the agent ids
-    of ``action`` (e.g. ``log_prob={"a": ..., "b": ...}``). Every other field is shared by all
-    agents. :meth:`for_agent` and :meth:`from_agents` rely on that one rule.
-
-    Args:
-        env_id: Environment identifier, a str or None.
-        **data: Response fields; ``action`` is required and must be a dict keyed by agent id.
-
-    Raises:
-        TypeError: ``action`` is missing or not a dict, or ``env_id`` is not a str or None.
-        ValueError: a field name would shadow a member of the class.
-
-    Examples:
-        >>> actions, values = {"a": 0, "b": 1}, {"a": 0.1, "b": 0.2}
-        >>> r = MultiAgentPolicyResponse("env-0", action=actions, value=values)
-        >>> r.agent_ids
-        ['a', 'b']
-        >>> r.for_agent("b")
-        PolicyResponse(env_id='env-0', action=1, value=0.2)
-    """
-
-    _undeletable_fields: ClassVar[frozenset[str]] = frozenset({"env_id", "action"})
-
-    def __init__(self, env_id: str | None, **data: Any) -> None:
-        action = data.get("action", _MISSING)
-        if type(action) is not dict:
-            _check_agent_actions(action)  # raises unless a dict subclass
-        # PolicyResponse.__init__'s body, inline: super().__init__(env_id, **data) would pack
-        # the keyword arguments into a new dict once more.
-        if env_id is not None and type(env_id) is not str:
-            _check_env_id(env_id)
-        if not self._reserved_fields.isdisjoint(data):
-            self._refuse_reserved(data)
-        fields = self.__dict__
-        fields["env_id"] = env_id
-        fields.update(data)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "action":
-            _check_agent_actions(value)
-        super().__setattr__(name, value)
-
-    @property
-    def agent_ids(self) -> list[Any]:
-        """The agent ids, in the order of ``action``'s keys."""
-        return list(self.__dict__["action"])
-
-    def is_per_agent(self, name: str) -> bool:
-        """Tell whether field ``name`` is per-agent (a dict keyed by exactly the agent ids).
-
-        Args:
-            name: A field name.
-
-        Returns:
-            True for per-agent fields (``action`` always is), False for shared ones.
-
-        Raises:
-            KeyError: there is no field ``name``.
-        """
-        fields = self.__dict__
-        if name not in fields:
-            raise KeyError(f"{type(self).__name__} has no field {name!r}; fields: {list(fields)}")
-        value = fields[name]
-        return isinstance(value, dict) and value.keys() == fields["action"].keys()
-
-    def for_agent(self, agent_id: Any) -> PolicyResponse:
-        """Return one agent's single-agent view.
-
-        Args:
-            agent_id: One of :attr:`agent_ids`.
-
-        Returns:
-            A new :class:`PolicyResponse` with the same ``env_id``, that agent's entry of every
-            per-agent field, and every shared field as is (the same objects, not copies).
-
-        Raises:
-            TypeError: ``agent_id`` is unhashable.
-            KeyError: ``agent_id`` is not one of the agents.
-        """
-        fields = self.__dict__
-        agents = fields["action"]
-        try:
-            known = agent_id in agents
-        except TypeError:  # unhashable
-            raise TypeError(
-                f"agent_id must be hashable like the agent ids {list(agents)}, "
-                f"got {type(agent_id).__name__} {agent_id!r}"
-            ) from None
-        if not known:
-            raise KeyError(
-                f"agent {agent_id!r} has no action in this response; agents: {list(agents)}"
-            )
-        keys = agents.keys()
-        out: dict[str, Any] = {}
-        for name, value in fields.items():
-            if name == "env_id":
-                continue
-            if isinstance(value, dict) and value.keys() == keys:
-                out[name] = value[agent_id]
-            else:
-                out[name] = value
-        return PolicyResponse(fields["env_id"], **out)
-
-    @classmethod
-    def from_agents(
-        cls,
-        env_id: str | None,
-        responses: Mapping[Any, PolicyResponse],
-        shared: Iterable[str] = (),
-    ) -> MultiAgentPolicyResponse:
-        """Build a multi-agent response from one single-agent response per agent.
-
-        The inverse of :meth:`for_agent`. Every field becomes a per-agent dict keyed by agent id
-        (in the order of ``responses``), except the fields named in ``shared`` and the timing
-        stamps ``ts_env_sent_ns`` / ``ts_policy_sent_ns``, which are shared: they must be equal
-        (as ``==`` on responses compares values) in every agent's response, and the first
-        agent's value is kept. Which fields are shared is therefore stated, never guessed from
-        the values.
-
-        Examples:
-            >>> m = MultiAgentPolicyResponse("e", action={"a": 0, "b": 1}, team="red")
-            >>> parts = {agent: m.for_agent(agent) for agent in m.agent_ids}
-            >>> MultiAgentPolicyResponse.from_agents("e", parts, shared=["team"]) == m
-            True
-
-        Args:
-            env_id: Environment identifier for the result.
-            responses: ``{agent_id: PolicyResponse}``; each must have an ``action``.
-            shared: Names of fields that are the same for every agent (not per-agent); a single
-                str is taken as one name.
-
-        Returns:
-            A new MultiAgentPolicyResponse.
-
-        Raises:
-            TypeError: ``responses`` is not a mapping of single-agent PolicyResponse objects.
-            ValueError: ``responses`` is empty; a response's ``env_id`` is neither None nor
-                ``env_id``; no response has an ``action``; a field is present for some agents and
-                missing for others; a shared field or stamp differs between agents; ``shared``
-                names ``action`` or a field no agent has; or a shared value is a dict keyed by
-                exactly the agent ids (it would read back as per-agent). Messages name the field
-                and the agents.
-        """
-        if not isinstance(responses, Mapping):
-            raise TypeError(
-                f"responses must be a mapping {{agent_id: PolicyResponse}}, "
-                f"got {type(responses).__name__}"
-            )
-        if not responses:
-            raise ValueError("responses is empty: a multi-agent response needs at least one agent")
-        shared_names = {shared} if isinstance(shared, str) else set(shared)
-        if "action" in shared_names:
-            raise ValueError("shared names 'action', which is always per-agent")
-        names: dict[str, None] = {}
-        for agent_id, response in responses.items():
-            if not isinstance(response, PolicyResponse) or isinstance(
-                response, MultiAgentPolicyResponse
-            ):
-                raise TypeError(
-                    f"response for agent {agent_id!r} must be a single-agent PolicyResponse, "
-                    f"got {type(response).__name__}"
-                )
-            if response.env_id is not None and response.env_id != env_id:
-                expected = f"{env_id!r} or None" if env_id is not None else "None"
-                raise ValueError(
-                    f"response for agent {agent_id!r} has env_id={response.env_id!r}, "
-                    f"expected {expected}"
-                )
-            names.update(dict.fromkeys(k for k in response.__dict__ if k != "env_id"))
-        unknown = sorted(shared_names.difference(names))
-        if unknown:
-            raise ValueError(f"shared names field(s) {unknown} that no agent's response has")
-        agent_ids = list(responses)
-        if "action" not in names:
-            raise ValueError(f"no response has an action; agents: {agent_ids}")
-        names = {"action": None, **names}
-        data: dict[str, Any] = {}
-        for name in names:
-            missing = [a for a, r in responses.items() if name not in r.__dict__]
-            if missing:
-                raise ValueError(
-                    f"field {name!r} is missing for agent(s) {missing} but present for others; "
-                    "give every agent the field or none"
-                )
-            values = [r.__dict__[name] for r in responses.values()]
-            if name in shared_names or name in _STAMP_FIELDS:
-                data[name] = _shared_value(name, agent_ids, values)
-            else:
-                data[name] = dict(zip(agent_ids, values, strict=True))
-        return cls(env_id, **data)
-
-    @staticmethod
-    def make_example(  # type: ignore[override]  # the API page gives the multi-agent form this signature
-        action_spaces: dict[Any, gym.Space[Any]], env_id: str | None = None, **data: Any
-    ) -> MultiAgentPolicyResponse:
-        """Create an example MultiAgentPolicyResponse.
-
-        Args:
-            action_spaces: Dictionary mapping agent IDs to action spaces.
-            env_id: Optional environment identifier.
-            **data: Additional response data.
-
-        Returns:
-            MultiAgentPolicyResponse with sampled actions for all agents
-            (``{agent_id: space.sample()}``).
-
-        Raises:
-            TypeError: ``action_spaces`` is not a dict of gymnasium spaces, or ``action`` is
-                passed in ``data``.
-            ValueError: ``action_spaces`` is empty.
-        """
-        if not isinstance(action_spaces, Mapping):
-            raise TypeError(
-                f"action_spaces must be a dict {{agent_id: gymnasium.Space}}, "
-                f"got {type(action_spaces).__name__}"
-            )
-        if not action_spaces:
-            raise ValueError("action_spaces is empty: give at least one agent's action space")
-        for agent_id, space in action_spaces.items():
-            _check_space(space, f"action_spaces[{agent_id!r}]")
-        if "action" in data:
-            raise TypeError("make_example() samples the actions; do not pass action=")
-        actions = {agent_id: space.sample() for agent_id, space in action_spaces.items()}
-        return MultiAgentPolicyResponse(env_id, action=actions, **data)
-
-
-_MISSING = object()
-
-
-def _shared_value(name: str, agent_ids: list[Any], values: list[Any]) -> Any:
-    first = values[0]
-    differing = [a for a, v in zip(agent_ids, values, strict=True) if not tree_equal(v, first)]
-    if differing:
-        hint = (
-            "stamp the combined response instead (e.g. call mark_policy_sent() on it)"
-            if name in _STAMP_FIELDS
-            else "leave it out of shared= to keep it per-agent"
-        )
-        raise ValueError(
-            f"shared field {name!r} differs between agents: agent(s) {differing} differ from "
-            f"agent {agent_ids[0]!r}; {hint}"
-        )
-    if isinstance(first, dict) and set(first) == set(agent_ids) and len(first) == len(agent_ids):
-        raise ValueError(
-            f"shared field {name!r} is a dict keyed by exactly the agent ids, so it would read "
-            f"back as a per-agent field; make it per-agent (leave it out of shared=) or rekey it"
-        )
-    return first
-
-
-def _check_agent_actions(action: object) -> None:
-    if action is _MISSING:
-        raise TypeError(
-            "MultiAgentPolicyResponse needs action=, a dict keyed by agent id "
-            "(e.g. {'agent_0': 1, 'agent_1': 0})"
-        )
-    if not isinstance(action, dict):
-        raise TypeError(
-            f"MultiAgentPolicyResponse.action must be a dict keyed by agent id, "
-            f"got {type(action).__name__} {tree_repr(action)}"
-        )
-
-
 PolicyResponse._reserved_fields = _reserved_names(PolicyResponse)
+
+# Imported last: the class subclasses PolicyResponse (defined above) and is re-exported here.
+from rlightning.types._multi_agent import MultiAgentPolicyResponse  # noqa: E402

@@ -1,0 +1,73 @@
+"""Checks and helpers behind the response classes' fields (private).
+
+``env_id`` checks, the latency arithmetic of ``compute_*_latency``, the names a field may not take,
+the gymnasium-space check of ``make_example`` and the timing-stamp names. Moved out of
+:mod:`rlightning.types.policy_response` unchanged (same names), so the classes there keep only
+their methods; nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import time
+
+import gymnasium as gym
+import numpy as np
+
+#: The timing stamps: left out by :meth:`PolicyResponse.to_dict` (with ``env_id``), and shared,
+#: never per-agent, in :meth:`MultiAgentPolicyResponse.from_agents`.
+_STAMP_FIELDS = frozenset({"ts_env_sent_ns", "ts_policy_sent_ns"})
+
+
+def _check_env_id(env_id: object) -> None:
+    if env_id is not None and not isinstance(env_id, str):
+        raise TypeError(
+            f"env_id must be a str (or None), got {type(env_id).__name__} {env_id!r}; "
+            f"pass str({env_id!r}) if a number identifies the env"
+        )
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**64 - 1  # signed or unsigned 64-bit
+
+
+def _latency_s(stamp: object, now_ns: int | None, stamp_name: str) -> float:
+    if now_ns is None:
+        now_ns = time.time_ns()
+    elif isinstance(now_ns, bool) or not isinstance(now_ns, (int, np.integer)):
+        raise TypeError(
+            f"now_ns must be an int of nanoseconds since the epoch, got "
+            f"{type(now_ns).__name__} {now_ns!r} (while reading {stamp_name})"
+        )
+    elif not _INT64_MIN <= now_ns <= _INT64_MAX:
+        raise ValueError(
+            f"now_ns must fit in a 64-bit int of nanoseconds, got {now_ns!r} "
+            f"(while reading {stamp_name})"
+        )
+    if isinstance(stamp, bool) or not isinstance(stamp, (int, np.integer)):
+        return 0.0
+    if not _INT64_MIN <= stamp <= _INT64_MAX:  # not a nanosecond time: treated as invalid
+        return 0.0
+    elapsed = (int(now_ns) - int(stamp)) / 1e9
+    return elapsed if elapsed > 0.0 else 0.0
+
+
+# Names that protocols (copy, pickle, numpy, torch, DLPack) look up on the *instance*: a field
+# with one of these names would hijack them, so they are reserved like the class's members.
+_PROTOCOL_NAMES: frozenset[str] = frozenset(
+    {
+        "__copy__", "__deepcopy__", "__reduce__", "__reduce_ex__", "__getstate__",
+        "__setstate__", "__getnewargs__", "__getnewargs_ex__", "__array__",
+        "__array_interface__", "__array_struct__", "__array_priority__", "__array_ufunc__",
+        "__array_function__", "__array_wrap__", "__cuda_array_interface__", "__dlpack__",
+        "__dlpack_device__", "__torch_function__", "__torch_dispatch__", "__fspath__",
+        "__index__", "__len__", "__iter__", "__getitem__", "__call__", "__slots__",
+    }
+)  # fmt: skip
+
+
+def _reserved_names(cls: type) -> frozenset[str]:
+    return (frozenset(dir(cls)) | _PROTOCOL_NAMES) - {"env_id"}
+
+
+def _check_space(space: object, name: str) -> None:
+    if not isinstance(space, gym.Space):
+        raise TypeError(f"{name} must be a gymnasium.Space, got {type(space).__name__} {space!r}")
