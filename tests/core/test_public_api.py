@@ -63,3 +63,29 @@ def test_every_public_member_has_a_google_style_docstring():
             assert doc, f"{cls.__name__}.{name} has no docstring"
             if inspect.signature(func).return_annotation not in ("None", None):
                 assert "Returns:" in doc or isinstance(member, property), f"{cls.__name__}.{name}"
+
+
+def test_response_classes_keep_their_module_path():
+    # Pickles and the wire format record the class path. MultiAgentPolicyResponse is defined in
+    # a private module but presented as rlightning.types.policy_response's, the functions in its
+    # body too (so doctest finds their examples there, as before the move).
+    import doctest
+    import pickle
+
+    from rlightning.types import policy_response as pr_module
+
+    for cls in (PolicyResponse, MultiAgentPolicyResponse):
+        assert cls.__module__ == "rlightning.types.policy_response"
+        assert getattr(pr_module, cls.__qualname__) is cls
+    assert MultiAgentPolicyResponse.__qualname__ == "MultiAgentPolicyResponse"
+    members = vars(MultiAgentPolicyResponse)
+    for name in ("__init__", "__setattr__", "is_per_agent", "for_agent"):
+        assert members[name].__module__ == "rlightning.types.policy_response", name
+    for name in ("from_agents", "make_example"):
+        assert members[name].__func__.__module__ == "rlightning.types.policy_response", name
+    assert members["agent_ids"].fget.__module__ == "rlightning.types.policy_response"
+    payload = pickle.dumps(MultiAgentPolicyResponse("e", action={"a": 1}), protocol=4)
+    assert b"rlightning.types.policy_response" in payload
+    assert b"_multi_agent" not in payload
+    found = {test.name for test in doctest.DocTestFinder().find(pr_module)}
+    assert "rlightning.types.policy_response.MultiAgentPolicyResponse.from_agents" in found
