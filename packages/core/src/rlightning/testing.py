@@ -18,15 +18,30 @@ imported (then no tensor can exist otherwise), so the checkers run without torch
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
-from rlightning._torch import tensor_type
-from rlightning._tree import tree_repr
+from rlightning._checks_multi import _check_known_agents, _check_live_agents, _check_per_agent_keys
+from rlightning._checks_single import (
+    _check_action_mask,
+    _check_buffer_action,
+    _check_env_id,
+    _check_scalar_fields,
+    _check_stamps,
+    _fail,
+)
+from rlightning._fields import _check_space
+from rlightning._space_reasons import (
+    _box_reason,
+    _contains,
+    _discrete_reason,
+    _is_tensor,
+    _multi_binary_reason,
+    _multi_discrete_reason,
+)
 from rlightning.types.policy_response import MultiAgentPolicyResponse, PolicyResponse
 
 __all__ = [
@@ -85,130 +100,8 @@ RULES: dict[str, str] = {
     ),
 }
 
-_SCALAR_FIELDS = ("value", "log_prob")
-_STAMP_FIELDS = ("ts_env_sent_ns", "ts_policy_sent_ns")
-
-
-def _fail(error: type[Exception], rule: str, subject: str, problem: str, value: Any) -> Exception:
-    return error(f"{subject} {problem}; got {tree_repr(value)} [rule {rule}]")
-
 
 # ---------------------------------------------------------------------------- space membership
-def _is_tensor(value: object) -> bool:
-    tensor = tensor_type()
-    return tensor is not None and isinstance(value, tensor)
-
-
-def _contains(space: spaces.Space[Any], value: Any) -> bool:
-    """``space.contains(value)``, without gymnasium's cast warning for non-array Box values.
-
-    Box.contains casts a non-array (e.g. the numpy scalar a shape-() Box samples) with
-    ``np.asarray(x, dtype=space.dtype)`` and warns "Casting input x to numpy array."; the same
-    cast is done here first, so the verdict is gymnasium's without the warning (which a test
-    suite run with ``-W error`` would turn into an exception). Dict and Tuple are walked as their
-    own ``contains`` walks them (a Tuple also takes a list or array, converted with ``tuple()``;
-    a Dict takes a dict with exactly its keys) so that nested Box leaves get the same treatment.
-    """
-    if isinstance(space, spaces.Box) and not isinstance(value, np.ndarray):
-        try:
-            value = np.asarray(value, dtype=space.dtype)
-        except (TypeError, ValueError, OverflowError):
-            return False
-    elif isinstance(space, spaces.Tuple):
-        if isinstance(value, (list, np.ndarray)):
-            value = tuple(value)
-        return (
-            isinstance(value, tuple)
-            and len(value) == len(space.spaces)
-            and all(_contains(sub, part) for sub, part in zip(space.spaces, value, strict=True))
-        )
-    elif isinstance(space, spaces.Dict):
-        return (
-            isinstance(value, dict)
-            and value.keys() == space.spaces.keys()
-            and all(_contains(sub, value[key]) for key, sub in space.spaces.items())
-        )
-    try:
-        return bool(space.contains(value))
-    except Exception:  # a contains() that cannot judge the value means "not in the space"
-        return False
-
-
-def _first_index(mask: np.ndarray[Any, Any]) -> tuple[int, ...]:
-    return tuple(int(i) for i in np.argwhere(mask)[0])
-
-
-def _box_reason(space: spaces.Box, value: Any) -> str:
-    if not isinstance(value, np.ndarray):
-        try:
-            value = np.asarray(value, dtype=space.dtype)
-        except (TypeError, ValueError, OverflowError):
-            return f"it cannot be converted to a {space.dtype} array"
-    if not np.can_cast(value.dtype, space.dtype):
-        return (
-            f"dtype {value.dtype} cannot be cast safely to the space's {space.dtype} "
-            f"(cast it with .astype(np.{space.dtype}))"
-        )
-    if value.shape != space.shape:
-        return f"shape {value.shape} is not the space's shape {space.shape}"
-    with np.errstate(invalid="ignore"):
-        nan = np.isnan(value) if value.dtype.kind in "fc" else np.zeros(value.shape, bool)
-        below = value < space.low
-        above = value > space.high
-    if nan.any():
-        return f"element {list(_first_index(nan))} is NaN"
-    if below.any():
-        idx = _first_index(below)
-        return f"element {list(idx)} = {value[idx]!s} is below low = {space.low[idx]!s}"
-    if above.any():
-        idx = _first_index(above)
-        return f"element {list(idx)} = {value[idx]!s} is above high = {space.high[idx]!s}"
-    return "gymnasium's Box.contains rejects it"
-
-
-def _discrete_reason(space: spaces.Discrete, value: Any) -> str:
-    is_int = isinstance(value, int) and not isinstance(value, bool)
-    is_np_int = isinstance(value, (np.generic, np.ndarray)) and (
-        np.issubdtype(value.dtype, np.integer) and value.shape == ()
-    )
-    if not (is_int or is_np_int):
-        return (
-            "it is not an integer (a Python int or a 0-d numpy integer), "
-            f"it is a {type(value).__name__}"
-            + (f" of shape {value.shape}" if isinstance(value, np.ndarray) else "")
-        )
-    low, high = int(space.start), int(space.start) + int(space.n) - 1
-    if not low <= int(value) <= high:
-        return f"{int(value)} is outside [{low}, {high}]"
-    return f"its dtype cannot be cast safely to the space's {space.dtype}"
-
-
-def _multi_discrete_reason(space: spaces.MultiDiscrete, value: Any) -> str:
-    if isinstance(value, (list, tuple)):
-        value = np.array(value)
-    if not isinstance(value, np.ndarray):
-        return f"it is a {type(value).__name__}, not an integer numpy array"
-    if value.shape != space.shape:
-        return f"shape {value.shape} is not the space's shape {space.shape}"
-    if not np.can_cast(value.dtype, space.dtype):
-        return f"dtype {value.dtype} cannot be cast safely to the space's {space.dtype}"
-    top = space.start + space.nvec - 1
-    bad = (value < space.start) | (value > top)
-    idx = _first_index(bad)
-    return f"element {list(idx)} = {value[idx]!s} is outside [{space.start[idx]!s}, {top[idx]!s}]"
-
-
-def _multi_binary_reason(space: spaces.MultiBinary, value: Any) -> str:
-    if isinstance(value, (list, tuple)):
-        value = np.array(value)
-    if not isinstance(value, np.ndarray):
-        return f"it is a {type(value).__name__}, not a numpy array of 0s and 1s"
-    if value.shape != space.shape:
-        return f"shape {value.shape} is not the space's shape {space.shape}"
-    idx = _first_index(~np.logical_or(value == 0, value == 1))
-    return f"element {list(idx)} = {value[idx]!s} is neither 0 nor 1"
-
-
 def space_violation(space: spaces.Space[Any], value: Any) -> str | None:
     """Say why ``value`` is not an element of ``space``, or return None when it is.
 
@@ -275,132 +168,6 @@ def space_violation(space: spaces.Space[Any], value: Any) -> str | None:
     return f"gymnasium's {type(space).__name__}.contains rejects it"
 
 
-# ---------------------------------------------------------------------------- field rules
-def _as_real(value: Any) -> float | None:
-    """One real number held by ``value``, or None if it holds none or several."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float, np.integer, np.floating)):
-        return float(value)
-    if isinstance(value, np.ndarray):
-        if value.size == 1 and value.dtype.kind in "iuf":
-            return float(value.reshape(-1)[0])
-        return None
-    if _is_tensor(value):
-        dtype = value.dtype
-        real = dtype.is_floating_point or not (dtype.is_complex or str(dtype) == "torch.bool")
-        if value.numel() == 1 and real:
-            return float(value.detach().reshape(-1)[0].item())
-    return None
-
-
-def _check_scalar_fields(fields: Mapping[str, Any], subject: str) -> None:
-    for name in _SCALAR_FIELDS:
-        if name not in fields or fields[name] is None:
-            continue
-        value = fields[name]
-        number = _as_real(value)
-        if number is None:
-            raise _fail(
-                ValueError,
-                "scalar-field",
-                f"{subject}{name}",
-                "must hold one real number (an int or float, or an array/tensor of one element)",
-                value,
-            )
-        if name == "value" and not math.isfinite(number):
-            raise _fail(ValueError, "scalar-field", f"{subject}{name}", "must be finite", value)
-        if name == "log_prob" and math.isnan(number):
-            raise _fail(ValueError, "scalar-field", f"{subject}{name}", "must not be NaN", value)
-
-
-def _check_stamps(fields: Mapping[str, Any], subject: str) -> None:
-    for name in _STAMP_FIELDS:
-        stamp = fields.get(name)
-        if stamp is None:
-            continue
-        if isinstance(stamp, bool) or not isinstance(stamp, (int, np.integer)):
-            raise _fail(
-                ValueError,
-                "timestamp",
-                f"{subject}{name}",
-                "must be an int of nanoseconds since the epoch (time.time_ns())",
-                stamp,
-            )
-        if stamp < 0:
-            raise _fail(ValueError, "timestamp", f"{subject}{name}", "must not be negative", stamp)
-
-
-def _check_buffer_action(fields: Mapping[str, Any], space: spaces.Space[Any], subject: str) -> None:
-    buffer_action = fields.get("buffer_action")
-    if buffer_action is None or not isinstance(space, spaces.Box):
-        return
-    shape = (
-        tuple(buffer_action.shape) if hasattr(buffer_action, "shape") else np.shape(buffer_action)
-    )
-    if shape != space.shape:
-        raise _fail(
-            ValueError,
-            "buffer-action",
-            f"{subject}buffer_action",
-            f"must have the action space's shape {space.shape}, not {shape}",
-            buffer_action,
-        )
-
-
-def _mask_array(mask: Any, n: int, where: str) -> np.ndarray[Any, Any]:
-    if _is_tensor(mask):
-        mask = mask.detach().cpu().numpy()
-    array = np.asarray(mask)
-    if array.shape != (n,):
-        raise _fail(
-            ValueError, "action-mask", where, f"must have shape ({n},), not {array.shape}", mask
-        )
-    if array.dtype.kind not in "biu" or not np.isin(array, (0, 1)).all():
-        raise _fail(ValueError, "action-mask", where, "must hold only 0 and 1 (or bools)", mask)
-    return array
-
-
-def _check_action_mask(fields: Mapping[str, Any], space: spaces.Space[Any], subject: str) -> None:
-    mask = fields.get("action_mask")
-    if mask is None:
-        return
-    where = f"{subject}action_mask"
-    action = fields["action"]
-    if isinstance(space, spaces.Discrete):
-        array = _mask_array(mask, int(space.n), where)
-        index = int(action) - int(space.start)
-        if array.any() and not array[index]:
-            raise _fail(
-                ValueError,
-                "action-mask",
-                f"{subject}action",
-                f"{int(action)} is masked out by action_mask (legal: "
-                f"{[int(i) + int(space.start) for i in np.flatnonzero(array)]})",
-                action,
-            )
-    elif isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1:
-        if not isinstance(mask, tuple) or len(mask) != len(space.nvec):
-            raise _fail(
-                ValueError,
-                "action-mask",
-                where,
-                f"must be a tuple of {len(space.nvec)} per-dimension masks",
-                mask,
-            )
-        for dim, (n, sub) in enumerate(zip(space.nvec, mask, strict=True)):
-            array = _mask_array(sub, int(n), f"{where}[{dim}]")
-            index = int(action[dim]) - int(space.start[dim])
-            if array.any() and not array[index]:
-                raise _fail(
-                    ValueError,
-                    "action-mask",
-                    f"{subject}action[{dim}]",
-                    f"{int(action[dim])} is masked out by action_mask[{dim}]",
-                    action,
-                )
-
-
 def _check_fields(fields: Mapping[str, Any], space: spaces.Space[Any], subject: str) -> None:
     """Apply the single-agent rules to one agent's fields (``subject`` prefixes messages)."""
     if "action" not in fields:
@@ -418,17 +185,6 @@ def _check_fields(fields: Mapping[str, Any], space: spaces.Space[Any], subject: 
     _check_action_mask(fields, space, subject)
     _check_scalar_fields(fields, subject)
     _check_buffer_action(fields, space, subject)
-
-
-def _check_space_arg(space: object, name: str) -> None:
-    if not isinstance(space, spaces.Space):
-        raise TypeError(f"{name} must be a gymnasium.Space, got {type(space).__name__} {space!r}")
-
-
-def _check_env_id(response: PolicyResponse) -> None:
-    env_id = response.__dict__.get("env_id")
-    if env_id is not None and not isinstance(env_id, str):
-        raise _fail(TypeError, "env-id", "response.env_id", "must be a str or None", env_id)
 
 
 # ---------------------------------------------------------------------------- public checkers
@@ -471,7 +227,7 @@ def check_policy_response(response: PolicyResponse, action_space: spaces.Space[A
             f"response must be a single-agent PolicyResponse, got {type(response).__name__}"
             f"{hint} [rule response-type]"
         )
-    _check_space_arg(action_space, "action_space")
+    _check_space(action_space, "action_space")
     _check_env_id(response)
     fields = response.__dict__
     _check_stamps(fields, "response.")
@@ -527,58 +283,15 @@ def check_multi_agent_policy_response(
             f"{type(action_spaces).__name__}"
         )
     for agent, space in action_spaces.items():
-        _check_space_arg(space, f"action_spaces[{agent!r}]")
+        _check_space(space, f"action_spaces[{agent!r}]")
     _check_env_id(response)
     fields = response.__dict__
     _check_stamps(fields, "response.")
     actions: dict[Any, Any] = fields["action"]
-
-    unknown = [a for a in actions if a not in action_spaces]
-    if unknown:
-        raise _fail(
-            ValueError,
-            "known-agent",
-            "response.action",
-            f"has agent(s) {unknown} with no action space (spaces for {list(action_spaces)})",
-            actions,
-        )
-    agent_keys = actions.keys()
-    known = set(action_spaces).union(agent_keys)
-    for name, value in fields.items():
-        if name == "action" or not isinstance(value, dict) or not value:
-            continue
-        keys = value.keys()
-        if keys != agent_keys and known.issuperset(keys):
-            missing = [a for a in actions if a not in keys]
-            extra = [a for a in keys if a not in agent_keys]
-            raise _fail(
-                ValueError,
-                "per-agent-keys",
-                f"response.{name}",
-                f"is keyed by agents but not by exactly those of action: missing {missing}, "
-                f"extra {extra}",
-                value,
-            )
+    _check_known_agents(actions, action_spaces)
+    _check_per_agent_keys(fields, actions, action_spaces)
     if live_agents is not None:
-        live = list(live_agents)
-        missing = [a for a in live if a not in actions]
-        if missing:
-            raise _fail(
-                ValueError,
-                "live-agents",
-                "response.action",
-                f"lacks live agent(s) {missing}",
-                actions,
-            )
-        inactive = [a for a in actions if a not in live]
-        if inactive:
-            raise _fail(
-                ValueError,
-                "no-inactive-action",
-                "response.action",
-                f"has action(s) for agent(s) {inactive} that are not live (live: {live})",
-                actions,
-            )
+        _check_live_agents(actions, live_agents)
     for agent in actions:
         view = response.for_agent(agent).__dict__
         _check_fields(view, action_spaces[agent], f"agent {agent!r} ")
