@@ -15,15 +15,17 @@ from gymnasium import spaces
 from rlightning._checks_single import _fail
 
 
+def _action_error(rule: str, problem: str, actions: Mapping[Any, Any]) -> Exception:
+    return _fail(ValueError, rule, "response.action", problem, actions)
+
+
 def _check_known_agents(
     actions: Mapping[Any, Any], action_spaces: Mapping[Any, spaces.Space[Any]]
 ) -> None:
     unknown = [a for a in actions if a not in action_spaces]
     if unknown:
-        raise _fail(
-            ValueError,
+        raise _action_error(
             "known-agent",
-            "response.action",
             f"has agent(s) {unknown} with no action space (spaces for {list(action_spaces)})",
             actions,
         )
@@ -57,19 +59,11 @@ def _check_live_agents(actions: Mapping[Any, Any], live_agents: Collection[Any])
     live = list(live_agents)
     missing = [a for a in live if a not in actions]
     if missing:
-        raise _fail(
-            ValueError,
-            "live-agents",
-            "response.action",
-            f"lacks live agent(s) {missing}",
-            actions,
-        )
+        raise _action_error("live-agents", f"lacks live agent(s) {missing}", actions)
     inactive = [a for a in actions if a not in live]
     if inactive:
-        raise _fail(
-            ValueError,
+        raise _action_error(
             "no-inactive-action",
-            "response.action",
             f"has action(s) for agent(s) {inactive} that are not live (live: {live})",
             actions,
         )
