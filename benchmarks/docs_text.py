@@ -27,10 +27,12 @@ HOW = """\
   `dict(vars(ns))`; conversions are the raw per-tensor calls written out
   (`t.detach().cpu().numpy()`, `t.cpu()`; for the 16-agent dict, a dict comprehension of them);
   pickling is a plain dict holding the same values. TensorDict and `Batch` carry no `env_id`.
-* Two rows are references, not anchors: a `SimpleNamespace` subclass whose `__init__` is written
-  in Python and only stores the fields (the cost of CPython's class call alone, see item 1), and
-  `torch.utils._pytree.tree_map` doing rlightning's per-leaf work (the generic pytree walk that
-  `rlightning._tree` chose not to use).
+* Three rows are references, not anchors: a `SimpleNamespace` subclass whose `__init__` is
+  written in Python and only stores the fields (the cost of CPython's class call alone, see item
+  1); `torch.utils._pytree.tree_map` doing rlightning's per-leaf work (the generic pytree walk
+  that `rlightning._tree` chose not to use); and, for item 6's `act`, the floor plus one stacked
+  `PolicyResponse` in a `ResponseBatch` with nothing checked (the least an adapter that answers
+  with responses can do).
 * torch runs with one thread (`torch.set_num_threads(1)`): the machine is shared, and every
   implementation gets the same.
 * Tianshou's `Batch` is measured in the same process when Tianshou is installed beside
