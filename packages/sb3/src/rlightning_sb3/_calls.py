@@ -16,7 +16,8 @@ import torch as th
 from gymnasium import spaces
 
 from rlightning_sb3._actions import check_action_masks
-from rlightning_sb3._batch import batch_observation, per_env_stamps, refuse_nan, resolve_env_ids
+from rlightning_sb3._batch import per_env_stamps, resolve_env_ids
+from rlightning_sb3._observations import batch_observation, refuse_nan
 
 if TYPE_CHECKING:
     from rlightning_sb3.adapter import SB3PolicyAdapter

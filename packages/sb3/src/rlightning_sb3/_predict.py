@@ -17,8 +17,9 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 
 from rlightning import PolicyResponse, ResponseBatch
 from rlightning_sb3._answer import answer
-from rlightning_sb3._batch import as_arrays, per_env_bools, refuse_nan
+from rlightning_sb3._batch import per_env_bools
 from rlightning_sb3._calls import read_call, register_ids
+from rlightning_sb3._observations import as_arrays, refuse_nan
 from rlightning_sb3._recurrent import predict_state, split_numpy_states
 
 if TYPE_CHECKING:

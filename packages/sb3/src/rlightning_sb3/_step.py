@@ -25,12 +25,13 @@ from rlightning_sb3._actions import (
     on_policy_env_actions,
 )
 from rlightning_sb3._answer import answer
-from rlightning_sb3._batch import obs_tensor, per_env_bools, refuse_nan
+from rlightning_sb3._batch import per_env_bools
 from rlightning_sb3._calls import (
     default_starts,
     read_call,
     register_ids,
 )
+from rlightning_sb3._observations import obs_tensor, refuse_nan
 from rlightning_sb3._recurrent import split_rnn_states, stack_rnn_states, zero_rnn_state
 
 if TYPE_CHECKING:

@@ -36,7 +36,7 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning import PolicyResponse
-from rlightning_sb3._batch import obs_tensor, per_env_bools
+from rlightning_sb3._batch import per_env_bools
 from rlightning_sb3._buffer_checks import (
     check_buffer_observation,
     check_dones,
@@ -46,6 +46,7 @@ from rlightning_sb3._buffer_checks import (
     require_started,
 )
 from rlightning_sb3._columns import StepColumns
+from rlightning_sb3._observations import obs_tensor
 from rlightning_sb3._recurrent import stack_rnn_states
 
 __all__ = ["add_replay_step", "add_rollout_step", "finish_rollout", "start_training"]
