@@ -67,9 +67,31 @@ def test_equality_with_lists_tuples_and_batches():
     assert a != 3
 
 
-def test_repr_lists_the_responses():
-    text = repr(ResponseBatch(_stacked()))
-    assert text.startswith("ResponseBatch([PolicyResponse(env_id='a', action=")
+def test_repr_never_splits_and_is_bounded():
+    batch = ResponseBatch(_stacked())
+    assert repr(batch).startswith("ResponseBatch(stacked=PolicyResponse(env_id=None, env_ids=")
+    assert batch.stacked is not None  # printing did not split it
+    batch.responses()
+    assert repr(batch).startswith("ResponseBatch([PolicyResponse(env_id='a', action=")
+    many = ResponseBatch(PolicyResponse(None, env_ids=[f"e{i}" for i in range(64)], a=np.zeros(64)))
+    many.responses()
+    text = repr(many)
+    assert text.endswith("... (56 more)])")
+    assert "env_id='e7'" in text and "env_id='e8'" not in text
+
+
+def test_concatenation_gives_lists_and_index_says_what_is_missing():
+    batch = ResponseBatch(_stacked())
+    extra = PolicyResponse("d", action=np.int64(0))
+    both = batch + [extra]  # noqa: RUF005 (the operator is what is tested)
+    assert type(both) is list and len(both) == 4 and both[3] is extra
+    assert ([extra] + batch)[0] is extra  # noqa: RUF005
+    assert (batch + ResponseBatch(_stacked()))[3].env_id == "a"
+    assert batch.count(batch[0]) == 1
+    with pytest.raises(ValueError, match="is not in list"):
+        batch.index(extra)
+    with pytest.raises(TypeError):
+        batch + 3  # type: ignore[operator]
 
 
 def test_pickle_and_copy_keep_the_state():

@@ -137,3 +137,19 @@ def test_nan_is_named_with_torch_validation_off_too(ppo3: PPO, method: str) -> N
             getattr(adapter, method)(obs, IDS)
     finally:
         th.distributions.Distribution.set_default_validate_args(previous)
+
+
+def test_a_bare_stacked_response_is_refused_with_the_fix(ppo3: PPO) -> None:
+    adapter = SB3PolicyAdapter(ppo3)
+    stacked = adapter.act(np.zeros((3, 4), np.float32), IDS).stacked
+    msg = "got one stacked PolicyResponse of envs ['a', 'b', 'c']; pass rlightning.ResponseBatch"
+    with pytest.raises(TypeError, match=re.escape(msg)):
+        adapter.env_actions(stacked)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(adapter.env_actions(ResponseBatch(stacked)), stacked.action)
+
+
+def test_env_ids_as_an_equal_tuple_keep_the_batch_unsplit(ppo3: PPO) -> None:
+    adapter = SB3PolicyAdapter(ppo3)
+    batch = adapter.act(np.zeros((3, 4), np.float32), IDS)
+    adapter.env_actions(batch, tuple(IDS))
+    assert batch.stacked is not None

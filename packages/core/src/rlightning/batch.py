@@ -9,15 +9,18 @@ them. A :class:`ResponseBatch` holds the answer as one *stacked* response (the l
 ``n_envs``, plus ``env_ids``) and builds the per-env responses
 (:meth:`PolicyResponse.unbind <rlightning.PolicyResponse.unbind>`) the first time one is read.
 
-It is a read-only ``Sequence``: ``len``, indexing, slicing, iteration, ``in``, ``==`` with a list,
-``reversed``, ``index`` and ``count`` all behave as on the list of per-env responses. Code that
-works on the whole batch reads :attr:`ResponseBatch.stacked` and skips the split.
+It is a read-only ``Sequence``: ``len``, indexing, slicing (a slice is a plain ``list``),
+iteration, ``in``, ``==`` with a list, ``reversed``, ``index``, ``count`` and ``+`` (a new
+``list``) all behave as on the list of per-env responses; ``isinstance(batch, list)`` is False,
+``list(batch)`` gives one. Code that works on the whole batch reads
+:attr:`ResponseBatch.stacked` and skips the split.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar, overload
 
 from rlightning._stack import ENV_IDS_FIELD
@@ -27,6 +30,9 @@ __all__ = ["ResponseBatch"]
 
 _R = TypeVar("_R", bound=PolicyResponse)
 
+#: Responses a split batch's repr shows (as many as a PolicyResponse's repr shows of a container).
+_REPR_ITEMS = 8
+
 #: Taken by the first split of any batch (never on reads after it), so that two threads reading
 #: an unsplit batch at once get the same responses.
 _SPLIT_LOCK = threading.Lock()
@@ -35,11 +41,12 @@ _SPLIT_LOCK = threading.Lock()
 class ResponseBatch(Sequence[_R], Generic[_R]):
     """One response per env, held stacked until an env's response is read.
 
-    Reading an element (``batch[i]``, a slice, iteration, ``==``, ``repr``, ``in``) splits the
+    Reading an element (``batch[i]``, a slice, iteration, ``==``, ``in``, ``+``) splits the
     stacked response once, with :meth:`PolicyResponse.unbind <rlightning.PolicyResponse.unbind>`,
     and keeps the per-env responses: ``batch[0] is batch[0]``. From then on those responses are
     the data -- change one and later reads see the change -- and :attr:`stacked` is None, since it
-    could be out of date. ``len(batch)`` and :attr:`env_ids` never split.
+    could be out of date. ``len(batch)``, :attr:`env_ids` and ``repr`` never split (``repr`` shows
+    the stacked response, or the first 8 per-env responses once split).
 
     What the split gives (as ``unbind``): row ``i`` of every tensor and of every array with two or
     more dimensions, as a view of the stacked data (no copy); row ``i`` of a 1-D array as a numpy
@@ -201,6 +208,45 @@ class ResponseBatch(Sequence[_R], Generic[_R]):
     def __getitem__(self, index: int | slice) -> _R | list[_R]:
         return self._split()[index]
 
+    def index(self, value: Any, start: int = 0, stop: int = sys.maxsize) -> int:
+        """Return the position of the first response equal to ``value`` (as ``list.index``).
+
+        Args:
+            value: The response to look for.
+            start: First position searched.
+            stop: Position where the search stops.
+
+        Returns:
+            The position.
+
+        Raises:
+            ValueError: no response in ``[start, stop)`` equals ``value``.
+        """
+        return self._split().index(value, start, stop)
+
+    def count(self, value: Any) -> int:
+        """Return how many responses equal ``value`` (as ``list.count``).
+
+        Args:
+            value: The response to count.
+
+        Returns:
+            The count.
+        """
+        return self._split().count(value)
+
+    def __add__(self, other: Iterable[Any]) -> list[Any]:
+        """``batch + other``: a new list of this batch's responses, then ``other``'s items."""
+        if not isinstance(other, (list, tuple, ResponseBatch)):
+            return NotImplemented
+        return [*self._split(), *other]
+
+    def __radd__(self, other: Iterable[Any]) -> list[Any]:
+        """``other + batch``: a new list of ``other``'s items, then this batch's responses."""
+        if not isinstance(other, (list, tuple)):
+            return NotImplemented
+        return [*other, *self._split()]
+
     def __iter__(self) -> Iterator[_R]:
         return iter(self._split())
 
@@ -222,7 +268,14 @@ class ResponseBatch(Sequence[_R], Generic[_R]):
     __hash__ = None  # type: ignore[assignment]  # mutable, like the list it stands for
 
     def __repr__(self) -> str:
-        return f"ResponseBatch({self._split()!r})"
+        # Never splits (a debugger printing the batch must not change it) and stays bounded, as
+        # a PolicyResponse's repr does: the stacked response, or the first 8 responses.
+        responses, stacked = self._responses, self._stacked
+        if responses is None:
+            return f"{type(self).__name__}(stacked={stacked!r})"
+        shown = ", ".join(repr(r) for r in responses[:_REPR_ITEMS])
+        more = len(responses) - _REPR_ITEMS
+        return f"{type(self).__name__}([{shown}{f', ... ({more} more)' if more > 0 else ''}])"
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Travels as it stands: stacked (one response: fewer, larger buffers) or split; the

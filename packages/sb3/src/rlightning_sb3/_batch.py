@@ -182,8 +182,8 @@ def stacked_in_order(responses: object, env_ids: object) -> PolicyResponse | Non
     :class:`~rlightning.ResponseBatch` from ``act``/``predict`` (``is_trusted``: env ids checked
     unique and every field with one row per id when it was made) that nobody read holds the
     step's outputs already stacked. Its rows are in the VecEnv's env order when ``env_ids`` is
-    None or the same list. Any other batch (built with ``ResponseBatch(stacked)``, unpickled)
-    takes the per-env path, whose split checks every row.
+    None or the same ids (a list or tuple). Any other batch (built with
+    ``ResponseBatch(stacked)``, unpickled) takes the per-env path, whose split checks every row.
 
     Args:
         responses: What the caller passed as responses.
@@ -198,10 +198,11 @@ def stacked_in_order(responses: object, env_ids: object) -> PolicyResponse | Non
     stacked: PolicyResponse | None = responses.stacked
     if stacked is None:
         return None
-    if env_ids is not None and not (
-        type(env_ids) is list and env_ids == stacked.__dict__["env_ids"]
-    ):
-        return None
+    if env_ids is not None:
+        own = stacked.__dict__["env_ids"]
+        kind = type(env_ids)
+        if not ((kind is list and env_ids == own) or (kind is tuple and list(env_ids) == own)):
+            return None
     return stacked
 
 
@@ -225,6 +226,12 @@ def order_responses(responses: object, env_ids: Sequence[str] | None) -> list[Po
             lengths are named), lacks a response's env id (unknown ids are named) or has ids no
             response answers (missing envs are named).
     """
+    if isinstance(responses, PolicyResponse) and "env_ids" in responses.__dict__:
+        raise TypeError(
+            f"responses must be a sequence of PolicyResponse (one per env), got one stacked "
+            f"{type(responses).__name__} of envs {responses.__dict__['env_ids']!r}; pass "
+            "rlightning.ResponseBatch(stacked) or stacked.unbind()"
+        )
     if isinstance(responses, PolicyResponse) or not isinstance(responses, Sequence):
         raise TypeError(
             f"responses must be a sequence of PolicyResponse (one per env), "
