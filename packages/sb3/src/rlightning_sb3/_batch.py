@@ -200,8 +200,9 @@ def stacked_in_order(responses: object, env_ids: object) -> PolicyResponse | Non
         return None
     if env_ids is not None:
         own = stacked.__dict__["env_ids"]
-        kind = type(env_ids)
-        if not ((kind is list and env_ids == own) or (kind is tuple and list(env_ids) == own)):
+        if type(env_ids) is tuple:
+            env_ids = list(env_ids)
+        if type(env_ids) is not list or env_ids != own:
             return None
     return stacked
 
