@@ -2,7 +2,8 @@
 
 A policy usually answers many envs at once (SB3 runs ``policy(obs)`` on an ``(n_envs, ...)``
 batch). Splitting that answer into ``n_envs`` :class:`~rlightning.PolicyResponse` objects costs
-about a microsecond per env -- at 64 envs more than a small MLP's forward pass -- and a training
+about 2 us per env (a row view per tensor, a response per env) -- at 64 envs about as much as a
+small MLP's forward pass -- and a training
 loop that hands the batch straight back (to ``VecEnv.step``, to a rollout buffer) never needs
 them. A :class:`ResponseBatch` holds the answer as one *stacked* response (the layout of
 :meth:`PolicyResponse.stack <rlightning.PolicyResponse.stack>`: fields with a leading dimension of
