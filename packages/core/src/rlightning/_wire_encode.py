@@ -211,8 +211,8 @@ def _unsupported(value: Any) -> str:
         hint = ""
     return (
         f"type {kind.__module__}.{kind.__qualname__} is not supported by the wire format (it "
-        "carries dict, list, tuple, numpy arrays and scalars, torch tensors, int, float, complex, "
-        f"bool, str, bytes and None){hint}"
+        "carries dict, list, tuple, rlightning's PerEnv and EnvIds lists, numpy arrays and "
+        f"scalars, torch tensors, int, float, complex, bool, str, bytes and None){hint}"
     )
 
 
