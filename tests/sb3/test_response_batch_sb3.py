@@ -153,3 +153,12 @@ def test_env_ids_as_an_equal_tuple_keep_the_batch_unsplit(ppo3: PPO) -> None:
     batch = adapter.act(np.zeros((3, 4), np.float32), IDS)
     adapter.env_actions(batch, tuple(IDS))
     assert batch.stacked is not None
+
+
+def test_the_stacked_response_equals_one_built_by_the_constructor(ppo3: PPO) -> None:
+    adapter = SB3PolicyAdapter(ppo3)
+    stacked = adapter.act(np.zeros((3, 4), np.float32), IDS, ts_env_sent_ns=7).stacked
+    rebuilt = PolicyResponse(None, **{k: v for k, v in vars(stacked).items() if k != "env_id"})
+    assert type(stacked) is PolicyResponse
+    assert list(vars(stacked)) == list(vars(rebuilt))
+    assert stacked == rebuilt and repr(stacked) == repr(rebuilt)

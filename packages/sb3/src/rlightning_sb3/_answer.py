@@ -41,10 +41,17 @@ def answer(
                 fields[name] = PerEnv(column) if type(column) is list else column
     if not vectorized:
         return PolicyResponse(ids[0], **fields)
-    # The field names are the adapter's own (none is reserved), so the stacked response is
-    # filled directly rather than through the constructor's keyword checks.
-    stacked = PolicyResponse(None)
+    # The field names are the adapter's own (none is reserved) and env_id is None, so the
+    # stacked response is made and filled directly, as PolicyResponse.__copy__ makes one,
+    # rather than through the constructor's checks (tests/sb3/test_response_batch_sb3.py pins
+    # that the result equals the constructor's).
+    stacked = _new_response(PolicyResponse)
     data = stacked.__dict__
+    data["env_id"] = None
     data["env_ids"] = list(ids)
     data.update(fields)
     return ResponseBatch.trusted(stacked)
+
+
+#: ``SimpleNamespace.__new__``: an empty instance, no ``__init__`` run.
+_new_response = PolicyResponse.__new__
