@@ -9,9 +9,16 @@ their methods; nothing here imports torch.
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
+
+if TYPE_CHECKING:
+    from rlightning.types.policy_response import PolicyResponse
+
+_R = TypeVar("_R", bound="PolicyResponse")
 
 #: The timing stamps: left out by :meth:`PolicyResponse.to_dict` (with ``env_id``), and shared,
 #: never per-agent, in :meth:`MultiAgentPolicyResponse.from_agents`.
@@ -71,3 +78,32 @@ def _reserved_names(cls: type) -> frozenset[str]:
 def _check_space(space: object, name: str) -> None:
     if not isinstance(space, gym.Space):
         raise TypeError(f"{name} must be a gymnasium.Space, got {type(space).__name__} {space!r}")
+
+
+#: ``SimpleNamespace.__new__``: an empty instance of a response class, its ``__init__`` not run.
+_new_namespace = SimpleNamespace.__new__
+
+
+def response_from_checked(cls: type[_R], env_id: str | None, fields: dict[str, Any]) -> _R:
+    """Build ``cls(env_id, **fields)`` without running ``__init__``, for inputs already checked.
+
+    For the adapters' per-step paths, where the constructor's Python-level call (keyword
+    packing, a frame, the checks) costs as much as the rest of their fixed work. The caller
+    guarantees what ``__init__`` would check: ``env_id`` is None or an exact ``str``, no field
+    name is reserved (:func:`_reserved_names`), and any check of the class itself holds (e.g.
+    ``MultiAgentPolicyResponse``'s ``action`` is a dict). The fields are stored as ``__init__``
+    stores them: ``env_id`` first, then ``fields`` in order, in the instance ``__dict__``.
+
+    Args:
+        cls: ``PolicyResponse`` or a subclass.
+        env_id: The response's ``env_id``.
+        fields: The other fields; copied into the response (values not copied).
+
+    Returns:
+        The new response.
+    """
+    response = _new_namespace(cls)
+    data = response.__dict__
+    data["env_id"] = env_id
+    data.update(fields)
+    return response

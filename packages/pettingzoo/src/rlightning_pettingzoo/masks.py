@@ -22,6 +22,7 @@ from gymnasium import spaces
 
 from pettingzoo import AECEnv, ParallelEnv
 from rlightning import MultiAgentPolicyResponse
+from rlightning._fields import response_from_checked
 from rlightning_pettingzoo._envs import aec_acting_agent, describe_env, is_aec
 
 __all__ = ["find_action_mask", "sample_response"]
@@ -260,9 +261,6 @@ def sample_response(
     return _response(env_id, actions)
 
 
-_new_response = MultiAgentPolicyResponse.__new__
-
-
 def _response(env_id: Any, actions: dict[Any, Any]) -> MultiAgentPolicyResponse:
     """``MultiAgentPolicyResponse(env_id, action=actions)``, built without its ``__init__`` call.
 
@@ -270,15 +268,10 @@ def _response(env_id: Any, actions: dict[Any, Any]) -> MultiAgentPolicyResponse:
     as the rest of :func:`sample_response`'s fixed cost. Here its checks hold by construction:
     ``actions`` is an exact dict this module built, and ``"action"`` is no reserved name. Any
     ``env_id`` other than None or an exact str goes to the constructor, which accepts a str
-    subclass and raises its own TypeError for anything else. The fields are then stored as the
-    constructor stores them (and as ``PolicyResponse.__copy__`` does): ``env_id`` first, then
-    ``action``, in the instance ``__dict__``; ``tests/pettingzoo/test_masks.py`` compares the
-    two.
+    subclass and raises its own TypeError for anything else; the rest is built by the core's
+    ``response_from_checked``, which stores the fields as the constructor does
+    (``tests/pettingzoo/test_masks.py`` compares the two).
     """
     if env_id is not None and type(env_id) is not str:
         return MultiAgentPolicyResponse(env_id, action=actions)
-    response = _new_response(MultiAgentPolicyResponse)
-    fields = response.__dict__
-    fields["env_id"] = env_id
-    fields["action"] = actions
-    return response
+    return response_from_checked(MultiAgentPolicyResponse, env_id, {"action": actions})

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from rlightning import PerEnv, PolicyResponse, ResponseBatch
+from rlightning._fields import response_from_checked
 
 __all__ = ["answer"]
 
@@ -42,16 +43,8 @@ def answer(
     if not vectorized:
         return PolicyResponse(ids[0], **fields)
     # The field names are the adapter's own (none is reserved) and env_id is None, so the
-    # stacked response is made and filled directly, as PolicyResponse.__copy__ makes one,
-    # rather than through the constructor's checks (tests/sb3/test_response_batch_sb3.py pins
-    # that the result equals the constructor's).
-    stacked = _new_response(PolicyResponse)
-    data = stacked.__dict__
-    data["env_id"] = None
-    data["env_ids"] = list(ids)
+    # stacked response skips the constructor's checks (tests/sb3/test_response_batch_sb3.py
+    # pins that the result equals the constructor's).
+    data: dict[str, Any] = {"env_ids": list(ids)}
     data.update(fields)
-    return ResponseBatch.trusted(stacked)
-
-
-#: ``SimpleNamespace.__new__``: an empty instance, no ``__init__`` run.
-_new_response = PolicyResponse.__new__
+    return ResponseBatch.trusted(response_from_checked(PolicyResponse, None, data))
