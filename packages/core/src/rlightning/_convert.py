@@ -25,37 +25,24 @@ from typing import Any
 import numpy as np
 
 from rlightning._torch import NUMPY_UNSUPPORTED_DTYPES, tensor_type
-from rlightning._tree import map_tensors
+from rlightning._tree import ATOMIC_TYPES, map_tensors
 
 __all__ = [
     "ATOMIC_TYPES",
-    "cached_tensor_type",
     "fields_to_cpu",
     "fields_to_device",
     "fields_to_numpy",
     "tensor_to_numpy",
 ]
 
-#: Leaf types no conversion touches (one set lookup each).
-ATOMIC_TYPES: frozenset[type] = frozenset(
-    {int, float, bool, str, bytes, complex, type(None), np.ndarray}
-)
+#: Leaf types no conversion touches (one set lookup each); the same set the tree walks use.
 _ATOMIC = ATOMIC_TYPES
 _CONTAINERS = (dict, list, tuple)
 
 #: ``torch.Tensor``, cached here at the first conversion after torch is imported, so that the
-#: hot paths read one module global (``_tensor or _tensor_type()``).
+#: hot paths read one module global (``_tensor or _tensor_type()``). While it is None, a
+#: ``type(value) is _tensor`` test is simply False (``type()`` never returns None).
 _tensor: type[Any] | None = None
-
-
-class _NoTensor:
-    """Stands for ``torch.Tensor`` in :data:`cached_tensor_type` until torch is seen."""
-
-
-#: ``torch.Tensor`` once a conversion has found torch imported, else a class no value has: a
-#: ``type(value) is cached_tensor_type`` check is then simply False (never None, so that a None
-#: field is not mistaken for a tensor).
-cached_tensor_type: type[Any] = _NoTensor
 
 #: Dtypes numpy lacks, as a plain frozenset; filled on the first conversion (torch is imported
 #: by then, since a tensor exists).
@@ -63,10 +50,8 @@ _unsupported: frozenset[Any] | None = None
 
 
 def _tensor_type() -> type[Any] | None:
-    global _tensor, cached_tensor_type  # a write-once cache
+    global _tensor  # a write-once cache
     _tensor = tensor_type()
-    if _tensor is not None:
-        cached_tensor_type = _tensor
     return _tensor
 
 

@@ -39,13 +39,10 @@ from rlightning._torch import (
     tensor_type,
     torch_if_imported,
 )
+from rlightning._tree import ATOMIC_TYPES as _ATOMIC
 from rlightning._tree import map_leaves
 
 __all__ = ["reduce_response"]
-
-_ATOMIC: frozenset[type] = frozenset(
-    {int, float, bool, str, bytes, complex, type(None), np.ndarray}
-)
 
 
 class _TensorPickle:

@@ -24,12 +24,14 @@ import numpy as np
 
 from rlightning._torch import tensor_type
 
-__all__ = ["map_leaves", "map_tensors", "tree_equal", "tree_repr"]
+__all__ = ["ATOMIC_TYPES", "map_leaves", "map_tensors", "tree_equal", "tree_repr"]
 
-# Types that are certainly leaves: checked first so the common case is one lookup.
-_ATOMIC: frozenset[type] = frozenset(
+#: Types that are certainly leaves: checked first so the common case is one lookup (shared by
+#: the tree walks, the conversions and pickling).
+ATOMIC_TYPES: frozenset[type] = frozenset(
     {int, float, bool, str, bytes, complex, type(None), np.ndarray}
 )
+_ATOMIC = ATOMIC_TYPES
 _CONTAINERS = (dict, list, tuple)
 
 

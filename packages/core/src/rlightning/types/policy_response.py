@@ -222,9 +222,9 @@ class PolicyResponse(SimpleNamespace):
             ValueError: a field contains itself (a reference cycle).
         """
         # The common case inline (cpu() of a CPU policy's output): one type check and one
-        # ``is_cpu`` per field, no call. ``cached_tensor_type`` is ``torch.Tensor`` once a
-        # conversion has seen torch; before that no tensor matches it and to() does the work.
-        tensor = _convert.cached_tensor_type
+        # ``is_cpu`` per field, no call. The cached type is ``torch.Tensor`` once a conversion
+        # has seen torch; before that it is None, no tensor matches it and to() does the work.
+        tensor = _convert._tensor
         for value in self.__dict__.values():
             kind = type(value)
             if kind is tensor:
