@@ -14,48 +14,22 @@ import gc
 import inspect
 import pickle
 import re
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pytest
 from gymnasium import spaces
 
-from pettingzoo import ParallelEnv
 from rlightning import MultiAgentPolicyResponse
 from rlightning_pettingzoo import sample_response, to_parallel_actions
 from rlightning_pettingzoo._checks import make_checker
 
 
-class _ManyAgentsEnv(ParallelEnv):  # type: ignore[misc]
-    """``benchmarks/cases_adapters.py::make_many_agent_env``'s env: Discrete(5) actions."""
+def _env(n: int) -> Any:
+    """``benchmarks/cases_adapters.py``'s many-agent env (``Discrete(5)`` actions), reset."""
+    from benchmarks.cases_adapters import make_many_agent_env
 
-    metadata: ClassVar[dict[str, Any]] = {"name": "many_agents_v0", "render_modes": []}
-
-    def __init__(self, n: int) -> None:
-        self.possible_agents = [f"agent_{i}" for i in range(n)]
-        self._obs = {a: spaces.Box(-1.0, 1.0, (2,), np.float32) for a in self.possible_agents}
-        self._act: dict[str, Any] = {
-            a: spaces.Discrete(5, seed=i) for i, a in enumerate(self.possible_agents)
-        }
-
-    def observation_space(self, agent: str) -> Any:
-        return self._obs[agent]
-
-    def action_space(self, agent: str) -> Any:
-        return self._act[agent]
-
-    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
-        self.agents = list(self.possible_agents)
-        return {a: np.zeros(2, np.float32) for a in self.agents}, {a: {} for a in self.agents}
-
-    def step(self, actions: dict[str, Any]) -> Any:
-        raise NotImplementedError  # never stepped here
-
-
-def _env(n: int) -> _ManyAgentsEnv:
-    env = _ManyAgentsEnv(n)
-    env.reset(seed=0)
-    return env
+    return make_many_agent_env(n)
 
 
 class _EqMeta(type):
