@@ -1,93 +1,69 @@
-"""Running a Stable-Baselines3 model on a batch of agents' observations.
+"""Driving a Stable-Baselines3 model for a batch of PettingZoo agents, through ``rlightning_sb3``.
 
-Stable-Baselines3 is never imported here: a model is recognised by its public policy API
-(``model.policy.obs_to_tensor``), and torch is imported only when a model is run (it is installed
-then, since SB3 needs it). Each path reproduces the SB3 function named in its docstring.
+SB3's semantics live in ``rlightning_sb3`` only: this module stacks the agents' observations
+and masks into one batch and asks :meth:`rlightning_sb3.SB3PolicyAdapter.act` once, with one
+row per agent, so the agents get exactly what SB3's own rollout collection would give an env
+(``collect_rollouts``, ``OffPolicyAlgorithm._sample_action`` with DQN's epsilon-greedy,
+``learning_starts`` warm-up and action noise drawn per row, sb3-contrib's ``MaskablePPO``).
+``rlightning_sb3`` (and so SB3 and torch) is imported only when a model is used: it comes with
+the ``rlightning-pettingzoo[sb3]`` extra.
 """
 
 from __future__ import annotations
 
-import inspect
+import sys
+import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium import spaces
 
+from rlightning import rules
+
+if TYPE_CHECKING:
+    from rlightning_sb3 import SB3PolicyAdapter
+
 __all__ = [
+    "adapter_for",
     "is_sb3_model",
     "observation_shape_mismatch",
-    "observation_space_mismatch",
-    "sb3_forward",
+    "sb3_rows",
     "stack_observations",
 ]
 
+#: One ``SB3PolicyAdapter`` per model object, for :func:`respond`'s per-call groups: the adapter
+#: holds only the row ids it has seen and its caches, and dies with the model.
+_ADAPTERS: weakref.WeakKeyDictionary[Any, SB3PolicyAdapter] = weakref.WeakKeyDictionary()
+
 
 def is_sb3_model(obj: object) -> bool:
-    """True for an SB3 algorithm (``PPO``, ``A2C``, ``DQN``, ``SAC``, ..., sb3-contrib's too)."""
-    policy = getattr(obj, "policy", None)
-    return (
-        policy is not None
-        and callable(getattr(policy, "obs_to_tensor", None))
-        and isinstance(getattr(obj, "action_space", None), spaces.Space)
-    )
+    """True for an SB3 algorithm (``PPO``, ``DQN``, ``SAC``, ..., sb3-contrib's too).
 
-
-def _forward_parameters(policy: Any) -> frozenset[str]:
-    try:
-        return frozenset(inspect.signature(policy.forward).parameters)
-    except (TypeError, ValueError):  # a forward without a signature (C extension)
-        return frozenset()
-
-
-def is_actor_critic(policy: Any) -> bool:
-    """True for an on-policy actor-critic policy (SB3's ``ActorCriticPolicy`` and subclasses)."""
-    return callable(getattr(policy, "evaluate_actions", None)) and callable(
-        getattr(policy, "predict_values", None)
-    )
-
-
-def observation_space_mismatch(env_space: spaces.Space[Any], model_space: Any) -> str | None:
-    """Why observations from ``env_space`` cannot go to a model of ``model_space``, or None.
-
-    Follows what SB3's ``BasePolicy.obs_to_tensor`` accepts (``is_vectorized_observation`` and
-    ``maybe_transpose`` in ``stable_baselines3.common``): a Box observation of the model space's
-    shape, or the channel-last ``(H, W, C)`` form of a channel-first ``(C, H, W)`` image space
-    (SB3 trains image policies behind ``VecTransposeImage`` and transposes at prediction time);
-    Discrete/MultiDiscrete/MultiBinary of the same size; a Dict with the same keys, each fitting.
-    Box bounds and dtypes are not compared (SB3's ``predict`` does not either).
-
-    Args:
-        env_space: ``env.observation_space(agent)``.
-        model_space: ``model.observation_space``.
-
-    Returns:
-        None when they fit, else a short reason such as ``"shape (18,) is not the model's (10,)"``.
+    Checked as ``isinstance(obj, BaseAlgorithm)`` once SB3 is imported; without SB3 imported no
+    SB3 model can exist, so nothing is imported to answer.
     """
-    if env_space == model_space:
-        return None
-    if isinstance(env_space, spaces.Box) and isinstance(model_space, spaces.Box):
-        shape, want = env_space.shape, model_space.shape
-        if shape == want or (len(shape) == 3 and (shape[2], shape[0], shape[1]) == want):
-            return None
-        return f"shape {shape} is not the model's {want}"
-    if isinstance(env_space, spaces.Dict) and isinstance(model_space, spaces.Dict):
-        keys, want_keys = sorted(env_space.spaces), sorted(model_space.spaces)
-        if keys != want_keys:
-            return f"keys {keys} are not the model's {want_keys}"
-        for key, sub in env_space.spaces.items():
-            reason = observation_space_mismatch(sub, model_space.spaces[key])
-            if reason is not None:
-                return f"key {key!r}: {reason}"
-        return None
-    sized = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
-    if isinstance(env_space, sized) and type(env_space) is type(model_space):
-        size = getattr(env_space, "n", getattr(env_space, "nvec", None))
-        want_size = getattr(model_space, "n", getattr(model_space, "nvec", None))
-        if np.array_equal(np.asarray(size), np.asarray(want_size)):
-            return None
-        return f"size {size} is not the model's {want_size}"
-    return f"a {type(env_space).__name__} space is not the model's {model_space}"
+    base = sys.modules.get("stable_baselines3.common.base_class")
+    return base is not None and isinstance(obj, base.BaseAlgorithm)
+
+
+def adapter_for(model: Any) -> SB3PolicyAdapter:
+    """The cached :class:`rlightning_sb3.SB3PolicyAdapter` of ``model`` (made on first use).
+
+    Raises:
+        ImportError: ``rlightning-sb3`` is not installed (install ``rlightning-pettingzoo[sb3]``).
+    """
+    adapter = _ADAPTERS.get(model)
+    if adapter is None:
+        try:
+            from rlightning_sb3 import SB3PolicyAdapter
+        except ModuleNotFoundError as error:  # pragma: no cover - the [sb3] extra is missing
+            raise ImportError(
+                "driving Stable-Baselines3 models needs rlightning-sb3: "
+                "pip install 'rlightning-pettingzoo[sb3]'"
+            ) from error
+        adapter = _ADAPTERS[model] = SB3PolicyAdapter(model)
+    return adapter
 
 
 def observation_shape_mismatch(space: spaces.Space[Any], observation: Any) -> str | None:
@@ -124,99 +100,84 @@ def stack_observations(observations: Sequence[Any]) -> Any:
     return np.stack([np.asarray(o) for o in observations])
 
 
-def _stack_masks(masks: Sequence[Any | None]) -> Any | None:
-    """Masks for sb3-contrib's ``action_masks=`` argument, or None when no agent has one.
-
-    Each mask is flattened (a MultiDiscrete mask tuple is concatenated, the layout sb3-contrib's
-    ``MaskableMultiCategoricalDistribution`` takes); an agent without a mask allows every action.
-    """
-    if all(mask is None for mask in masks):
-        return None
-    rows: list[np.ndarray[Any, Any] | None] = []
-    for mask in masks:
-        if mask is None:
-            rows.append(None)
-        elif isinstance(mask, tuple):
-            rows.append(np.concatenate([np.asarray(m, dtype=bool).reshape(-1) for m in mask]))
-        else:
-            rows.append(np.asarray(mask, dtype=bool).reshape(-1))
-    size = next(row.shape[0] for row in rows if row is not None)
-    return np.stack([np.ones(size, dtype=bool) if row is None else row for row in rows])
+def _row_ids(agents: Sequence[Any]) -> list[str]:
+    """One distinct str per agent, the row ids the SB3 adapter needs (``repr`` keeps 1 != '1')."""
+    return [repr(agent) for agent in agents]
 
 
-def sb3_forward(
+def sb3_rows(
     model: Any,
+    agents: Sequence[Any],
     observations: Sequence[Any],
+    masks: Sequence[Any | None],
+    action_space: spaces.Space[Any],
     *,
     deterministic: bool,
-    masks: Sequence[Any | None] | None = None,
-) -> dict[str, Any]:
-    """Run ``model`` once on a batch of observations; return per-row results.
+) -> dict[Any, dict[str, Any]]:
+    """Ask ``model`` once for every agent of ``agents``; row ``i`` goes to ``agents[i]``.
 
-    Actor-critic policies (PPO, A2C, sb3-contrib's MaskablePPO) follow SB3's
-    ``OnPolicyAlgorithm.collect_rollouts``: one ``policy(obs)`` forward pass under
-    ``torch.no_grad()`` gives the raw actions (``buffer_action``, what the rollout buffer stores),
-    values and log-probabilities; the env action is the raw action unscaled
-    (``policy.unscale_action``) when the policy squashes its output, else clipped to the Box
-    bounds. MaskablePPO gets the agents' masks through its ``action_masks`` argument.
-
-    Other policies (DQN, SAC, TD3, ...) follow SB3's ``BasePolicy.predict`` for the env action,
-    and ``OffPolicyAlgorithm._sample_action`` for ``buffer_action`` (Box actions rescaled to
-    ``[-1, 1]`` with ``policy.scale_action``; other spaces: the action itself).
-
-    The policy is put in evaluation mode (``set_training_mode(False)``), as SB3's ``predict``
-    does.
+    Runs :meth:`rlightning_sb3.SB3PolicyAdapter.act` with ``explore=not deterministic`` on the
+    stacked observations (see that method for what SB3 function each field follows). The
+    agents' masks (already checked, in gymnasium's format) go to sb3-contrib's MaskablePPO as
+    its flat ``action_masks`` rows, an agent without a mask allowing every action; other
+    models get no mask.
 
     Args:
-        model: An SB3 algorithm.
+        model: An SB3 algorithm; recurrent policies are refused.
+        agents: The agents, in batch order.
         observations: One observation per agent, each in the model's observation space.
-        deterministic: Use the policy's deterministic action.
-        masks: One action mask (or None) per agent; used by policies with ``action_masks``.
+        masks: One checked mask (or None) per agent.
+        action_space: The agents' action space (the model's).
+        deterministic: Take the deterministic action (no sampling, epsilon, warm-up or noise).
 
     Returns:
-        ``{"action": array (n, *action_shape), "buffer_action": array (n, *action_shape)}`` plus
-        ``"value"`` and ``"log_prob"`` (float32 arrays of shape ``(n,)``) for actor-critic
-        policies. All numpy, on the CPU.
+        ``{agent: fields}``: ``action`` and ``buffer_action`` (numpy rows of SB3's batched
+        output), and for on-policy models ``value`` and ``log_prob`` (np.float32 scalars).
 
     Raises:
-        TypeError: the policy is recurrent (it needs a hidden state per agent, not supported).
+        TypeError: the model is recurrent (it needs a hidden state per agent) or neither on- nor
+            off-policy.
+        ValueError: what ``SB3PolicyAdapter.act`` raises for the batch (shapes, NaN).
     """
-    import torch
-
-    policy = model.policy
-    action_space: spaces.Space[Any] = model.action_space
-    params = _forward_parameters(policy)
-    if "lstm_states" in params:
+    adapter = adapter_for(model)
+    if adapter.is_recurrent:
         raise TypeError(
-            f"{type(model).__name__} has a recurrent policy ({type(policy).__name__}), which needs "
-            "a hidden state per agent; rlightning_pettingzoo drives feed-forward SB3 policies only"
+            f"{type(model).__name__} has a recurrent policy ({type(model.policy).__name__}), "
+            "which needs a hidden state per agent; rlightning_pettingzoo drives feed-forward "
+            "SB3 policies only"
         )
-    batch = stack_observations(observations)
-    policy.set_training_mode(False)
-    if not is_actor_critic(policy):
-        actions, _ = policy.predict(batch, deterministic=deterministic)
-        buffer_actions = (
-            policy.scale_action(actions) if isinstance(action_space, spaces.Box) else actions
+    action_masks = None
+    if adapter.is_maskable and any(mask is not None for mask in masks):
+        size = rules.mask_size(action_space, "flat")
+        action_masks = np.stack(
+            [
+                np.ones(size, dtype=bool) if mask is None else rules.flat_mask(action_space, mask)
+                for mask in masks
+            ]
         )
-        return {"action": actions, "buffer_action": buffer_actions}
-    obs_tensor, _ = policy.obs_to_tensor(batch)
-    kwargs: dict[str, Any] = {}
-    if "action_masks" in params and masks is not None:
-        stacked = _stack_masks(masks)
-        if stacked is not None:
-            kwargs["action_masks"] = stacked
-    with torch.no_grad():
-        raw, values, log_probs = policy(obs_tensor, deterministic=deterministic, **kwargs)
-    raw_actions = raw.cpu().numpy().reshape((-1, *(action_space.shape or ())))
-    env_actions = raw_actions
-    if isinstance(action_space, spaces.Box):
-        if policy.squash_output:
-            env_actions = policy.unscale_action(raw_actions)
-        else:
-            env_actions = np.clip(raw_actions, action_space.low, action_space.high)
-    return {
-        "action": env_actions,
-        "buffer_action": raw_actions,
-        "value": values.cpu().numpy().reshape(-1).astype(np.float32, copy=False),
-        "log_prob": log_probs.cpu().numpy().reshape(-1).astype(np.float32, copy=False),
+    batch = adapter.act(
+        stack_observations(observations),
+        _row_ids(agents),
+        action_masks=action_masks,
+        explore=not deterministic,
+    )
+    stacked = batch.stacked
+    assert stacked is not None  # a fresh batch of the adapter is stacked
+    columns: dict[str, Any] = {
+        "action": stacked.action,
+        "buffer_action": stacked.buffer_action,
     }
+    data = stacked.__dict__
+    for name in ("value", "log_prob"):
+        if name in data:
+            columns[name] = data[name].cpu().numpy().reshape(-1)
+    return {agent: {name: col[i] for name, col in columns.items()} for i, agent in enumerate(agents)}
+
+
+def predict_values(model: Any, observations: Sequence[Any]) -> np.ndarray:
+    """The critic's values of a batch of observations: ``(n,)`` float32.
+
+    As SB3's ``collect_rollouts`` bootstraps a truncated episode (see
+    :meth:`rlightning_sb3.SB3PolicyAdapter.predict_values`).
+    """
+    return adapter_for(model).predict_values(stack_observations(observations))

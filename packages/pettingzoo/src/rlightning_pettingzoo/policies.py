@@ -9,9 +9,9 @@ Which agents act follows PettingZoo: every agent of ``env.agents`` in a parallel
 have left never get an action.
 
 A policy is either a Stable-Baselines3 model (``PPO``, ``A2C``, ``DQN``, ``SAC``, ``TD3``,
-sb3-contrib's ``MaskablePPO``, ...: anything with a ``.policy`` that has ``obs_to_tensor``), used
-directly through its policy (SB3 itself is never imported by this package), or a callable
-``(observation) -> action | PolicyResponse``.
+sb3-contrib's ``MaskablePPO``, ...: any ``BaseAlgorithm``), driven through
+:class:`rlightning_sb3.SB3PolicyAdapter` (the ``[sb3]`` extra; SB3's semantics live in
+``rlightning_sb3`` only), or a callable ``(observation) -> action | PolicyResponse``.
 """
 
 from __future__ import annotations
@@ -22,12 +22,11 @@ from typing import Any
 from rlightning import MultiAgentPolicyResponse, PolicyResponse
 from rlightning_pettingzoo._envs import aec_acting_agent, describe_env, is_aec, require_parallel
 from rlightning_pettingzoo._sb3 import (
-    is_actor_critic,
+    adapter_for,
     is_sb3_model,
     observation_shape_mismatch,
-    observation_space_mismatch,
-    sb3_forward,
-    stack_observations,
+    predict_values,
+    sb3_rows,
 )
 from rlightning_pettingzoo.masks import _checked_action_mask, find_action_mask
 
@@ -116,28 +115,29 @@ def _sb3_rows(
     masks: Sequence[Any],
     det: bool,
 ) -> dict[Any, dict[str, Any]]:
-    """One batched forward for ``agents``; row ``i`` of each output goes to ``agents[i]``.
+    """One batched call of the model for ``agents``; row ``i`` goes to ``agents[i]``.
 
     When the batch cannot be built or SB3 refuses it (a ValueError: ``np.stack`` of differing
     shapes, SB3's "Unexpected observation shape"), the agent at fault is looked for and named
     (:func:`_observation_culprit`); the per-step path pays nothing for this.
     """
     try:
-        out = sb3_forward(model, observations, deterministic=det, masks=masks)
+        return sb3_rows(
+            model, agents, observations, masks, env.action_space(agents[0]), deterministic=det
+        )
     except ValueError as error:
         culprit = _observation_culprit(env, model, agents, observations)
         if culprit is None:
             raise
         raise ValueError(culprit) from error
-    return {
-        agent: {name: batch[i] for name, batch in out.items()} for i, agent in enumerate(agents)
-    }
 
 
 def _observation_culprit(
     env: Any, model: Any, agents: Sequence[Any], observations: Sequence[Any]
 ) -> str | None:
     """The message naming the first agent whose observation (or space) does not fit, or None."""
+    from rlightning_sb3 import observation_space_mismatch
+
     model_space = model.observation_space
     for agent, observation in zip(agents, observations, strict=True):
         space = env.observation_space(agent)
@@ -173,16 +173,20 @@ def respond(
 ) -> MultiAgentPolicyResponse:
     """Ask each acting agent's own policy for its action; return one multi-agent response.
 
-    Agents whose policy is the same SB3 model object are run together in one batched forward
-    pass (in the order of the acting agents); each other policy is called once per agent. For SB3
-    models the fields are those of SB3's rollout collection (see ``sb3_forward``): ``action``
-    (what the env takes), ``buffer_action`` (what SB3's buffer stores) and, for actor-critic
-    policies, ``value`` and ``log_prob`` (np.float32). A callable returning a
-    :class:`PolicyResponse` contributes all of its data fields. An agent's action mask, when found
-    (:func:`find_action_mask`), is checked against its action space by the same rule as
-    :func:`sample_response` (``action-mask``: 0/1 of a bool or integer dtype, one entry per
-    action), passed to sb3-contrib's ``MaskablePPO`` and added as the field ``action_mask`` (the
-    object as found); other policies get no mask, so check their actions (e.g. with
+    Agents whose policy is the same SB3 model object are run together in one batched call of
+    :meth:`rlightning_sb3.SB3PolicyAdapter.act` (one row per agent, in the order of the acting
+    agents), so each agent gets exactly what SB3's own rollout collection gives an env: with
+    ``deterministic=False`` sampling, DQN's epsilon-greedy, the ``learning_starts`` warm-up and
+    action noise drawn per agent; with ``deterministic=True`` what ``model.predict(...,
+    deterministic=True)`` gives. The fields are ``action`` (what the env takes), ``buffer_action``
+    (what SB3's buffer stores; ``(1,)`` for Discrete, as ``collect_rollouts`` reshapes it) and,
+    for on-policy models, ``value`` and ``log_prob`` (np.float32). Each other policy is called
+    once per agent; a callable returning a :class:`PolicyResponse` contributes all of its data
+    fields. An agent's action mask, when found (:func:`find_action_mask`), is checked against its
+    action space by :func:`rlightning.rules.check_action_mask` (rule ``action-mask``: 0/1 values,
+    one entry per action; a mask that allows no action is refused, since the agent cannot act),
+    passed to sb3-contrib's ``MaskablePPO`` and added as the field ``action_mask`` (the object as
+    found); other policies get no mask, so check their actions (e.g. with
     :func:`rlightning.testing.check_multi_agent_policy_response`) where masks matter.
 
     Args:
@@ -192,7 +196,8 @@ def respond(
         policies: ``{agent_id: policy}`` for at least every acting agent. Extra keys are ignored.
         env_id: The response's ``env_id``.
         infos: ``{agent_id: info}``, where masks may live.
-        deterministic: Passed to SB3 models (deterministic actions); callables do not get it.
+        deterministic: SB3 models take their deterministic action (``explore=False``);
+            callables do not get it.
 
     Returns:
         A :class:`MultiAgentPolicyResponse` whose ``action`` and every other field are per-agent
@@ -205,7 +210,7 @@ def respond(
         ValueError: an AEC env's game is over (``env.agents`` is empty: call ``env.reset()``)
             or its ``env.agent_selection`` is not in ``env.agents``; an acting agent has no
             observation or no policy (names the agents); an acting agent's action mask breaks
-            the ``action-mask`` rule (names the agent); an SB3 model's batch fails because an
+            the ``action-mask`` rule or allows no action (names the agent); an SB3 model's batch fails because an
             agent's observation does not fit ``env.observation_space(agent)`` or that space
             does not fit the model's (names the agent); or a returned response has another
             ``env_id`` or no action.
@@ -343,6 +348,8 @@ class SharedPolicyAdapter:
                     "needs one observation space (use respond() with a policy per agent type)"
                 )
             unchecked.append((agent, obs_space, act_space, key))
+        if unchecked:
+            from rlightning_sb3 import observation_space_mismatch
         for agent, obs_space, act_space, key in unchecked:
             reason = observation_space_mismatch(obs_space, self.model.observation_space)
             if reason is not None:
@@ -377,20 +384,22 @@ class SharedPolicyAdapter:
 
         Returns:
             A :class:`MultiAgentPolicyResponse` with per-agent dicts, in :meth:`agent_order`:
-            ``action`` (env action: a row of the batch, np.int64 for Discrete, a float32 array
-            for Box, clipped or unscaled as SB3's ``collect_rollouts`` does), ``buffer_action``
-            (actor-critic models: the raw sampled action, as ``collect_rollouts`` stores it;
-            other models: for Box the env action rescaled to [-1, 1] with
-            ``policy.scale_action``, without action noise, else the action itself), and for
-            actor-critic models ``value`` and ``log_prob``
-            (np.float32), plus ``action_mask`` when masks were found. Empty ``action`` when no
+            the fields of :func:`respond` for an SB3 model (one batched
+            :meth:`rlightning_sb3.SB3PolicyAdapter.act` call, row ``i`` for the ``i``-th agent):
+            ``action`` (np.int64 for Discrete, a float32 array for Box, clipped or unscaled as
+            SB3's ``collect_rollouts`` does; off-policy models: as ``_sample_action``, with
+            warm-up, epsilon and per-agent noise unless ``deterministic``), ``buffer_action``
+            (what SB3's buffer stores: the raw sampled action, ``(1,)`` for Discrete, for
+            on-policy models; the action scaled to [-1, 1] with noise for an off-policy Box),
+            and for on-policy models ``value`` and ``log_prob`` (np.float32), plus
+            ``action_mask`` when masks were found. Empty ``action`` when no
             agent is live (no forward pass then). Split it with ``for_agent``.
 
         Raises:
             TypeError: ``env`` is not a ``ParallelEnv``, ``observations`` is not a mapping, or
                 the model's policy is recurrent.
             ValueError: a live agent has no observation, its action mask breaks the
-                ``action-mask`` rule (as in :func:`sample_response`), the agents are not
+                ``action-mask`` rule or allows no action (as in :func:`sample_response`), the agents are not
                 homogeneous or an agent's spaces do not fit the model's (names the agent and
                 both spaces), or an observation does not fit its agent's observation space
                 (names the agent).
@@ -434,18 +443,11 @@ class SharedPolicyAdapter:
             ValueError: the observations have differing shapes (``np.stack``) or SB3's
                 ``obs_to_tensor`` refuses their shape.
         """
-        import torch
-
-        policy = self.model.policy
-        if not is_actor_critic(policy):
-            raise TypeError(f"{type(self.model).__name__} has no value function to predict with")
         possible = list(getattr(env, "possible_agents", None) or [])
         agents = [a for a in possible if a in observations] + [
             a for a in observations if a not in set(possible)
         ]
         if not agents:
             return {}
-        obs_tensor, _ = policy.obs_to_tensor(stack_observations([observations[a] for a in agents]))
-        with torch.no_grad():
-            values = policy.predict_values(obs_tensor).cpu().numpy().reshape(-1)
+        values = predict_values(self.model, [observations[a] for a in agents])
         return {agent: float(values[i]) for i, agent in enumerate(agents)}
