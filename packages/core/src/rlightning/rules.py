@@ -722,6 +722,15 @@ def check_action_mask(
                 "gymnasium's layout is one tuple of per-dimension masks per agent"
             )
         return _check_tuple_mask(cast("spaces.MultiDiscrete", space), mask, blocks, subject)
+    if isinstance(mask, tuple) and isinstance(space, spaces.MultiDiscrete):
+        raise rule_error(
+            TypeError,
+            "action-mask",
+            subject,
+            "is a tuple of per-dimension masks (gymnasium's layout), but layout='flat'",
+            mask,
+            fix="pass layout='gymnasium', or np.concatenate(mask) for the flat layout",
+        )
     other = (
         f" (sb3-contrib's flat layout), or a tuple of {len(blocks)} per-dimension masks "
         "(gymnasium's layout, layout='gymnasium')"
