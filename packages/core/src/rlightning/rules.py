@@ -28,7 +28,8 @@ otherwise), and is read with ``detach().cpu().numpy()``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from itertools import accumulate
 from typing import Any, Literal, TypeVar, cast
 
 import numpy as np
@@ -438,7 +439,7 @@ def _refuse_not_zero_one(
     value: Any,
     labels: Sequence[Any] | None = None,
 ) -> None:
-    if not bad.any():
+    if not np.count_nonzero(bad):  # count_nonzero: no ufunc machinery, faster than any()
         return
     index = _first_index(bad)
     where = f" ({labels[index[0]]!r})" if labels is not None and index else ""
@@ -567,9 +568,12 @@ def mask_size(space: spaces.Space[Any]) -> int:
 
 
 def _zero_one_array(
-    mask: Any, shape: tuple[int, ...], subject: str, expected: str, fix: str | None
+    mask: Any, shape: tuple[int, ...], subject: str, expected: Callable[[], str]
 ) -> np.ndarray[Any, np.dtype[np.bool_]]:
-    """``mask`` as a new bool array of ``shape``, refusing a wrong shape, dtype or value."""
+    """``mask`` as a new bool array of ``shape``, refusing a wrong shape, dtype or value.
+
+    ``expected`` builds the "expected ..." text, only on error (a space's repr is slow).
+    """
     array = _as_array(mask, subject, "action-mask")
     if array.shape != shape:
         raise rule_error(
@@ -578,8 +582,7 @@ def _zero_one_array(
             subject,
             f"must have shape {shape}, not {array.shape}",
             mask,
-            expected=expected,
-            fix=fix,
+            expected=expected(),
         )
     bad = _not_zero_one(array, subject, "action-mask", mask)
     if bad is not None:
@@ -620,11 +623,14 @@ def _check_some_legal(
     offending row, as bools).
     """
     if len(blocks) == 1:
-        legal = flat.any(axis=-1, keepdims=True)
+        if flat.ndim == 1:
+            if np.count_nonzero(flat):
+                return
+            raise _no_legal_action(space, 0, blocks, subject, mask)
+        legal = np.count_nonzero(flat, axis=-1).reshape(-1, 1) > 0
     else:
-        offsets = np.cumsum([0, *blocks[:-1]])
-        legal = np.logical_or.reduceat(flat, offsets, axis=-1)
-    if legal.all():
+        legal = np.logical_or.reduceat(flat, list(accumulate(blocks[:-1], initial=0)), axis=-1)
+    if np.count_nonzero(legal) == legal.size:
         return
     where = _first_index(np.logical_not(legal))
     if rows is None:
@@ -700,18 +706,19 @@ def check_action_mask(
         ...
         ValueError: response.action_mask allows no action of Discrete(2); got array([0, 0], dtype=int8); fix: an agent that cannot act must not be asked to act (no policy distribution exists over an empty set of actions, and a made-up action with log_prob 0.0 would poison PPO's ratios); ask only agents with a legal action (in an AEC env only env.agent_selection acts) [rule no-legal-action]
     """  # noqa: E501  (doctest output is one line)
-    blocks = _mask_blocks(space, subject, mask)
-    size = sum(blocks)
     if (
         rows is None
-        and len(blocks) == 1
         and type(mask) is np.ndarray
         and mask.dtype is _BOOL
-        and mask.shape == (size,)
+        and isinstance(space, spaces.Discrete)
+        and mask.ndim == 1
+        and mask.shape[0] == space.n
     ):  # fast path: one Discrete mask of bools
-        if not mask.any():
-            raise _no_legal_action(space, 0, blocks, subject, mask)
+        if not np.count_nonzero(mask):
+            raise _no_legal_action(space, 0, [int(space.n)], subject, mask)
         return mask.copy()
+    blocks = _mask_blocks(space, subject, mask)
+    size = sum(blocks)
     if layout not in ("gymnasium", "flat"):
         raise ValueError(f"layout must be 'gymnasium' or 'flat', got {layout!r}")
     gymnasium_tuple = layout == "gymnasium" and isinstance(space, spaces.MultiDiscrete)
@@ -739,7 +746,7 @@ def check_action_mask(
     )
     if rows is None:
         flat = _zero_one_array(
-            mask, (size,), subject, f"{size} 0/1 entries for {space}{other}", None
+            mask, (size,), subject, lambda: f"{size} 0/1 entries for {space}{other}"
         )
     else:
         if len(rows) == 1 and np.shape(mask) == (size,):
@@ -748,8 +755,7 @@ def check_action_mask(
             mask,
             (len(rows), size),
             subject,
-            f"one row of {size} 0/1 entries for {space} per row {list(rows)}{other}",
-            None,
+            lambda: f"one row of {size} 0/1 entries for {space} per row {list(rows)}{other}",
         )
     _check_some_legal(space, flat, blocks, subject, rows, mask)
     return flat
@@ -759,24 +765,19 @@ def _check_tuple_mask(
     space: spaces.MultiDiscrete, mask: Any, blocks: list[int], subject: str
 ) -> tuple[np.ndarray[Any, np.dtype[np.bool_]], ...]:
     """A gymnasium-layout MultiDiscrete mask: a tuple of per-dimension 0/1 masks."""
-    hint = f"a tuple of {len(blocks)} per-dimension 0/1 masks of sizes {blocks} for {space}"
-    fix = (
-        f"pass layout='flat' for sb3-contrib's concatenated ({sum(blocks)},) mask"
-        if not isinstance(mask, tuple)
-        else None
-    )
-    if not isinstance(mask, tuple):
-        raise rule_error(
-            TypeError,
-            "action-mask",
-            subject,
-            f"must be a tuple (gymnasium's MultiDiscrete.sample(mask=...) layout), "
-            f"not a {type(mask).__name__}",
-            mask,
-            expected=hint,
-            fix=fix,
-        )
-    if len(mask) != len(blocks):
+    if not isinstance(mask, tuple) or len(mask) != len(blocks):
+        hint = f"a tuple of {len(blocks)} per-dimension 0/1 masks of sizes {blocks} for {space}"
+        if not isinstance(mask, tuple):
+            raise rule_error(
+                TypeError,
+                "action-mask",
+                subject,
+                f"must be a tuple (gymnasium's MultiDiscrete.sample(mask=...) layout), "
+                f"not a {type(mask).__name__}",
+                mask,
+                expected=hint,
+                fix=f"pass layout='flat' for sb3-contrib's concatenated ({sum(blocks)},) mask",
+            )
         raise rule_error(
             ValueError,
             "action-mask",
@@ -787,12 +788,15 @@ def _check_tuple_mask(
         )
     parts = tuple(
         _zero_one_array(
-            part, (n,), f"{subject}[{dim}]", f"{n} 0/1 entries for dimension {dim}", None
+            part,
+            (n,),
+            f"{subject}[{dim}]",
+            lambda n=n, dim=dim: f"{n} 0/1 entries for dimension {dim}",
         )
         for dim, (n, part) in enumerate(zip(blocks, mask, strict=True))
     )
     for dim, part in enumerate(parts):
-        if not part.any():
+        if not np.count_nonzero(part):
             raise _no_legal_action(space, dim, blocks, subject, mask)
     return parts
 
