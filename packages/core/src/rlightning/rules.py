@@ -29,6 +29,7 @@ otherwise), and is read with ``detach().cpu().numpy()``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from itertools import accumulate
 from typing import Any, Literal, TypeVar, cast
 
@@ -791,7 +792,7 @@ def _check_tuple_mask(
             part,
             (n,),
             f"{subject}[{dim}]",
-            lambda n=n, dim=dim: f"{n} 0/1 entries for dimension {dim}",
+            partial("{} 0/1 entries for dimension {}".format, n, dim),
         )
         for dim, (n, part) in enumerate(zip(blocks, mask, strict=True))
     )
