@@ -261,6 +261,13 @@ def test_space_violation_explains(space: spaces.Space[Any], value: Any, reason: 
     assert space_violation(space, value) == reason
 
 
+def test_a_zero_d_array_is_not_a_tuple() -> None:
+    """gymnasium's Tuple.contains raises on a 0-d array (tuple() of it); it is not an element."""
+    space = spaces.Tuple((spaces.MultiBinary(1), spaces.Discrete(1)))
+    assert not contains(space, np.array(1, np.int8))
+    assert space_violation(space, np.array(1, np.int8)) == "it is a 0-d array, not a tuple"
+
+
 @pytest.mark.torch
 def test_a_tensor_is_never_an_element() -> None:
     import torch

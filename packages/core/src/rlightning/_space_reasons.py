@@ -27,7 +27,8 @@ def _first_index(mask: np.ndarray[Any, Any]) -> tuple[int, ...]:
 def _box_reason(space: spaces.Box, value: Any) -> str:
     if not isinstance(value, np.ndarray):
         try:
-            value = np.asarray(value, dtype=space.dtype)
+            with np.errstate(all="ignore"):  # as rlightning.rules.contains casts
+                value = np.asarray(value, dtype=space.dtype)
         except (TypeError, ValueError, OverflowError):
             return f"it cannot be converted to a {space.dtype} array"
     if not np.can_cast(value.dtype, space.dtype):

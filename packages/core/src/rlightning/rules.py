@@ -5,7 +5,7 @@
 an id (the keys of :data:`RULES`); a broken rule raises the error built by :func:`rule_error`::
 
     response.action_mask allows no action of Discrete(3); got array([0, 0, 0], dtype=int8);
-    fix: ask only an agent with a legal action to act ... [rule no-legal-action]
+    fix: an agent that cannot act must not be asked to act (...) [rule no-legal-action]
 
 ================================  ==========================================================
 rule                              owner
@@ -123,7 +123,9 @@ RULES: dict[str, str] = {
     "known-agent": "every agent with an action has an action space",
     "live-agents": (
         "every live agent has an action (PettingZoo parallel API: step() takes an action for "
-        "each agent in env.agents)"
+        "each agent in env.agents); an agent whose mask allows no action is not asked to act "
+        "(no-legal-action; PettingZoo's turn_based_aec_to_parallel reads only the action of "
+        "agent_selection)"
     ),
     "no-inactive-action": (
         "no action for an agent that is not live (PettingZoo parallel API: an agent removed "
@@ -236,11 +238,14 @@ def contains(space: spaces.Space[Any], value: Any) -> bool:
             if _is_tensor(value):
                 return False
             try:
-                value = np.asarray(value, dtype=space.dtype)
+                with np.errstate(all="ignore"):  # gymnasium's cast, without numpy's warnings
+                    value = np.asarray(value, dtype=space.dtype)
             except (TypeError, ValueError, OverflowError):
                 return False
     elif isinstance(space, spaces.Tuple):
         if isinstance(value, (list, np.ndarray)):
+            if isinstance(value, np.ndarray) and value.ndim == 0:
+                return False  # gymnasium's tuple(x) raises on it: not an element
             value = tuple(value)
         return (
             isinstance(value, tuple)
@@ -315,6 +320,8 @@ def space_violation(space: spaces.Space[Any], value: Any) -> str | None:
             if reason is not None:
                 return f"[{key!r}] is not in {sub}: {reason}"
     if isinstance(space, spaces.Tuple):
+        if isinstance(value, np.ndarray) and value.ndim == 0:
+            return "it is a 0-d array, not a tuple"
         if isinstance(value, (list, np.ndarray)):
             value = tuple(value)
         if not isinstance(value, tuple):

@@ -137,8 +137,11 @@ def check_multi_agent_policy_response(
         action_spaces: ``{agent_id: gymnasium.Space}``; for a PettingZoo env
             ``{a: env.action_space(a) for a in env.possible_agents}``. Agents it lists need not all
             have actions.
-        live_agents: The agents that must act now and the only ones that may (``env.agents`` of a
-            parallel env). None skips the two liveness rules.
+        live_agents: The agents that must act now and the only ones that may: ``env.agents`` of
+            a parallel env, less any agent whose action mask allows no action (rule
+            ``no-legal-action``: the waiting player of a turn-based game in parallel form, whose
+            action ``turn_based_aec_to_parallel`` never reads). None skips the two liveness
+            rules.
 
     Raises:
         TypeError: ``response`` is not a :class:`MultiAgentPolicyResponse`, ``action_spaces`` is
