@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import gymnasium as gym
 import numpy as np
 
-from rlightning.rules import _stamp_problem
+from rlightning.rules._values import _stamp_problem
 
 if TYPE_CHECKING:
     from rlightning.types.policy_response import PolicyResponse
