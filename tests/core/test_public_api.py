@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 
 import rlightning
+import rlightning.rules
 import rlightning.types
 import rlightning.wire
 from rlightning import MultiAgentPolicyResponse, PolicyResponse
@@ -21,7 +22,7 @@ API_PAGE_MEMBERS = {
 
 
 def test_all_is_complete_and_importable():
-    for module in (rlightning, rlightning.types, rlightning.wire):
+    for module in (rlightning, rlightning.rules, rlightning.types, rlightning.wire):
         for name in module.__all__:
             assert hasattr(module, name), f"{module.__name__}.{name}"
     assert {"PolicyResponse", "MultiAgentPolicyResponse"} <= set(rlightning.types.__all__)

@@ -219,33 +219,33 @@ def test_valid_response_passes() -> None:
             "response.log_prob must not be NaN; got np.float32(nan) [rule scalar-field]",
         ),
         (
-            {"action": 1, "ts_env_sent_ns": 1.5},
-            "response.ts_env_sent_ns must be an int of nanoseconds since the epoch "
-            "(time.time_ns()); got 1.5 [rule timestamp]",
-        ),
-        (
             {"action": 1, "ts_policy_sent_ns": -5},
             "response.ts_policy_sent_ns must not be negative; got -5 [rule timestamp]",
         ),
         (
-            {"action": 1, "ts_env_sent_ns": True},
-            "response.ts_env_sent_ns must be an int of nanoseconds since the epoch "
-            "(time.time_ns()); got True [rule timestamp]",
+            {"action": 1, "ts_policy_sent_ns": 2**64},
+            "response.ts_policy_sent_ns must fit in 64 bits (at most 2**64 - 1 nanoseconds); "
+            "got 18446744073709551616 [rule timestamp]",
         ),
         (
             {"action": 1, "action_mask": np.array([1, 0, 1], np.int8)},
-            "response.action 1 is masked out by action_mask (legal: [0, 2]); got 1 "
+            "response.action 1 is masked out by the action mask (legal: [0, 2]); got 1 "
             "[rule action-mask]",
         ),
         (
             {"action": 1, "action_mask": np.array([1, 1], np.int8)},
             "response.action_mask must have shape (3,), not (2,); got "
-            "array([1, 1], dtype=int8) [rule action-mask]",
+            "array([1, 1], dtype=int8); expected 3 0/1 entries for Discrete(3) [rule action-mask]",
         ),
         (
             {"action": 1, "action_mask": np.array([0.5, 1, 1])},
-            "response.action_mask must hold only 0 and 1 (or bools); got "
-            "array([0.5, 1. , 1. ], dtype=float64) [rule action-mask]",
+            "response.action_mask must hold only booleans or exactly 0 and 1: element [0] = 0.5 "
+            "is neither; got array([0.5, 1. , 1. ], dtype=float64) [rule action-mask]",
+        ),
+        (
+            {"action": 1, "action_mask": np.zeros(3)},
+            "response.action_mask allows no action of Discrete(3); got array([0., 0., 0.], "
+            "dtype=float64); fix: an agent that cannot act must not be asked to act",
         ),
     ],
 )
@@ -254,19 +254,28 @@ def test_single_agent_rules(fields: dict[str, Any], message: str) -> None:
         check_policy_response(PolicyResponse("env-0", **fields), spaces.Discrete(3))
 
 
+@pytest.mark.parametrize(("stamp", "shown"), [(1.5, "1.5"), (True, "True"), ("now", "'now'")])
+def test_stamp_of_the_wrong_kind_is_a_type_error(stamp: Any, shown: str) -> None:
+    message = (
+        "response.ts_env_sent_ns must be an int of nanoseconds since the epoch "
+        f"(time.time_ns()); got {shown} [rule timestamp]"
+    )
+    with pytest.raises(TypeError, match=re.escape(message)):
+        check_policy_response(PolicyResponse("env-0", action=1, ts_env_sent_ns=stamp), BOX)
+
+
 def test_bool_mask_and_legal_action_pass() -> None:
     mask = np.array([True, False, True])
     check_policy_response(PolicyResponse(None, action=2, action_mask=mask), spaces.Discrete(3))
 
 
-def test_all_zero_mask_means_a_placeholder_action() -> None:
-    """No legal action (a waiting player): the action is not judged by the mask."""
+def test_mask_allowing_no_action_is_refused() -> None:
+    """A waiting player's all-zero mask: it must not be asked to act, whatever its action."""
     space = spaces.Discrete(3)
     mask = np.zeros(3, np.int8)
-    placeholder = space.sample(mask=mask)  # gymnasium returns space.start then
-    assert placeholder == 0
-    check_policy_response(PolicyResponse(None, action=placeholder, action_mask=mask), space)
-    check_policy_response(PolicyResponse(None, action=2, action_mask=mask), space)
+    for action in (0, 2):  # 0 is what gymnasium's sample(mask=mask) returns: space.start
+        with pytest.raises(ValueError, match=re.escape("[rule no-legal-action]")):
+            check_policy_response(PolicyResponse(None, action=action, action_mask=mask), space)
 
 
 def test_multi_discrete_mask() -> None:
@@ -276,16 +285,61 @@ def test_multi_discrete_mask() -> None:
     with pytest.raises(
         ValueError,
         match=re.escape(
-            "response.action[1] 2 is masked out by action_mask[1]; got array([0, 2], "
-            "dtype=int64) [rule action-mask]"
+            "response.action element [1] = 2 is masked out by the action mask of dimension 1 "
+            "(legal: [1]); got array([0, 2], dtype=int64) [rule action-mask]"
         ),
     ):
         check_policy_response(
             PolicyResponse(None, action=np.array([0, 2]), action_mask=mask), space
         )
-    with pytest.raises(ValueError, match=re.escape("must be a tuple of 2 per-dimension masks")):
+    # sb3-contrib's flat layout (what MaskablePPO takes) is read as such.
+    flat = np.array([1, 1, 0, 1, 0], np.int8)
+    check_policy_response(PolicyResponse(None, action=np.array([0, 1]), action_mask=flat), space)
+    with pytest.raises(ValueError, match=re.escape("masked out by the action mask of dimension 1")):
         check_policy_response(
-            PolicyResponse(None, action=np.array([0, 1]), action_mask=np.ones(5)), space
+            PolicyResponse(None, action=np.array([0, 2]), action_mask=flat), space
+        )
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "response.action_mask must have shape (5,), not (4,); got array([1., 1., 1., 1.], "
+            "dtype=float64); expected 5 0/1 entries for MultiDiscrete([2 3]) (sb3-contrib's flat "
+            "layout), or a tuple of 2 per-dimension masks (gymnasium's layout, "
+            "layout='gymnasium') [rule action-mask]"
+        ),
+    ):
+        check_policy_response(
+            PolicyResponse(None, action=np.array([0, 1]), action_mask=np.ones(4)), space
+        )
+    empty = (np.array([1, 1], np.int8), np.zeros(3, np.int8))
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "response.action_mask allows no value in dimension 1 of MultiDiscrete([2 3]) (flat "
+            "entries [2:5]), so no action; got (array([1, 1], dtype=int8), array([0, 0, 0], "
+            "dtype=int8)); fix: an agent that cannot act"
+        ),
+    ):
+        check_policy_response(
+            PolicyResponse(None, action=np.array([0, 1]), action_mask=empty), space
+        )
+
+
+def test_multi_binary_mask_in_sb3_contrib_layout() -> None:
+    space = spaces.MultiBinary(2)
+    mask = np.array([1, 0, 1, 1], np.int8)  # element 0 may only be 0; element 1 either
+    check_policy_response(
+        PolicyResponse(None, action=np.array([0, 1], np.int8), action_mask=mask), space
+    )
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "response.action element [0] = 1 is masked out by the action mask (entry [1] is 0; "
+            "legal: [0]); got array([1, 1], dtype=int8) [rule action-mask]"
+        ),
+    ):
+        check_policy_response(
+            PolicyResponse(None, action=np.array([1, 1], np.int8), action_mask=mask), space
         )
 
 
@@ -409,14 +463,13 @@ def test_multi_agent_valid() -> None:
         (
             _ma(action_mask={"a": np.array([1, 0, 0], np.int8), "b": None}),
             None,
-            "agent 'a' action 1 is masked out by action_mask (legal: [0]); got 1 "
+            "agent 'a' action 1 is masked out by the action mask (legal: [0]); got 1 "
             "[rule action-mask]",
         ),
         (
-            _ma(ts_env_sent_ns="now"),
+            _ma(ts_env_sent_ns=-1),
             None,
-            "response.ts_env_sent_ns must be an int of nanoseconds since the epoch "
-            "(time.time_ns()); got 'now' [rule timestamp]",
+            "response.ts_env_sent_ns must not be negative; got -1 [rule timestamp]",
         ),
     ],
 )
@@ -462,6 +515,8 @@ def test_every_rule_is_documented() -> None:
         "scalar-field",
         "buffer-action",
         "timestamp",
+        "no-legal-action",
+        "boolean",
         "known-agent",
         "live-agents",
         "no-inactive-action",
@@ -516,7 +571,7 @@ def test_tensor_action_mask(device: str) -> None:
     check_multi_agent_policy_response(
         _ma(action={"a": 2, "b": BOX.sample()}, action_mask=mask), SPACES_AB
     )
-    with pytest.raises(ValueError, match=re.escape("agent 'a' action 1 is masked out")):
+    with pytest.raises(ValueError, match=re.escape("agent 'a' action 1 is masked out by the")):
         check_multi_agent_policy_response(_ma(action_mask=mask), SPACES_AB)
 
 

@@ -1,4 +1,4 @@
-"""The multi-agent rules of ``rlightning.testing`` (see :data:`rlightning.testing.RULES`).
+"""The multi-agent rules of ``rlightning.testing`` (see :data:`rlightning.rules.RULES`).
 
 ``known-agent``, ``per-agent-keys``, ``live-agents`` and ``no-inactive-action``, applied by
 :func:`rlightning.testing.check_multi_agent_policy_response` in that order. Private: use that
@@ -12,11 +12,11 @@ from typing import Any
 
 from gymnasium import spaces
 
-from rlightning._checks_single import _fail
+from rlightning.rules import rule_error
 
 
 def _action_error(rule: str, problem: str, actions: Mapping[Any, Any]) -> Exception:
-    return _fail(ValueError, rule, "response.action", problem, actions)
+    return rule_error(ValueError, rule, "response.action", problem, actions)
 
 
 def _check_known_agents(
@@ -45,7 +45,7 @@ def _check_per_agent_keys(
         if keys != agent_keys and known.issuperset(keys):
             missing = [a for a in actions if a not in keys]
             extra = [a for a in keys if a not in agent_keys]
-            raise _fail(
+            raise rule_error(
                 ValueError,
                 "per-agent-keys",
                 f"response.{name}",

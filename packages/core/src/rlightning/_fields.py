@@ -1,7 +1,9 @@
 """Checks and helpers behind the response classes' fields (private).
 
 ``env_id`` checks, the latency arithmetic of ``compute_*_latency``, the names a field may not take,
-the gymnasium-space check of ``make_example`` and the timing-stamp names. Moved out of
+the gymnasium-space check of ``make_example`` and the adapters' builder
+(:func:`rlightning.types.response_from_checked`). The timing-stamp names and the stamp rule are
+:mod:`rlightning.rules`' (``STAMP_FIELDS``, ``check_stamp``). Moved out of
 :mod:`rlightning.types.policy_response` unchanged (same names), so the classes there keep only
 their methods; nothing here imports torch.
 """
@@ -10,19 +12,17 @@ from __future__ import annotations
 
 import time
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import gymnasium as gym
 import numpy as np
+
+from rlightning.rules._values import _stamp_problem
 
 if TYPE_CHECKING:
     from rlightning.types.policy_response import PolicyResponse
 
 _R = TypeVar("_R", bound="PolicyResponse")
-
-#: The timing stamps: left out by :meth:`PolicyResponse.to_dict` (with ``env_id``), and shared,
-#: never per-agent, in :meth:`MultiAgentPolicyResponse.from_agents`.
-_STAMP_FIELDS = frozenset({"ts_env_sent_ns", "ts_policy_sent_ns"})
 
 
 def _check_env_id(env_id: object) -> None:
@@ -49,11 +49,9 @@ def _latency_s(stamp: object, now_ns: int | None, stamp_name: str) -> float:
             f"now_ns must fit in a 64-bit int of nanoseconds, got {now_ns!r} "
             f"(while reading {stamp_name})"
         )
-    if isinstance(stamp, bool) or not isinstance(stamp, (int, np.integer)):
+    if _stamp_problem(stamp) is not None:  # the timestamp rule: treated as no stamp
         return 0.0
-    if not _INT64_MIN <= stamp <= _INT64_MAX:  # not a nanosecond time: treated as invalid
-        return 0.0
-    elapsed = (int(now_ns) - int(stamp)) / 1e9
+    elapsed = (int(now_ns) - int(cast("int", stamp))) / 1e9  # checked above
     return elapsed if elapsed > 0.0 else 0.0
 
 
@@ -87,20 +85,39 @@ _new_namespace = SimpleNamespace.__new__
 def response_from_checked(cls: type[_R], env_id: str | None, fields: dict[str, Any]) -> _R:
     """Build ``cls(env_id, **fields)`` without running ``__init__``, for inputs already checked.
 
-    For the adapters' per-step paths, where the constructor's Python-level call (keyword
-    packing, a frame, the checks) costs as much as the rest of their fixed work. The caller
-    guarantees what ``__init__`` would check: ``env_id`` is None or an exact ``str``, no field
-    name is reserved (:func:`_reserved_names`), and any check of the class itself holds (e.g.
-    ``MultiAgentPolicyResponse``'s ``action`` is a dict). The fields are stored as ``__init__``
-    stores them: ``env_id`` first, then ``fields`` in order, in the instance ``__dict__``.
+    Public as :func:`rlightning.types.response_from_checked`. For adapters' checked per-step
+    paths (``rlightning_sb3``, ``rlightning_pettingzoo``), where the constructor's Python-level
+    call (keyword packing, a frame, the checks) costs as much as the rest of their fixed work.
+    Nothing is checked here: the caller guarantees what ``__init__`` would check, or the response
+    breaks its class's promises silently:
+
+    * ``env_id`` is None or an exact ``str``;
+    * no field name is reserved (a member of ``cls`` such as ``cpu`` or ``to_dict``, or a protocol
+      name looked up on instances such as ``__deepcopy__``; ``cls(env_id, **fields)`` raises
+      ``ValueError`` for those);
+    * any check of the class itself holds (``MultiAgentPolicyResponse``'s ``action`` is a dict
+      keyed by agent id).
+
+    The fields are stored as ``__init__`` stores them: ``env_id`` first, then ``fields`` in
+    order, in the instance ``__dict__``; so the result equals (``==``), pickles and prints as
+    ``cls(env_id, **fields)``.
 
     Args:
         cls: ``PolicyResponse`` or a subclass.
         env_id: The response's ``env_id``.
-        fields: The other fields; copied into the response (values not copied).
+        fields: The other fields; copied into the response's ``__dict__`` (values not copied,
+            ``fields`` itself not kept).
 
     Returns:
         The new response.
+
+    Examples:
+        >>> from rlightning import PolicyResponse
+        >>> from rlightning.types import response_from_checked
+        >>> response_from_checked(PolicyResponse, "env-0", {"action": 1}) == PolicyResponse(
+        ...     "env-0", action=1
+        ... )
+        True
     """
     response = _new_namespace(cls)
     data = response.__dict__

@@ -1,8 +1,8 @@
 """Why a value is not in a gymnasium space, per space type (private).
 
-The helpers behind :func:`rlightning.testing.space_violation`: the verdict is always gymnasium's
-own ``space.contains``; these functions only explain a rejection. Use ``space_violation``, not
-these. Nothing here imports torch.
+The helpers behind :func:`rlightning.rules.space_violation`: the verdict is always
+:func:`rlightning.rules.contains` (gymnasium's own ``space.contains``); these functions only
+explain a rejection. Use ``space_violation``, not these. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -20,41 +20,6 @@ def _is_tensor(value: object) -> bool:
     return tensor is not None and isinstance(value, tensor)
 
 
-def _contains(space: spaces.Space[Any], value: Any) -> bool:
-    """``space.contains(value)``, without gymnasium's cast warning for non-array Box values.
-
-    Box.contains casts a non-array (e.g. the numpy scalar a shape-() Box samples) with
-    ``np.asarray(x, dtype=space.dtype)`` and warns "Casting input x to numpy array."; the same
-    cast is done here first, so the verdict is gymnasium's without the warning (which a test
-    suite run with ``-W error`` would turn into an exception). Dict and Tuple are walked as their
-    own ``contains`` walks them (a Tuple also takes a list or array, converted with ``tuple()``;
-    a Dict takes a dict with exactly its keys) so that nested Box leaves get the same treatment.
-    """
-    if isinstance(space, spaces.Box) and not isinstance(value, np.ndarray):
-        try:
-            value = np.asarray(value, dtype=space.dtype)
-        except (TypeError, ValueError, OverflowError):
-            return False
-    elif isinstance(space, spaces.Tuple):
-        if isinstance(value, (list, np.ndarray)):
-            value = tuple(value)
-        return (
-            isinstance(value, tuple)
-            and len(value) == len(space.spaces)
-            and all(_contains(sub, part) for sub, part in zip(space.spaces, value, strict=True))
-        )
-    elif isinstance(space, spaces.Dict):
-        return (
-            isinstance(value, dict)
-            and value.keys() == space.spaces.keys()
-            and all(_contains(sub, value[key]) for key, sub in space.spaces.items())
-        )
-    try:
-        return bool(space.contains(value))
-    except Exception:  # a contains() that cannot judge the value means "not in the space"
-        return False
-
-
 def _first_index(mask: np.ndarray[Any, Any]) -> tuple[int, ...]:
     return tuple(int(i) for i in np.argwhere(mask)[0])
 
@@ -62,7 +27,8 @@ def _first_index(mask: np.ndarray[Any, Any]) -> tuple[int, ...]:
 def _box_reason(space: spaces.Box, value: Any) -> str:
     if not isinstance(value, np.ndarray):
         try:
-            value = np.asarray(value, dtype=space.dtype)
+            with np.errstate(all="ignore"):  # as rlightning.rules.contains casts
+                value = np.asarray(value, dtype=space.dtype)
         except (TypeError, ValueError, OverflowError):
             return f"it cannot be converted to a {space.dtype} array"
     if not np.can_cast(value.dtype, space.dtype):

@@ -1,5 +1,10 @@
-"""Response types: :class:`PolicyResponse` and :class:`MultiAgentPolicyResponse`."""
+"""Response types: :class:`PolicyResponse` and :class:`MultiAgentPolicyResponse`.
 
+:func:`response_from_checked` builds a response without its constructor's checks, for adapters'
+checked per-step paths.
+"""
+
+from rlightning._fields import response_from_checked
 from rlightning.types.policy_response import MultiAgentPolicyResponse, PolicyResponse
 
-__all__ = ["MultiAgentPolicyResponse", "PolicyResponse"]
+__all__ = ["MultiAgentPolicyResponse", "PolicyResponse", "response_from_checked"]

@@ -18,8 +18,9 @@ from typing import Any, ClassVar, TypeVar
 
 import gymnasium as gym
 
-from rlightning._fields import _STAMP_FIELDS, _check_env_id, _check_space
+from rlightning._fields import _check_env_id, _check_space
 from rlightning._tree import tree_equal, tree_repr
+from rlightning.rules import STAMP_FIELDS
 from rlightning.types.policy_response import PolicyResponse
 
 __all__ = ["MultiAgentPolicyResponse"]
@@ -234,7 +235,7 @@ class MultiAgentPolicyResponse(PolicyResponse):
                     "give every agent the field or none"
                 )
             values = [r.__dict__[name] for r in responses.values()]
-            if name in shared_names or name in _STAMP_FIELDS:
+            if name in shared_names or name in STAMP_FIELDS:
                 data[name] = _shared_value(name, agent_ids, values)
             else:
                 data[name] = dict(zip(agent_ids, values, strict=True))
@@ -284,7 +285,7 @@ def _shared_value(name: str, agent_ids: list[Any], values: list[Any]) -> Any:
     if differing:
         hint = (
             "stamp the combined response instead (e.g. call mark_policy_sent() on it)"
-            if name in _STAMP_FIELDS
+            if name in STAMP_FIELDS
             else "leave it out of shared= to keep it per-agent"
         )
         raise ValueError(
