@@ -35,7 +35,7 @@ from rlightning._checks_single import (
     _check_stamps,
 )
 from rlightning._fields import _check_space
-from rlightning.rules import RULES, rule_error, space_violation
+from rlightning.rules import RULES, STAMP_FIELDS, check_action_mask, rule_error, space_violation
 from rlightning.types.policy_response import MultiAgentPolicyResponse, PolicyResponse
 
 __all__ = [
@@ -65,6 +65,50 @@ def _check_fields(fields: Mapping[str, Any], space: spaces.Space[Any], subject: 
     _check_action_mask(fields, space, subject)
     _check_scalar_fields(fields, subject)
     _check_buffer_action(fields, space, subject)
+
+
+def _check_waiting(fields: Mapping[str, Any], space: spaces.Space[Any], subject: str) -> None:
+    """An agent whose action is None waits: its mask allows no action and it has no outputs.
+
+    Rule ``no-legal-action``: the agent's ``action_mask`` is there and allows no action
+    (``check_action_mask(..., allow_empty=True)`` gives None), and every other per-agent field
+    but the stamps is None (no policy was asked, so no value or log_prob exists).
+    """
+    mask = fields.get("action_mask")
+    if mask is None or (
+        check_action_mask(
+            space,
+            mask,
+            subject=f"{subject}action_mask",
+            layout="gymnasium" if isinstance(mask, tuple) else "flat",
+            allow_empty=True,
+        )
+        is not None
+    ):
+        raise rule_error(
+            ValueError,
+            "action-in-space",
+            f"{subject}action",
+            f"is None, which only an agent whose action_mask allows no action may have "
+            f"(it waits); otherwise it must be in {space}",
+            None,
+        )
+    made_up = [
+        name
+        for name, value in fields.items()
+        if value is not None
+        and name not in ("action", "action_mask", "env_id")
+        and name not in STAMP_FIELDS
+    ]
+    if made_up:
+        raise rule_error(
+            ValueError,
+            "no-legal-action",
+            subject.rstrip(),
+            f"waits (action None: its mask allows no action) but has policy outputs {made_up}",
+            {name: fields[name] for name in made_up},
+            fix="a waiting agent has no value, log_prob or buffer_action: give it None",
+        )
 
 
 # ---------------------------------------------------------------------------- public checkers
@@ -180,4 +224,7 @@ def check_multi_agent_policy_response(
         _check_live_agents(actions, live_agents)
     for agent in actions:
         view = response.for_agent(agent).__dict__
-        _check_fields(view, action_spaces[agent], f"agent {agent!r} ")
+        if view["action"] is None:
+            _check_waiting(view, action_spaces[agent], f"agent {agent!r} ")
+        else:
+            _check_fields(view, action_spaces[agent], f"agent {agent!r} ")

@@ -171,7 +171,9 @@ def sb3_rows(
     for name in ("value", "log_prob"):
         if name in data:
             columns[name] = data[name].cpu().numpy().reshape(-1)
-    return {agent: {name: col[i] for name, col in columns.items()} for i, agent in enumerate(agents)}
+    return {
+        agent: {name: col[i] for name, col in columns.items()} for i, agent in enumerate(agents)
+    }
 
 
 def predict_values(model: Any, observations: Sequence[Any]) -> np.ndarray:

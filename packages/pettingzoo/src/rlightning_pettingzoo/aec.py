@@ -16,14 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 from gymnasium import spaces
 
 from rlightning import MultiAgentPolicyResponse
-from rlightning._tree import tree_repr
-from rlightning.testing import space_violation
+from rlightning.rules import describe, mask_violation, space_violation
 from rlightning_pettingzoo._envs import aec_acting_agent, describe_env, require_aec
-from rlightning_pettingzoo.masks import _checked_action_mask, find_action_mask
+from rlightning_pettingzoo.masks import find_action_mask
 
 __all__ = ["aec_action"]
 
@@ -90,18 +88,19 @@ def aec_action(
     if reason is not None:
         raise ValueError(
             f"{_where(env, response)}: action for agent {agent!r} is not in {space}: {reason}; got "
-            f"{tree_repr(action)} [rule action-in-space]"
+            f"{describe(action)} [rule action-in-space]"
         )
     if check_mask:
         mask = find_action_mask(agent, {agent: env.observe(agent)}, env.infos)
-        if mask is not None:
-            checked = _checked_action_mask(space, mask, agent, env)
-            illegal = _illegal(space, checked, action)
-            if illegal is not None:
+        if mask is not None and (
+            isinstance(space, spaces.Discrete)
+            or (isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1)
+        ):
+            reason = mask_violation(space, mask, action, subject=f"action mask of agent {agent!r}")
+            if reason is not None:
                 raise ValueError(
-                    f"{_where(env, response)}: action {tree_repr(action)} for agent {agent!r} "
-                    f"is illegal now: the env's action_mask allows only {illegal} "
-                    "[rule action-mask]"
+                    f"{_where(env, response)}: action {describe(action)} for agent {agent!r} "
+                    f"is illegal now: {reason} [rule action-mask]"
                 )
     return action
 
@@ -109,22 +108,3 @@ def aec_action(
 def _where(env: Any, response: MultiAgentPolicyResponse) -> str:
     """The env and response an error message is about (built only when raising)."""
     return f"{describe_env(env)} (response env_id={response.env_id!r})"
-
-
-def _illegal(space: spaces.Space[Any], mask: Any, action: Any) -> list[Any] | None:
-    """None when ``action`` is one the (checked) mask allows; else the legal actions.
-
-    Discrete: ``mask[action - start]``; 1-D MultiDiscrete: each dimension's own mask (the
-    legal values of the first dimension that forbids its entry are returned). Other spaces are
-    not checked here.
-    """
-    if isinstance(space, spaces.Discrete):
-        if mask[int(action) - int(space.start)]:
-            return None
-        return (np.flatnonzero(mask) + int(space.start)).tolist()
-    if isinstance(space, spaces.MultiDiscrete) and isinstance(mask, tuple):
-        for dim, sub in enumerate(mask):
-            start = int(space.start[dim])
-            if not sub[int(action[dim]) - start]:
-                return (np.flatnonzero(sub) + start).tolist()
-    return None

@@ -22,7 +22,8 @@ from gymnasium import spaces
 
 from pettingzoo import AECEnv, ParallelEnv
 from rlightning import MultiAgentPolicyResponse
-from rlightning._fields import response_from_checked
+from rlightning.rules import check_action_mask
+from rlightning.types import response_from_checked
 from rlightning_pettingzoo._envs import aec_acting_agent, describe_env, is_aec
 
 __all__ = ["find_action_mask", "sample_response"]
@@ -61,82 +62,51 @@ def find_action_mask(
     return None
 
 
-def _bad_mask(array: np.ndarray[Any, Any], n: int) -> str | None:
-    """What is wrong with ``array`` as a 0/1 mask of shape ``(n,)``, or None when nothing."""
-    if array.shape != (n,):
-        return f"its shape is {array.shape}"
-    kind = array.dtype.kind
-    if kind == "b":
-        return None
-    if kind == "i":  # negatives read as huge unsigned numbers: one comparison finds both
-        array = array.view(_UNSIGNED[array.dtype.itemsize])
-    elif kind != "u":
-        return f"its dtype {array.dtype} is not bool or integer"
-    if (array > 1).any():
-        return "it holds values other than 0 and 1"
-    return None
-
-
-# Unsigned integer dtype of each integer itemsize, for _bad_mask's single comparison.
-_UNSIGNED = {
-    1: np.dtype(np.uint8),
-    2: np.dtype(np.uint16),
-    4: np.dtype(np.uint32),
-    8: np.dtype(np.uint64),
-}
-
-
-def _mask_array(mask: Any, n: int, agent: Any, env: Any, space: Any, dim: str) -> Any:
-    array = mask if type(mask) is np.ndarray else np.asarray(mask)
-    problem = _bad_mask(array, n)
-    if problem is not None:
-        raise ValueError(
-            f"action mask of agent {agent!r}{dim} in {describe_env(env)} must be 0/1 values "
-            f"of shape ({n},) for {space}, got {mask!r}: {problem} (PettingZoo action masks: "
-            "1 = legal, 0 = illegal, one entry per action) [rule action-mask]"
-        )
-    return array.astype(np.int8, copy=False)
-
-
-def _checked_action_mask(space: spaces.Space[Any], mask: Any, agent: Any, env: Any) -> Any:
+def _checked_action_mask(space: spaces.Space[Any], mask: Any, agent: Any) -> Any:
     """Check ``agent``'s action mask against its action space; return it in gymnasium's format.
 
-    The rule is :data:`rlightning.testing.RULES` ``"action-mask"``, the same one
+    The rule is :func:`rlightning.rules.check_action_mask` (``action-mask``), the same one
     :func:`rlightning.testing.check_multi_agent_policy_response` applies: for ``Discrete(n)`` a
-    mask of shape ``(n,)`` holding only 0 and 1, of a bool or integer dtype (so 0.5, NaN or 2 is
-    refused, never read as "allowed"); for a 1-D ``MultiDiscrete`` a tuple of such masks, one per
-    dimension. Masks of other spaces are returned unchecked. Used by :func:`sample_response`,
-    :func:`aec_action`, :func:`respond` and :class:`SharedPolicyAdapter` alike.
+    mask of shape ``(n,)`` holding only 0 and 1 (so 0.5, NaN or 2 is refused, never read as
+    "allowed"); for a 1-D ``MultiDiscrete`` a tuple of such masks, one per dimension. Masks of
+    other spaces are returned unchecked (gymnasium's ``MultiBinary.sample(mask=...)`` takes
+    0/1/2 "force 0, force 1, random" entries, not legal-action masks). Used by
+    :func:`sample_response`, :func:`aec_action`, :func:`respond` and
+    :class:`SharedPolicyAdapter` alike.
 
     Args:
         space: ``env.action_space(agent)``.
         mask: The mask as found by :func:`find_action_mask` (array-like or tuple); not modified.
         agent: The agent id, for the message.
-        env: The env, for the message.
 
     Returns:
-        For Discrete, an int8 array of shape ``(n,)`` (the mask itself when it already is one);
-        for 1-D MultiDiscrete, a tuple of such arrays; otherwise ``mask`` unchanged. This is the
-        dtype gymnasium's ``Space.sample(mask=...)`` requires.
+        For Discrete, an int8 array of shape ``(n,)``; for 1-D MultiDiscrete, a tuple of such
+        arrays (the dtype gymnasium's ``Space.sample(mask=...)`` requires); otherwise ``mask``
+        unchanged. None when the mask allows no action (rule ``no-legal-action``): the agent
+        waits (the waiting player of a turn-based game in parallel form) and gets the action
+        None.
 
     Raises:
-        ValueError: the mask breaks the rule (names the agent, the env, the space, the mask and
-            what is wrong).
+        TypeError: the mask's kind or dtype is wrong (names the agent).
+        ValueError: the mask breaks the rule (names the agent, the mask and what is wrong).
     """
-    if type(space) is spaces.Discrete or isinstance(space, spaces.Discrete):
-        return _mask_array(mask, int(space.n), agent, env, space, "")
-    if isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1:
-        if not isinstance(mask, tuple) or len(mask) != len(space.nvec):
-            raise ValueError(
-                f"action mask of agent {agent!r} in {describe_env(env)} must be a tuple of "
-                f"{len(space.nvec)} per-dimension 0/1 masks for {space}, got {mask!r} "
-                "(gymnasium's MultiDiscrete.sample(mask=...) format) [rule action-mask]"
-            )
-        return tuple(
-            _mask_array(sub, int(n), agent, env, space, f" (dimension {dim})")
-            for dim, (n, sub) in enumerate(zip(space.nvec, mask, strict=True))
-        )
-    return mask
+    if not (
+        type(space) is spaces.Discrete
+        or isinstance(space, spaces.Discrete)
+        or (isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1)
+    ):
+        return mask
+    checked = check_action_mask(
+        space,
+        mask,
+        subject=f"action mask of agent {agent!r}",
+        allow_empty=True,
+    )
+    if checked is None:
+        return None
+    if isinstance(checked, tuple):
+        return tuple(part.view(np.int8) for part in checked)
+    return checked.view(np.int8)
 
 
 # Space type -> is it a gymnasium Dict space. spaces.Dict is also a typing.Mapping, so a plain
@@ -170,10 +140,10 @@ def sample_response(
 
     Each action is ``env.action_space(agent).sample(mask=...)`` with the agent's mask from
     :func:`find_action_mask` (observation first, then info), so no illegal action is sampled. A
-    mask of all zeros means the agent has no legal action now (the waiting player of a
-    turn-based game in parallel form, ``turn_based_aec_to_parallel``): as gymnasium's
-    ``Discrete.sample`` does then, the placeholder ``space.start`` is returned, which the env
-    ignores. For an AEC env whose ``observations``/``infos`` are not given, they are read from
+    mask that allows no action means the agent cannot act now (the waiting player of a
+    turn-based game in parallel form, ``turn_based_aec_to_parallel``, which reads only
+    ``agent_selection``'s action): its action is None (rule ``no-legal-action`` of
+    :mod:`rlightning.rules`), never a made-up action; :func:`to_parallel_actions` passes it on. For an AEC env whose ``observations``/``infos`` are not given, they are read from
     the env (``env.observe(agent)``, ``env.infos``); so is the observation when ``observations``
     lacks the agent. Sampling advances each action space's RNG (the env is otherwise not
     changed); seed the spaces (``env.action_space(agent).seed(s)``) for reproducible actions.
@@ -185,17 +155,18 @@ def sample_response(
         infos: ``{agent_id: info}`` from the last ``reset``/``step``.
 
     Returns:
-        A :class:`MultiAgentPolicyResponse` with ``action`` ``{agent_id: action}`` and, when any
-        acting agent has a mask, a per-agent ``action_mask`` field (the masks as found, None for
-        agents without one). Its action dict is empty when no agent acts.
+        A :class:`MultiAgentPolicyResponse` with ``action`` ``{agent_id: action}`` (None for an
+        agent whose mask allows no action) and, when any acting agent has a mask, a per-agent
+        ``action_mask`` field (the masks as found, None for agents without one). Its action dict
+        is empty when no agent acts.
 
     Raises:
         TypeError: ``env`` is not a PettingZoo env, or ``env_id`` is neither a str nor None.
         ValueError: an AEC env's game is over (``env.agents`` is empty: call ``env.reset()``)
             or its ``env.agent_selection`` is not in ``env.agents``; a mask breaks the
-            ``action-mask`` rule of :data:`rlightning.testing.RULES` (for ``Discrete(n)`` a
-            bool or integer array of shape ``(n,)`` holding only 0 and 1; for a 1-D
-            ``MultiDiscrete`` a tuple of such arrays, one per dimension); or a parallel env's
+            ``action-mask`` rule of :data:`rlightning.rules.RULES` (for ``Discrete(n)`` an
+            array of shape ``(n,)`` holding only 0 and 1; for a 1-D ``MultiDiscrete`` a tuple
+            of such arrays, one per dimension); or a parallel env's
             observation space carries action masks (a Dict with ``"action_mask"``) but
             ``observations`` lacks a live agent's observation, so its mask cannot be honoured.
     """
@@ -254,8 +225,8 @@ def sample_response(
             actions[agent] = space.sample()
         else:
             masked = True
-            mask = _checked_action_mask(space, mask, agent, env)
-            actions[agent] = space.sample(mask=mask)
+            mask = _checked_action_mask(space, mask, agent)
+            actions[agent] = None if mask is None else space.sample(mask=mask)
     if masked:
         return MultiAgentPolicyResponse(env_id, action=actions, action_mask=masks)
     return _response(env_id, actions)

@@ -19,8 +19,7 @@ from typing import Any
 
 from pettingzoo import ParallelEnv
 from rlightning import MultiAgentPolicyResponse
-from rlightning._tree import tree_repr
-from rlightning.testing import space_violation
+from rlightning.rules import STAMP_FIELDS, check_action_mask, describe, space_violation
 from rlightning_pettingzoo._checks import _CACHES as _CHECKER_CACHES
 from rlightning_pettingzoo._checks import cache_entry, checker_cache
 from rlightning_pettingzoo._envs import describe_env, require_parallel
@@ -28,7 +27,6 @@ from rlightning_pettingzoo._envs import describe_env, require_parallel
 __all__ = ["InactiveAgentActionWarning", "from_parallel_actions", "to_parallel_actions"]
 
 # The timing stamps of a response (rlightning.types.policy_response): shared, never per agent.
-_STAMP_FIELDS = frozenset({"ts_env_sent_ns", "ts_policy_sent_ns"})
 
 
 class InactiveAgentActionWarning(UserWarning):
@@ -55,7 +53,7 @@ def to_parallel_actions(
 ) -> dict[Any, Any]:
     """Return the ``{agent_id: action}`` dict a parallel env's ``step`` takes.
 
-    Checks, in order (rule ids as in :data:`rlightning.testing.RULES`):
+    Checks, in order (rule ids as in :data:`rlightning.rules.RULES`):
 
     1. ``live-agents``: every agent of ``env.agents`` has an action in ``response.action``.
     2. ``no-inactive-action``: no action is given for an agent outside ``env.agents`` (one that
@@ -65,6 +63,10 @@ def to_parallel_actions(
        for a fixed set of agents (e.g. ``env.possible_agents``) while agents leave mid-episode.
     3. ``action-in-space``: each action is in ``env.action_space(agent)``, exactly as gymnasium's
        ``Space.contains`` decides (so a float64 array for a float32 Box is refused: cast it).
+       The one exception is ``no-legal-action``: an agent whose action is None and whose
+       ``response.action_mask`` allows no action waits (the waiting player of a turn-based game
+       in parallel form: ``turn_based_aec_to_parallel`` reads only ``agent_selection``'s
+       action), and None is passed for it.
 
     Args:
         response: The policy's answer; it is not modified.
@@ -167,17 +169,31 @@ def _checked_parallel_actions(
             stacklevel=3,  # the caller of to_parallel_actions()
         )
     out: dict[Any, Any] = {}
+    masks = response.__dict__.get("action_mask")
     for agent in live:
         action = actions[agent]
         space = env.action_space(agent)
+        if action is None and _waits(space, masks, agent):
+            out[agent] = None  # no legal action: the agent waits (rule no-legal-action)
+            continue
         reason = space_violation(space, action)
         if reason is not None:
             raise ValueError(
                 f"{where}: action for agent {agent!r} is not in {space}: {reason}; got "
-                f"{tree_repr(action)} [rule action-in-space]"
+                f"{describe(action)} [rule action-in-space]"
             )
         out[agent] = action
     return out
+
+
+def _waits(space: Any, masks: Any, agent: Any) -> bool:
+    """Whether the response's ``action_mask`` of ``agent`` allows no action (it waits)."""
+    if not isinstance(masks, dict) or masks.get(agent) is None:
+        return False
+    mask = masks[agent]
+    layout = "gymnasium" if isinstance(mask, tuple) else "flat"
+    subject = f"response.action_mask[{agent!r}]"
+    return check_action_mask(space, mask, subject=subject, layout=layout, allow_empty=True) is None
 
 
 def from_parallel_actions(
@@ -221,13 +237,13 @@ def from_parallel_actions(
         raise TypeError(
             "from_parallel_actions() got the actions twice: as actions "
             f"{list(actions)} and as the per-agent field action= "
-            f"{tree_repr(per_agent_fields['action'])}; pass them once, as the first argument"
+            f"{describe(per_agent_fields['action'])}; pass them once, as the first argument"
         )
-    stamps = sorted(_STAMP_FIELDS.intersection(per_agent_fields))
+    stamps = sorted(STAMP_FIELDS.intersection(per_agent_fields))
     if stamps:
         raise ValueError(
             f"{stamps[0]!r} is a timing stamp, one value per response (nanoseconds since the "
-            f"epoch), not a per-agent field; got {tree_repr(per_agent_fields[stamps[0]])}. "
+            f"epoch), not a per-agent field; got {describe(per_agent_fields[stamps[0]])}. "
             "Per-agent stamps would make the latency methods return 0.0 (as "
             "MultiAgentPolicyResponse.from_agents refuses differing stamps); set it on the "
             "returned response instead (response.ts_env_sent_ns = ..., response.mark_policy_sent())"

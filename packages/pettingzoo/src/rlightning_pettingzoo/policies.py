@@ -90,21 +90,30 @@ def _assemble(
     return MultiAgentPolicyResponse(env_id, **data)
 
 
-def _checked_masks(env: Any, agents: Sequence[Any], masks: Sequence[Any]) -> list[Any]:
+_WAITS = object()  # marks an agent whose mask allows no action (see _checked_masks)
+
+
+def _checked_masks(agents: Sequence[Any], masks: Sequence[Any], env: Any) -> list[Any]:
     """Each found mask checked against its agent's action space (rule ``action-mask``).
 
-    Returns the masks in gymnasium's format (int8), None where an agent has none; raises the
-    ValueError of ``_checked_action_mask`` naming the agent for a malformed one (a 0.5, NaN or 2
-    entry, a wrong length), which ``np.asarray(mask, dtype=bool)`` would otherwise turn into
-    "allowed" or a bare reshape error inside sb3-contrib.
+    Returns the masks in gymnasium's format (int8), None where an agent has none, and
+    :data:`_WAITS` where the mask allows no action (rule ``no-legal-action``: the agent cannot
+    act now, so no policy is asked and its action is None); raises the ValueError of
+    ``_checked_action_mask`` naming the agent for a malformed one (a 0.5, NaN or 2 entry, a
+    wrong length), which ``np.asarray(mask, dtype=bool)`` would otherwise turn into "allowed"
+    or a bare reshape error inside sb3-contrib.
     """
     if all(mask is None for mask in masks):
         return list(masks)
     action_space = env.action_space
-    return [
-        None if mask is None else _checked_action_mask(action_space(agent), mask, agent, env)
-        for agent, mask in zip(agents, masks, strict=True)
-    ]
+    out: list[Any] = []
+    for agent, mask in zip(agents, masks, strict=True):
+        if mask is None:
+            out.append(None)
+            continue
+        checked = _checked_action_mask(action_space(agent), mask, agent)
+        out.append(_WAITS if checked is None else checked)
+    return out
 
 
 def _sb3_rows(
@@ -202,7 +211,10 @@ def respond(
     Returns:
         A :class:`MultiAgentPolicyResponse` whose ``action`` and every other field are per-agent
         dicts keyed by the acting agents (in ``env.agents`` order); a field some agents' policies
-        do not give is None for those agents. Empty ``action`` when no agent acts.
+        do not give is None for those agents. An agent whose mask allows no action (the waiting
+        player of a turn-based game in parallel form) is asked nothing: its action and every
+        other field but ``action_mask`` are None (rule ``no-legal-action``), which
+        :func:`to_parallel_actions` passes on. Empty ``action`` when no agent acts.
 
     Raises:
         TypeError: ``env`` is not a PettingZoo env, a mapping argument is not a mapping, a policy
@@ -210,7 +222,7 @@ def respond(
         ValueError: an AEC env's game is over (``env.agents`` is empty: call ``env.reset()``)
             or its ``env.agent_selection`` is not in ``env.agents``; an acting agent has no
             observation or no policy (names the agents); an acting agent's action mask breaks
-            the ``action-mask`` rule or allows no action (names the agent); an SB3 model's batch fails because an
+            the ``action-mask`` rule (names the agent); an SB3 model's batch fails because an
             agent's observation does not fit ``env.observation_space(agent)`` or that space
             does not fit the model's (names the agent); or a returned response has another
             ``env_id`` or no action.
@@ -220,9 +232,12 @@ def respond(
     _require_entries(policies, agents, "policies", env)
     per_agent: dict[Any, dict[str, Any]] = {}
     masks = {agent: find_action_mask(agent, observations, infos) for agent in agents}
-    checked = dict(zip(agents, _checked_masks(env, agents, list(masks.values())), strict=True))
+    checked = dict(zip(agents, _checked_masks(agents, list(masks.values()), env), strict=True))
     groups: dict[int, list[Any]] = {}
     for agent in agents:
+        if checked[agent] is _WAITS:
+            per_agent[agent] = {"action": None}  # no legal action: no policy is asked
+            continue
         policy = policies[agent]
         if is_sb3_model(policy):
             groups.setdefault(id(policy), []).append(agent)
@@ -392,7 +407,9 @@ class SharedPolicyAdapter:
             (what SB3's buffer stores: the raw sampled action, ``(1,)`` for Discrete, for
             on-policy models; the action scaled to [-1, 1] with noise for an off-policy Box),
             and for on-policy models ``value`` and ``log_prob`` (np.float32), plus
-            ``action_mask`` when masks were found. Empty ``action`` when no
+            ``action_mask`` when masks were found. An agent whose mask allows no action waits:
+            it is not in the batch, and its action and outputs are None (as in :func:`respond`).
+            Empty ``action`` when no
             agent is live (no forward pass then). Split it with ``for_agent``.
 
         Raises:
@@ -411,14 +428,20 @@ class SharedPolicyAdapter:
         _require_entries(observations, agents, "observations", env)
         self._check_homogeneous(env, agents)
         masks = [find_action_mask(agent, observations, infos) for agent in agents]
-        rows = _sb3_rows(
-            env,
-            self.model,
-            agents,
-            [observations[a] for a in agents],
-            _checked_masks(env, agents, masks),
-            deterministic,
-        )
+        checked = _checked_masks(agents, masks, env)
+        acting = [a for a, m in zip(agents, checked, strict=True) if m is not _WAITS]
+        rows: dict[Any, dict[str, Any]] = {}
+        if acting:
+            rows = _sb3_rows(
+                env,
+                self.model,
+                acting,
+                [observations[a] for a in acting],
+                [m for m in checked if m is not _WAITS],
+                deterministic,
+            )
+        for agent in agents:
+            rows.setdefault(agent, {"action": None})  # no legal action: the agent waits
         if any(mask is not None for mask in masks):
             for agent, mask in zip(agents, masks, strict=True):
                 rows[agent]["action_mask"] = mask

@@ -41,7 +41,11 @@ RULES: dict[str, str] = {
     ),
     "no-legal-action": (
         "a mask that allows no action (for MultiDiscrete, no value in some dimension; for "
-        "MultiBinary, neither 0 nor 1 for some element) is refused: " + _NO_LEGAL_FIX
+        "MultiBinary, neither 0 nor 1 for some element) is refused as the mask of an env or "
+        "agent that must act: " + _NO_LEGAL_FIX + "; in a multi-agent response such an agent "
+        "waits: its action is None and it has no policy outputs (no value, log_prob or "
+        "buffer_action), as PettingZoo passes None for an agent that cannot act and "
+        "turn_based_aec_to_parallel reads only agent_selection's action"
     ),
     "scalar-field": (
         "value and log_prob, when present, each hold one real number (a Python or numpy "
@@ -65,9 +69,9 @@ RULES: dict[str, str] = {
     "known-agent": "every agent with an action has an action space",
     "live-agents": (
         "every live agent has an action (PettingZoo parallel API: step() takes an action for "
-        "each agent in env.agents); an agent whose mask allows no action is not asked to act "
-        "(no-legal-action; PettingZoo's turn_based_aec_to_parallel reads only the action of "
-        "agent_selection)"
+        "each agent in env.agents); an agent whose mask allows no action waits, with the "
+        "action None (no-legal-action; PettingZoo's turn_based_aec_to_parallel reads only the "
+        "action of agent_selection)"
     ),
     "no-inactive-action": (
         "no action for an agent that is not live (PettingZoo parallel API: an agent removed "

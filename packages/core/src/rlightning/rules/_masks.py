@@ -124,27 +124,27 @@ def _check_some_legal(
     subject: str,
     rows: Sequence[Any] | None,
     mask: Any,
-) -> None:
-    """Refuse a flat mask (or a row of a ``(n_rows, size)`` batch) with an empty block.
+) -> Exception | None:
+    """The error for a flat mask (or a row of a ``(n_rows, size)`` batch) with an empty block.
 
-    ``mask`` is the value the caller gave, shown in the message for one mask (a batch shows the
-    offending row, as bools).
+    None when every block allows something. ``mask`` is the value the caller gave, shown in the
+    message for one mask (a batch shows the offending row, as bools).
     """
     if len(blocks) == 1:
         if flat.ndim == 1:
             if np.count_nonzero(flat):
-                return
-            raise _no_legal_action(space, 0, blocks, subject, mask)
+                return None
+            return _no_legal_action(space, 0, blocks, subject, mask)
         legal = np.count_nonzero(flat, axis=-1).reshape(-1, 1) > 0
     else:
         legal = np.logical_or.reduceat(flat, list(accumulate(blocks[:-1], initial=0)), axis=-1)
     if np.count_nonzero(legal) == legal.size:
-        return
+        return None
     where = _first_index(np.logical_not(legal))
     if rows is None:
-        raise _no_legal_action(space, where[-1], blocks, subject, mask)
+        return _no_legal_action(space, where[-1], blocks, subject, mask)
     row = where[0]
-    raise _no_legal_action(space, where[-1], blocks, f"{subject}[{rows[row]!r}]", flat[row])
+    return _no_legal_action(space, where[-1], blocks, f"{subject}[{rows[row]!r}]", flat[row])
 
 
 def check_action_mask(
@@ -154,6 +154,7 @@ def check_action_mask(
     subject: str = "action_mask",
     layout: MaskLayout = "gymnasium",
     rows: Sequence[Any] | None = None,
+    allow_empty: bool = False,
 ) -> Any:
     """Check an action mask of ``space`` and return it as bools, in a copy.
 
@@ -187,12 +188,18 @@ def check_action_mask(
             of shape ``(len(rows), mask_size(space))`` (a ``(mask_size(space),)`` mask is taken
             as one row when ``len(rows) == 1``, as ``get_action_masks`` of one env gives); an
             empty row is reported with its name, ``subject[name]``.
+        allow_empty: For one mask (``rows`` None) of an agent that may be waiting: return None
+            for a mask that allows no action instead of raising ``no-legal-action``. PettingZoo
+            gives the waiting player of a turn-based game (``turn_based_aec_to_parallel``) an
+            all-zero mask: such an agent cannot act now, and the PettingZoo adapter gives it
+            the action None (no policy is asked) instead of a made-up action.
 
     Returns:
         A new bool array: ``(n,)`` for Discrete, ``(2 * n,)`` for MultiBinary, ``(sum(nvec),)``
         for a flat MultiDiscrete mask, ``(len(rows), mask_size(space))`` for a batch; for a
         gymnasium-layout MultiDiscrete mask a tuple of ``(nvec[i],)`` bool arrays. (gymnasium's
         ``Space.sample(mask=...)`` wants ``int8``: ``.view(np.int8)`` gives it without a copy.)
+        None for a mask that allows no action, with ``allow_empty``.
 
     Raises:
         TypeError: the mask cannot be read as an array, its dtype is not bool, integer or
@@ -223,6 +230,8 @@ def check_action_mask(
         and mask.shape[0] == space.n
     ):  # fast path: one Discrete mask of bools
         if not np.count_nonzero(mask):
+            if allow_empty:
+                return None
             raise _no_legal_action(space, 0, [int(space.n)], subject, mask)
         return mask.copy()
     blocks = _mask_blocks(space, subject, mask)
@@ -236,7 +245,12 @@ def check_action_mask(
                 "rows (a batch of masks) needs layout='flat' for a MultiDiscrete space: "
                 "gymnasium's layout is one tuple of per-dimension masks per agent"
             )
-        return _check_tuple_mask(cast("spaces.MultiDiscrete", space), mask, blocks, subject)
+        parts, error = _check_tuple_mask(cast("spaces.MultiDiscrete", space), mask, blocks, subject)
+        if error is None:
+            return parts
+        if allow_empty:
+            return None
+        raise error
     if isinstance(mask, tuple) and isinstance(space, spaces.MultiDiscrete):
         raise rule_error(
             TypeError,
@@ -265,14 +279,21 @@ def check_action_mask(
             subject,
             lambda: f"one row of {size} 0/1 entries for {space} per row {list(rows)}{other}",
         )
-    _check_some_legal(space, flat, blocks, subject, rows, mask)
-    return flat
+    error = _check_some_legal(space, flat, blocks, subject, rows, mask)
+    if error is None:
+        return flat
+    if allow_empty and rows is None:
+        return None
+    raise error
 
 
 def _check_tuple_mask(
     space: spaces.MultiDiscrete, mask: Any, blocks: list[int], subject: str
-) -> tuple[np.ndarray[Any, np.dtype[np.bool_]], ...]:
-    """A gymnasium-layout MultiDiscrete mask: a tuple of per-dimension 0/1 masks."""
+) -> tuple[tuple[np.ndarray[Any, np.dtype[np.bool_]], ...], Exception | None]:
+    """A gymnasium-layout MultiDiscrete mask: a tuple of per-dimension 0/1 masks.
+
+    Returns the checked parts, and the ``no-legal-action`` error when a dimension allows nothing.
+    """
     if not isinstance(mask, tuple) or len(mask) != len(blocks):
         hint = f"a tuple of {len(blocks)} per-dimension 0/1 masks of sizes {blocks} for {space}"
         if not isinstance(mask, tuple):
@@ -305,8 +326,8 @@ def _check_tuple_mask(
     )
     for dim, part in enumerate(parts):
         if not np.count_nonzero(part):
-            raise _no_legal_action(space, dim, blocks, subject, mask)
-    return parts
+            return parts, _no_legal_action(space, dim, blocks, subject, mask)
+    return parts, None
 
 
 def flat_mask(
