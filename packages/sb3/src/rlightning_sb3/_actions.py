@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 
@@ -23,6 +24,7 @@ from rlightning import PolicyResponse
 __all__ = [
     "ACTION_KINDS",
     "check_action_masks",
+    "exploration_noise",
     "mask_dims",
     "off_policy_actions",
     "on_policy_buffer_actions",
@@ -85,6 +87,46 @@ def on_policy_buffer_actions(action_space: spaces.Space[Any], actions: np.ndarra
     return actions
 
 
+def exploration_noise(model: OffPolicyAlgorithm, n_envs: int) -> ActionNoise | None:
+    """Return the action noise one ``_sample_action`` call of ``n_envs`` envs draws from.
+
+    As ``OffPolicyAlgorithm._setup_learn``: a noise that is not a ``VectorizedActionNoise`` is
+    wrapped in ``VectorizedActionNoise(noise, n_envs)`` when ``n_envs > 1``, so that every env
+    draws its own sample (and an Ornstein-Uhlenbeck noise keeps one state per env, which
+    ``collect_rollouts`` resets per env index, as ``add_replay_step`` does). The wrapper
+    replaces ``model.action_noise``, exactly as ``_setup_learn`` replaces it, so a later
+    ``start_training`` and the per-env resets of ``add_replay_step`` act on the same per-env
+    noises. With one env the noise is used as it is, as SB3 uses it for a single env.
+
+    Args:
+        model: An off-policy SB3 model.
+        n_envs: The number of envs (rows) of the call.
+
+    Returns:
+        The noise to call (``model.action_noise``, possibly just wrapped), or None.
+
+    Raises:
+        ValueError: ``model.action_noise`` is a ``VectorizedActionNoise`` of another number of
+            envs than the call has (both counts named): one sample per env is drawn for
+            exactly its env, never broadcast to other envs or dropped.
+    """
+    noise = model.action_noise
+    if noise is None:
+        return None
+    if isinstance(noise, VectorizedActionNoise):
+        if len(noise.noises) != n_envs:
+            raise ValueError(
+                f"model.action_noise is a VectorizedActionNoise of {len(noise.noises)} envs "
+                f"but this call has {n_envs} env(s): each env draws its own noise, so act() "
+                f"must be called with exactly {len(noise.noises)} envs (or set "
+                f"model.action_noise to the base noise, {noise.base_noise!r}, to start over)"
+            )
+        return noise
+    if n_envs > 1:
+        noise = model.action_noise = VectorizedActionNoise(noise, n_envs)
+    return noise
+
+
 def off_policy_actions(
     model: OffPolicyAlgorithm, observation: Any, n_envs: int, explore: bool
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -94,9 +136,11 @@ def off_policy_actions(
     warm-up) each env gets ``model.action_space.sample()``; afterwards
     ``model.predict(observation, deterministic=False)`` (for DQN this includes its epsilon-greedy
     draw). For Box spaces the action is scaled to [-1, 1] with ``policy.scale_action``, the
-    model's ``action_noise`` (if any) is added and the sum clipped to [-1, 1]: that is the buffer
-    action; the env action is its ``policy.unscale_action``. Without ``explore`` the action is
-    ``model.predict(observation, deterministic=True)``, and no noise is added.
+    model's action noise (if any; one sample per env, see :func:`exploration_noise`) is added
+    and the sum clipped to [-1, 1]: that is the buffer action; the env action is its
+    ``policy.unscale_action``. Without ``explore`` the env action is
+    ``model.predict(observation, deterministic=True)`` itself (no noise, no round trip through
+    the [-1, 1] scale) and, for Box spaces, the buffer action its ``policy.scale_action``.
 
     Args:
         model: An off-policy SB3 model (SAC, TD3, DDPG, DQN, ...).
@@ -106,7 +150,12 @@ def off_policy_actions(
 
     Returns:
         ``(env_actions, buffer_actions)``, each ``(n_envs, *action_shape)``.
+
+    Raises:
+        ValueError: from :func:`exploration_noise`, before any random number is drawn.
     """
+    box = isinstance(model.action_space, spaces.Box)
+    noise = exploration_noise(model, n_envs) if explore and box else None
     if (
         explore
         and model.num_timesteps < model.learning_starts
@@ -115,10 +164,12 @@ def off_policy_actions(
         unscaled = np.array([model.action_space.sample() for _ in range(n_envs)])
     else:
         unscaled, _ = model.predict(observation, deterministic=not explore)
-    if isinstance(model.action_space, spaces.Box):
+    if box:
         scaled = model.policy.scale_action(unscaled)
-        if explore and model.action_noise is not None:
-            scaled = np.clip(scaled + model.action_noise(), -1, 1)
+        if not explore:
+            return unscaled, np.asarray(scaled)
+        if noise is not None:
+            scaled = np.clip(scaled + noise(), -1, 1)
         return np.asarray(model.policy.unscale_action(scaled)), np.asarray(scaled)
     return unscaled, unscaled
 
