@@ -51,7 +51,8 @@ def on_policy_env_actions(
     policy (``policy.squash_output``, output in [-1, 1]) are unscaled to ``[low, high]`` with
     ``policy.unscale_action``; otherwise they are clipped to ``[low, high]`` (the Gaussian is
     unbounded). Other spaces pass through. sb3-contrib's ``RecurrentPPO.collect_rollouts`` always
-    clips (``unscale=False``).
+    clips (``unscale=False``), while its ``predict`` unscales a squashing policy's actions as
+    ``BasePolicy.predict`` does.
 
     Args:
         policy: The model's policy.
@@ -201,14 +202,16 @@ def check_action_masks(
     """Validate MaskablePPO ``action_masks`` and return them as ``(n_envs, mask_dims)``.
 
     The values are kept as given (booleans or 0/1; sb3-contrib's ``MaskableCategorical`` reads
-    them as booleans), only reshaped from ``(mask_dims,)`` for one env, in a copy: responses keep
+    them as booleans; booleans when a row is None), only reshaped from ``(mask_dims,)`` for one env, in a copy: responses keep
     their masks even when the caller refills its array for the next step.
 
     Args:
         model: The SB3 model.
         maskable: Whether the model is sb3-contrib's MaskablePPO.
         action_masks: ``(n_envs, mask_dims)`` (or ``(mask_dims,)`` for one env), as
-            ``get_action_masks(env)`` returns them.
+            ``get_action_masks(env)`` returns them; or a list of one entry per env, each a
+            ``(mask_dims,)`` row or None for an env without a mask (every action allowed:
+            an all-True row, what ``MaskableRolloutBuffer`` holds for an unmasked step).
         ids: The env ids of the batch, for messages.
 
     Returns:
@@ -225,7 +228,10 @@ def check_action_masks(
         )
     space = model.action_space
     dims = mask_dims(space)
-    masks = np.array(action_masks)  # a copy: a caller reusing its mask array changes no response
+    if isinstance(action_masks, (list, tuple)) and any(m is None for m in action_masks):
+        masks = _masks_with_unmasked_rows(action_masks, dims, space, ids)
+    else:
+        masks = np.array(action_masks)  # a copy: a caller reusing its array changes no response
     if masks.shape == (dims,) and len(ids) == 1:
         masks = masks.reshape(1, dims)
     if masks.shape != (len(ids), dims):
@@ -249,6 +255,40 @@ def check_action_masks(
                     f"action mask for env {env_id!r} allows no action in mask entries "
                     f"[{start}:{stop}] (of {space}): got {row!r}"
                 )
+    return masks
+
+
+def _masks_with_unmasked_rows(
+    rows: list[Any] | tuple[Any, ...], dims: int, space: spaces.Space[Any], ids: Sequence[str]
+) -> np.ndarray:
+    """Stack per-env mask rows where None means "every action allowed" (an all-True row).
+
+    An all-True row is what sb3-contrib's ``MaskableRolloutBuffer`` holds for a step collected
+    without masks, and ``MaskableCategorical`` with an all-True mask samples as without one.
+
+    Raises:
+        ValueError: the rows are not one per env, or a row is not ``(dims,)`` 0/1 values.
+    """
+    if len(rows) != len(ids):
+        raise ValueError(
+            f"action_masks must have one row (or None) per env: {len(ids)} for {list(ids)}, "
+            f"got {len(rows)}"
+        )
+    masks = np.ones((len(ids), dims), dtype=np.bool_)
+    for i, (row, env_id) in enumerate(zip(rows, ids, strict=True)):
+        if row is None:
+            continue
+        arr = np.asarray(row)
+        if arr.shape != (dims,):
+            raise ValueError(
+                f"action mask for env {env_id!r} must have shape ({dims},) for {space}, got "
+                f"shape {arr.shape}"
+            )
+        if arr.dtype != np.bool_ and not np.isin(arr, (0, 1)).all():
+            raise ValueError(
+                f"action mask for env {env_id!r} must hold booleans (or 0/1), got {arr!r}"
+            )
+        masks[i] = arr
     return masks
 
 

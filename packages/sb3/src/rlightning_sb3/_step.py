@@ -125,8 +125,9 @@ def act_on_policy(
         else:
             actions, values, log_probs = policy(obs, deterministic=not explore)
     sampled = actions.cpu().numpy()
+    # RecurrentPPO's collect_rollouts clips even a squashed output; its predict unscales it
     env_acts = on_policy_env_actions(
-        policy, model.action_space, sampled, unscale=not adapter._recurrent
+        policy, model.action_space, sampled, unscale=not (adapter._recurrent and explore)
     )
     buffer_acts = on_policy_buffer_actions(model.action_space, sampled)
     if states_out is not None:

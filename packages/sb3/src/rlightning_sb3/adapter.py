@@ -35,6 +35,7 @@ from rlightning_sb3._actions import ACTION_KINDS, refuse_action_dtypes
 from rlightning_sb3._batch import order_responses, stacked_in_order
 from rlightning_sb3._contrib import contrib_kind
 from rlightning_sb3._predict import predict_step
+from rlightning_sb3._spaces import unsupported_space
 from rlightning_sb3._step import act_step
 
 __all__ = ["SB3PolicyAdapter"]
@@ -59,6 +60,9 @@ class SB3PolicyAdapter:
 
     Raises:
         TypeError: ``model`` is not an SB3 ``BaseAlgorithm``.
+        ValueError: the model's spaces are ones SB3 maps to wrong numbers without an error
+            (the space named): a Discrete or MultiDiscrete action or observation space with a
+            non-zero ``start``, or a Box action space of a non-float dtype.
         ImportError: sb3-contrib is imported but outside the supported range.
 
     Examples:
@@ -77,6 +81,9 @@ class SB3PolicyAdapter:
                 f"model must be a Stable-Baselines3 model (a BaseAlgorithm such as PPO or SAC), "
                 f"got {type(model).__name__}"
             )
+        reason = unsupported_space(model.action_space, model.observation_space)
+        if reason is not None:
+            raise ValueError(f"{type(model).__name__} cannot be adapted: {reason}")
         self._model = model
         kind = contrib_kind(model)
         self._recurrent = kind == "recurrent"
@@ -191,7 +198,9 @@ class SB3PolicyAdapter:
                 policies, as SB3 ignores it.
             deterministic: Whether to take the mode of the action distribution.
             action_masks: MaskablePPO only: ``(n_envs, mask_dims)`` booleans (``(mask_dims,)`` for
-                an unbatched observation). Each response carries its row as ``action_mask``.
+                an unbatched observation), or a list of one ``(mask_dims,)`` row or None per env
+                (None: every action allowed, an all-True row). Each response carries its row as
+                ``action_mask``.
             ts_env_sent_ns: Optional stamp, nanoseconds since the epoch (``time.time_ns()``) when
                 the observation was sent: one int for all envs or one per env. Stored on each
                 response as ``ts_env_sent_ns``.
@@ -271,14 +280,19 @@ class SB3PolicyAdapter:
         ``model.action_space``'s RNG for warm-up, epsilon-greedy and action noise), so with the
         same seed and model state a loop of ``act`` calls reproduces SB3's ``collect_rollouts``
         bit for bit. Mutates the adapter (the env ids seen, RecurrentPPO's carried LSTM states)
-        and may switch ``model.policy`` to eval mode (``set_training_mode(False)``).
+        and may switch ``model.policy`` to eval mode (``set_training_mode(False)``). Off-policy,
+        exploring a Box space with several envs, a ``model.action_noise`` that is not a
+        ``VectorizedActionNoise`` is replaced by ``VectorizedActionNoise(noise, n_envs)``, as
+        ``OffPolicyAlgorithm._setup_learn`` replaces it, so that every env draws its own noise.
 
         * On-policy (PPO, A2C, TRPO; sb3-contrib MaskablePPO), as
           ``OnPolicyAlgorithm.collect_rollouts``: ``actions, values, log_probs =
           policy(obs_tensor)``; Box env actions clipped to the space, or unscaled when the policy
           squashes.
         * RecurrentPPO, as its ``collect_rollouts``: the env's carried LSTM state goes in with
-          ``episode_start`` (the policy zeroes it where True); Box actions are clipped.
+          ``episode_start`` (the policy zeroes it where True); Box actions are clipped, even a
+          squashing policy's (as that ``collect_rollouts`` does); with ``explore=False`` a
+          squashing policy's actions are unscaled, as its ``predict`` does.
         * Off-policy (SAC, TD3, DDPG, DQN, ...), as ``OffPolicyAlgorithm._sample_action``: see
           ``explore``.
 
@@ -314,9 +328,14 @@ class SB3PolicyAdapter:
                 training: pass ``dones``. Checked but not used by off-policy models (SB3's
                 off-policy collection has no such input).
             action_masks: MaskablePPO only: ``(n_envs, mask_dims)`` booleans (as
-                ``get_action_masks(env)``); None uses no mask (as ``use_masking=False``).
-            explore: True as in training (sampling, warm-up, noise, epsilon); False takes the
-                deterministic action (off-policy: ``predict(deterministic=True)``, no noise).
+                ``get_action_masks(env)``), or a list of one ``(mask_dims,)`` row or None per
+                env (None: every action allowed, an all-True row, as ``MaskableRolloutBuffer``
+                stores for an unmasked step); None uses no mask (as ``use_masking=False``).
+            explore: True as in training (sampling, warm-up, noise, epsilon; for DQN exactly
+                ``DQN.predict(deterministic=False)``); False takes the deterministic action,
+                equal to ``model.predict(observation, deterministic=True)``'s (off-policy: that
+                action itself, no noise; its ``buffer_action`` for a Box space is
+                ``policy.scale_action`` of it).
             ts_env_sent_ns: Optional int stamp (nanoseconds since the epoch), one for all envs or
                 one per env.
 
@@ -335,7 +354,9 @@ class SB3PolicyAdapter:
                 and shapes); ``action_masks`` are given to a model other than MaskablePPO, hold
                 values other than 0/1, or leave an env no legal action; ``episode_start`` holds
                 values other than booleans / 0 / 1; a stamp is negative; or the observation
-                holds NaN (the envs named).
+                holds NaN (the envs named); or, off-policy exploring a Box space,
+                ``model.action_noise`` is a ``VectorizedActionNoise`` of another number of envs
+                than the call's (both counts named; raised before any random number is drawn).
 
         Note:
             gSDE (``use_sde=True``): SB3 resamples the noise matrix at the start of each rollout
