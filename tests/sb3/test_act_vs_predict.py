@@ -19,6 +19,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from rlightning_sb3 import SB3PolicyAdapter
 
 NET = {"net_arch": [8]}
+SQUASHED_SDE = {"use_sde": True, "policy_kwargs": {"squash_output": True, **NET}}
 IDS = ["e0", "e1", "e2"]
 
 # algorithm -> (class, action kind of the tiny env, extra kwargs)
@@ -27,7 +28,7 @@ ALGORITHMS: dict[str, tuple[Any, str, dict[str, Any]]] = {
     "ppo-squashed-sde": (
         PPO,
         "box",
-        {"n_steps": 8, "batch_size": 24, "use_sde": True, "policy_kwargs": {"squash_output": True, **NET}},
+        {"n_steps": 8, "batch_size": 24, **SQUASHED_SDE},
     ),
     "a2c": (A2C, "multidiscrete", {"n_steps": 8}),
     "trpo": (contrib.TRPO, "box", {"n_steps": 8, "batch_size": 24}),
@@ -35,7 +36,7 @@ ALGORITHMS: dict[str, tuple[Any, str, dict[str, Any]]] = {
     "recurrent-ppo-squashed-sde": (
         contrib.RecurrentPPO,
         "box",
-        {"n_steps": 8, "batch_size": 24, "use_sde": True, "policy_kwargs": {"squash_output": True, **NET}},
+        {"n_steps": 8, "batch_size": 24, **SQUASHED_SDE},
     ),
     "maskable-ppo": (contrib.MaskablePPO, "discrete", {"n_steps": 8, "batch_size": 24}),
     "sac": (SAC, "box", {"learning_starts": 0}),

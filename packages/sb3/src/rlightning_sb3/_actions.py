@@ -202,8 +202,9 @@ def check_action_masks(
     """Validate MaskablePPO ``action_masks`` and return them as ``(n_envs, mask_dims)``.
 
     The values are kept as given (booleans or 0/1; sb3-contrib's ``MaskableCategorical`` reads
-    them as booleans; booleans when a row is None), only reshaped from ``(mask_dims,)`` for one env, in a copy: responses keep
-    their masks even when the caller refills its array for the next step.
+    them as booleans; booleans when a row is None), only reshaped from ``(mask_dims,)`` for one
+    env, in a copy: responses keep their masks even when the caller refills its array for the
+    next step.
 
     Args:
         model: The SB3 model.

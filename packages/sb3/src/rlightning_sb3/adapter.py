@@ -16,7 +16,8 @@ Two ways to ask the model:
 :meth:`SB3PolicyAdapter.env_actions` stacks responses back into what ``VecEnv.step`` takes.
 
 This module holds the public class and its documentation; ``predict`` and ``act`` run in the
-private modules ``_predict`` and ``_step``, with the per-call bookkeeping in ``_calls``.
+private modules ``_predict`` and ``_step``, with the input checks in ``_calls`` and the state
+kept between calls in ``_state``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from collections.abc import Sequence
 from typing import Any, overload
 
 import numpy as np
-import torch as th
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
@@ -36,6 +36,7 @@ from rlightning_sb3._batch import order_responses, stacked_in_order
 from rlightning_sb3._contrib import contrib_kind
 from rlightning_sb3._predict import predict_step
 from rlightning_sb3._spaces import unsupported_space
+from rlightning_sb3._state import AdapterState
 from rlightning_sb3._step import act_step
 
 __all__ = ["SB3PolicyAdapter"]
@@ -90,17 +91,9 @@ class SB3PolicyAdapter:
         self._maskable = kind == "maskable"
         self._off_policy = isinstance(model, OffPolicyAlgorithm)
         self._on_policy = isinstance(model, OnPolicyAlgorithm)
-        #: env id -> carried LSTM state (RecurrentPPO) or None (env seen, nothing carried).
-        self._carried: dict[str, Any] = {}
-        #: The env ids of the last successful batched call, all of them in ``_carried``: a call
-        #: with an equal list skips the id checks and needs no new registration (see
-        #: :func:`~rlightning_sb3._calls.resolve_ids`). Cleared by :meth:`reset_state`.
-        self._last_ids: list[str] | None = None
-        #: ``(policy, every module of it)`` as of the first :meth:`act`, for the eval-mode check.
-        self._policy_modules: tuple[Any, tuple[th.nn.Module, ...]] | None = None
-        #: ``(observation space, its shape if a Box else None)`` for the fast path of
-        #: :func:`~rlightning_sb3._calls.read_batch`.
-        self._box_shape: tuple[Any, tuple[int, ...] | None] | None = None
+        #: What the adapter remembers between calls (env ids seen, carried LSTM states, the
+        #: fast paths' caches); only its own methods change it.
+        self._state = AdapterState()
 
     # ------------------------------------------------------------------ properties
     @property
@@ -132,12 +125,7 @@ class SB3PolicyAdapter:
         Args:
             env_ids: One id, several, or None for every env. Unknown ids are ignored.
         """
-        self._last_ids = None
-        if env_ids is None:
-            self._carried.clear()
-            return
-        for env_id in [env_ids] if isinstance(env_ids, str) else env_ids:
-            self._carried.pop(env_id, None)
+        self._state.forget(env_ids)
 
     # ------------------------------------------------------------------ predict
     @overload
