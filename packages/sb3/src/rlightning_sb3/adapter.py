@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any, overload
 
 import numpy as np
+import torch as th
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
@@ -34,6 +35,7 @@ from rlightning import PolicyResponse, ResponseBatch
 from rlightning_sb3._actions import ACTION_KINDS, refuse_action_dtypes
 from rlightning_sb3._batch import order_responses, stacked_in_order
 from rlightning_sb3._contrib import contrib_kind
+from rlightning_sb3._observations import as_arrays, batch_observation
 from rlightning_sb3._predict import predict_step
 from rlightning_sb3._spaces import unsupported_space
 from rlightning_sb3._state import AdapterState
@@ -355,6 +357,53 @@ class SB3PolicyAdapter:
         return act_step(
             self, observation, env_ids, episode_start, action_masks, explore, ts_env_sent_ns
         )
+
+    # ------------------------------------------------------------------ predict_values
+    def predict_values(self, observation: Any) -> np.ndarray:
+        """Return the critic's value of each observation, as SB3's truncation bootstrap.
+
+        Exactly what ``OnPolicyAlgorithm.collect_rollouts`` computes for a truncated episode's
+        terminal observation: ``policy.predict_values(policy.obs_to_tensor(observation)[0])``
+        under ``torch.no_grad()``, with the policy in eval mode (as during ``collect_rollouts``;
+        the call may switch ``model.policy`` to it, as :meth:`act` does).
+
+        Args:
+            observation: A batch ``(n, *obs_shape)`` (a dict of such arrays for a Dict space),
+                or one unbatched observation (then ``n`` is 1). Channel-last images and lists
+                are converted as ``obs_to_tensor`` converts them.
+
+        Returns:
+            float32 numpy ``(n,)`` on the CPU, row ``i`` the value of observation ``i``.
+
+        Raises:
+            TypeError: the model has no state-value function (off-policy models such as DQN,
+                SAC, TD3: their critics are Q-functions), or is sb3-contrib's RecurrentPPO (its
+                values need each env's LSTM state: use the ``state`` of the env's last
+                :meth:`act` response, as the buffer helpers do); or the observation is of the
+                wrong kind (a dict for a non-Dict space or the reverse).
+            ValueError: the observation does not fit the model's observation space (SB3's rule,
+                see :meth:`predict`), or is an empty batch.
+        """
+        model = self._model
+        policy: Any = model.policy
+        if self._recurrent:
+            raise TypeError(
+                f"{type(model).__name__}'s values depend on each env's LSTM state; "
+                f"predict_values() takes none (RecurrentPPO's truncation bootstrap uses the "
+                f"'state' of the env's last act() response)"
+            )
+        if not self._on_policy or not callable(getattr(policy, "predict_values", None)):
+            raise TypeError(
+                f"{type(model).__name__} has no state-value function (policy "
+                f"{type(policy).__name__} has no predict_values); predict_values() needs an "
+                f"on-policy actor-critic model such as PPO, A2C or MaskablePPO"
+            )
+        observation = as_arrays(observation)
+        batch_observation(policy, observation)  # SB3's rule, with errors that name the shapes
+        self._state.eval_mode(policy)
+        with th.no_grad():
+            values = policy.predict_values(policy.obs_to_tensor(observation)[0])
+        return np.asarray(values.cpu().numpy().reshape(-1), dtype=np.float32)
 
     # ------------------------------------------------------------------ env_actions
     def env_actions(
