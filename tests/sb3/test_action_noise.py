@@ -131,3 +131,46 @@ def test_act_wraps_a_plain_noise_once_and_then_needs_that_env_count() -> None:
     assert model.action_noise.base_noise is base
     with pytest.raises(ValueError, match=re.escape("VectorizedActionNoise of 2 envs")):
         adapter.act(np.zeros(3, np.float32), "a")
+
+
+@pytest.mark.parametrize("algo", ["ddpg", "td3"])
+def test_rows_in_another_order_get_their_own_envs_noise(algo: str) -> None:
+    observations = _observations(3)
+    sb3_model = _model(algo, "ornstein-uhlenbeck", 3)
+    sb3_model._setup_learn(1000, callback=None, progress_bar=False)
+    np.random.seed(3)
+    expected = []
+    for obs in observations:
+        sb3_model._last_obs = obs
+        expected.append(sb3_model._sample_action(0, sb3_model.action_noise, 3))
+
+    model = _model(algo, "ornstein-uhlenbeck", 3)
+    adapter = SB3PolicyAdapter(model)
+    ids = ["a", "b", "c"]
+    np.random.seed(3)
+    for step, obs in enumerate(observations):
+        rows = [2, 0, 1] if step % 2 else [0, 1, 2]  # the first call fixes env order a, b, c
+        responses = adapter.act(obs[rows], [ids[i] for i in rows])
+        env_actions, buffer_actions = expected[step]
+        np.testing.assert_array_equal(adapter.env_actions(responses), env_actions[rows])
+        np.testing.assert_array_equal(
+            np.stack([r.buffer_action for r in responses]), buffer_actions[rows]
+        )
+
+
+def test_act_refuses_other_envs_than_the_noise_was_given_to() -> None:
+    model = _model("td3", "normal", 2)
+    adapter = SB3PolicyAdapter(model)
+    obs = np.zeros((2, 3), np.float32)
+    adapter.act(obs, ["a", "b"])
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "model.action_noise draws one sample per env for the envs ['a', 'b'] (the rows of "
+            "the first exploring act() call, in that order); this call's env_ids are ['a', 'c']"
+        ),
+    ):
+        adapter.act(obs, ["a", "c"])
+    adapter.act(obs, ["a", "c"], explore=False)  # no noise drawn: any envs
+    adapter.reset_state()  # forgets which env id each noise index is
+    adapter.act(obs, ["a", "c"])

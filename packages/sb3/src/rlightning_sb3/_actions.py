@@ -129,7 +129,12 @@ def exploration_noise(model: OffPolicyAlgorithm, n_envs: int) -> ActionNoise | N
 
 
 def off_policy_actions(
-    model: OffPolicyAlgorithm, observation: Any, n_envs: int, explore: bool
+    model: OffPolicyAlgorithm,
+    observation: Any,
+    n_envs: int,
+    explore: bool,
+    noise: ActionNoise | None,
+    noise_rows: list[int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Choose off-policy actions and the buffer actions, as ``OffPolicyAlgorithm._sample_action``.
 
@@ -137,7 +142,7 @@ def off_policy_actions(
     warm-up) each env gets ``model.action_space.sample()``; afterwards
     ``model.predict(observation, deterministic=False)`` (for DQN this includes its epsilon-greedy
     draw). For Box spaces the action is scaled to [-1, 1] with ``policy.scale_action``, the
-    model's action noise (if any; one sample per env, see :func:`exploration_noise`) is added
+    action noise ``noise`` (if any; one sample per env, see :func:`exploration_noise`) is added
     and the sum clipped to [-1, 1]: that is the buffer action; the env action is its
     ``policy.unscale_action``. Without ``explore`` the env action is
     ``model.predict(observation, deterministic=True)`` itself (no noise, no round trip through
@@ -148,15 +153,17 @@ def off_policy_actions(
         observation: A batch of ``n_envs`` observations (array or dict of arrays).
         n_envs: The batch size.
         explore: Whether to explore (warm-up sampling, stochastic policy, noise, epsilon).
+        noise: What :func:`exploration_noise` returned for this call (None: no noise; ignored
+            without ``explore`` or for other spaces than Box).
+        noise_rows: For a ``VectorizedActionNoise`` whose envs are in another order than the
+            rows: row ``i`` takes the sample of env ``noise_rows[i]`` (all envs' samples are
+            drawn, in env order, as ``VectorizedActionNoise.__call__`` draws them). None: row
+            ``i`` is env ``i``.
 
     Returns:
         ``(env_actions, buffer_actions)``, each ``(n_envs, *action_shape)``.
-
-    Raises:
-        ValueError: from :func:`exploration_noise`, before any random number is drawn.
     """
     box = isinstance(model.action_space, spaces.Box)
-    noise = exploration_noise(model, n_envs) if explore and box else None
     if (
         explore
         and model.num_timesteps < model.learning_starts
@@ -170,7 +177,10 @@ def off_policy_actions(
         if not explore:
             return unscaled, np.asarray(scaled)
         if noise is not None:
-            scaled = np.clip(scaled + noise(), -1, 1)
+            sample = noise()
+            if noise_rows is not None:
+                sample = sample[noise_rows]
+            scaled = np.clip(scaled + sample, -1, 1)
         return np.asarray(model.policy.unscale_action(scaled)), np.asarray(scaled)
     return unscaled, unscaled
 

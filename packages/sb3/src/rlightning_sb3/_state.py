@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 
 from rlightning_sb3._batch import resolve_env_ids
 from rlightning_sb3._observations import batch_observation
@@ -33,15 +34,54 @@ class AdapterState:
         box_shape: ``(observation space, its shape if a Box else None)`` for the fast path of
             :meth:`read_batch`.
         policy_modules: ``(policy, every module of it)`` as of the first :meth:`eval_mode`.
+        noise_envs: ``(model.action_noise, the env id of each of its envs)``
+            (:meth:`noise_rows`).
     """
 
-    __slots__ = ("box_shape", "carried", "last_ids", "policy_modules")
+    __slots__ = ("box_shape", "carried", "last_ids", "noise_envs", "policy_modules")
 
     def __init__(self) -> None:
         self.carried: dict[str, Any] = {}
         self.last_ids: list[str] | None = None
         self.box_shape: tuple[Any, tuple[int, ...] | None] | None = None
         self.policy_modules: tuple[Any, tuple[th.nn.Module, ...]] | None = None
+        self.noise_envs: tuple[VectorizedActionNoise, list[str]] | None = None
+
+    def noise_rows(self, noise: ActionNoise | None, ids: list[str]) -> list[int] | None:
+        """Which env of a ``VectorizedActionNoise`` each row of this call is.
+
+        SB3 gives env ``i`` of its VecEnv the noise process ``noises[i]``, and
+        ``collect_rollouts`` (and ``add_replay_step``) reset an env's process by that index.
+        The first exploring call that meets a vectorized noise fixes which env id each index
+        is: its rows, in order (a loop passes the VecEnv's observations in env order). A later
+        call with the same ids in another order gets each env's own sample; a call with other
+        ids is refused.
+
+        Returns:
+            None when row ``i`` is env ``i`` (also for a noise that is not vectorized); else
+            the env index of each row.
+
+        Raises:
+            ValueError: ``ids`` are not the env ids the noise's envs were given to (both named).
+        """
+        if not isinstance(noise, VectorizedActionNoise):
+            return None
+        known = self.noise_envs
+        if known is None or known[0] is not noise:
+            self.noise_envs = (noise, ids)
+            return None
+        envs = known[1]
+        if ids is envs or ids == envs:
+            return None
+        index = {env_id: i for i, env_id in enumerate(envs)}
+        if sorted(ids) != sorted(envs):
+            raise ValueError(
+                f"model.action_noise draws one sample per env for the envs {envs} (the rows of "
+                f"the first exploring act() call, in that order); this call's env_ids are "
+                f"{ids}: call act() with those envs (in any order), or set model.action_noise "
+                f"to its base noise, {noise.base_noise!r}, to start over"
+            )
+        return [index[env_id] for env_id in ids]
 
     def read_batch(self, policy: Any, observation: Any) -> tuple[Any, int, bool, bool]:
         """:func:`~rlightning_sb3._observations.batch_observation`, plus whether it is ready.
@@ -119,10 +159,14 @@ class AdapterState:
         self.carried.update(zip(ids, states, strict=True))
 
     def forget(self, env_ids: str | Sequence[str] | None) -> None:
-        """Forget some env ids (all when None): :meth:`SB3PolicyAdapter.reset_state`."""
+        """Forget some env ids (all when None): :meth:`SB3PolicyAdapter.reset_state`.
+
+        Forgetting every env also forgets which env id each action-noise index is.
+        """
         self.last_ids = None
         if env_ids is None:
             self.carried.clear()
+            self.noise_envs = None
             return
         for env_id in [env_ids] if isinstance(env_ids, str) else env_ids:
             self.carried.pop(env_id, None)

@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch as th
+from gymnasium import spaces
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.utils import obs_as_tensor
 
 from rlightning import PolicyResponse, ResponseBatch
 from rlightning_sb3._actions import (
+    exploration_noise,
     off_policy_actions,
     on_policy_buffer_actions,
     on_policy_env_actions,
@@ -61,8 +63,14 @@ def act_step(
         else per_env_bools(episode_start, "episode_start", ids, None).tolist()
     )
     if adapter._off_policy:
+        off = cast(OffPolicyAlgorithm, model)
+        noise = (
+            exploration_noise(off, call.n_envs)
+            if explore and isinstance(off.action_space, spaces.Box)
+            else None
+        )
         env_acts, buffer_acts = off_policy_actions(
-            cast(OffPolicyAlgorithm, model), call.batch, call.n_envs, explore
+            off, call.batch, call.n_envs, explore, noise, state.noise_rows(noise, ids)
         )
         if call.vectorized:
             fields = {"action": env_acts, "buffer_action": buffer_acts}

@@ -273,7 +273,9 @@ class SB3PolicyAdapter:
         and may switch ``model.policy`` to eval mode (``set_training_mode(False)``). Off-policy,
         exploring a Box space with several envs, a ``model.action_noise`` that is not a
         ``VectorizedActionNoise`` is replaced by ``VectorizedActionNoise(noise, n_envs)``, as
-        ``OffPolicyAlgorithm._setup_learn`` replaces it, so that every env draws its own noise.
+        ``OffPolicyAlgorithm._setup_learn`` replaces it, so that every env draws its own noise;
+        the first exploring call that meets a ``VectorizedActionNoise`` fixes which env id each
+        of its envs is (its rows, in order), and :meth:`reset_state` with no ids forgets that.
 
         * On-policy (PPO, A2C, TRPO; sb3-contrib MaskablePPO), as
           ``OnPolicyAlgorithm.collect_rollouts``: ``actions, values, log_probs =
@@ -346,7 +348,8 @@ class SB3PolicyAdapter:
                 values other than booleans / 0 / 1; a stamp is negative; or the observation
                 holds NaN (the envs named); or, off-policy exploring a Box space,
                 ``model.action_noise`` is a ``VectorizedActionNoise`` of another number of envs
-                than the call's (both counts named; raised before any random number is drawn).
+                than the call's, or of other env ids (both named; raised before any random
+                number is drawn).
 
         Note:
             gSDE (``use_sde=True``): SB3 resamples the noise matrix at the start of each rollout
