@@ -174,3 +174,29 @@ def test_act_refuses_other_envs_than_the_noise_was_given_to() -> None:
     adapter.act(obs, ["a", "c"], explore=False)  # no noise drawn: any envs
     adapter.reset_state()  # forgets which env id each noise index is
     adapter.act(obs, ["a", "c"])
+
+
+@pytest.mark.parametrize("noise", sorted(NOISES))
+def test_training_loop_with_per_env_noise_fills_the_replay_buffer_as_sb3(
+    noise: str, parity: Any
+) -> None:
+    def factory() -> Any:
+        return TD3(
+            "MlpPolicy",
+            make_vec_env("Pendulum-v1", n_envs=3, seed=0, env_kwargs={"max_episode_steps": 7}),
+            seed=0,
+            learning_starts=6,
+            buffer_size=200,
+            batch_size=8,
+            policy_delay=1,
+            action_noise=NOISES[noise](),
+            policy_kwargs=dict(NET),
+        )
+
+    sb3_model, adapter_model = factory(), factory()
+    # 16 steps x 3 envs, episodes of 7 steps: every env's noise is reset by index on its done
+    expected = parity.sb3_off_policy(sb3_model, steps=16)
+    got = parity.adapter_off_policy(adapter_model, steps=16)
+    parity.assert_buffers_equal(expected, got, parity.OFF_POLICY_FIELDS)
+    parity.assert_params_equal(sb3_model, adapter_model)
+    assert expected.timeouts.sum() > 0
