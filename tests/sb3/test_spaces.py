@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 from gymnasium import spaces
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from stable_baselines3.common.policies import ActorCriticPolicy, MultiInputActorCriticPolicy
 
 from rlightning_sb3 import observation_space_mismatch
@@ -112,3 +114,45 @@ def test_spaces_that_do_not_fit_are_named(
 ) -> None:
     got = observation_space_mismatch(env_space, model_space)
     assert got is not None and reason in got
+
+
+def _box(shape: tuple[int, ...], image: bool) -> spaces.Box:
+    if image:
+        return spaces.Box(0, 255, shape, np.uint8)
+    return spaces.Box(-1, 1, shape, np.float32)
+
+
+_dims = st.integers(1, 40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    env_shape=st.lists(_dims, min_size=1, max_size=3).map(tuple),
+    model_shape=st.lists(_dims, min_size=1, max_size=3).map(tuple),
+    image=st.booleans(),
+    channel_last=st.booleans(),
+)
+def test_box_pairs_fit_exactly_when_sb3_obs_to_tensor_takes_them(
+    env_shape: tuple[int, ...], model_shape: tuple[int, ...], image: bool, channel_last: bool
+) -> None:
+    if channel_last and len(env_shape) == 3:  # often the channel-last form of the model's
+        model_shape = (env_shape[2], env_shape[0], env_shape[1])
+    image = image and len(model_shape) == 3 and len(env_shape) == 3
+    env_space, model_space = _box(env_shape, image), _box(model_shape, image)
+    batch = np.zeros((2, *env_shape), env_space.dtype)
+    try:
+        tensor, _ = _policy_of_box(model_space).obs_to_tensor(batch)
+        taken = tuple(tensor.shape) == (2, *model_shape)
+    except ValueError:  # SB3's is_vectorized_box_observation: "Unexpected observation shape"
+        taken = False
+    assert (observation_space_mismatch(env_space, model_space) is None) == taken
+
+
+def _policy_of_box(space: spaces.Box) -> Any:
+    # A real SB3 policy on the space; obs_to_tensor needs no network of the right size, so the
+    # smallest one (a flatten extractor) is enough even for shapes NatureCNN refuses.
+    from stable_baselines3.common.torch_layers import FlattenExtractor
+
+    return ActorCriticPolicy(
+        space, spaces.Discrete(2), lambda _: 1e-3, features_extractor_class=FlattenExtractor
+    )
