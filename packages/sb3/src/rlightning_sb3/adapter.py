@@ -55,7 +55,8 @@ class SB3PolicyAdapter:
 
     The adapter holds one piece of state per env id: for RecurrentPPO, the LSTM state that
     :meth:`act` carries to that env's next call; for every model, whether the env id was seen
-    before (the default ``episode_start``). :meth:`reset_state` forgets it.
+    before (the default ``episode_start``); off-policy with a vectorized action noise, which of
+    the noise's envs it is. :meth:`reset_state` forgets it.
 
     Args:
         model: A Stable-Baselines3 (or sb3-contrib) model. It is used, not copied: training it
@@ -122,7 +123,9 @@ class SB3PolicyAdapter:
         """Forget what the adapter carries for some env ids (all when None).
 
         A forgotten env starts again from a zero LSTM state and a default ``episode_start`` of
-        True, as a fresh ``RecurrentPPO``/``_setup_learn`` starts.
+        True, as a fresh ``RecurrentPPO``/``_setup_learn`` starts. Forgetting every env (None)
+        also forgets which env id each env of a ``VectorizedActionNoise`` is (see :meth:`act`);
+        the noise itself (``model.action_noise``) is not changed.
 
         Args:
             env_ids: One id, several, or None for every env. Unknown ids are ignored.
