@@ -3,8 +3,11 @@
 Public names:
 
 * :class:`SB3PolicyAdapter` -- ``predict`` (wraps ``model.predict``), ``act`` (SB3's rollout
-  semantics: actions, buffer actions, values, log-probabilities, LSTM states, action masks) and
-  ``env_actions`` (responses back to a ``VecEnv.step`` array);
+  semantics: actions, buffer actions, values, log-probabilities, LSTM states, action masks),
+  ``predict_values`` (the critic's values, as SB3's truncation bootstrap) and ``env_actions``
+  (responses back to a ``VecEnv.step`` array);
+* :func:`observation_space_mismatch` -- why observations of one space cannot go to a model of
+  another, by SB3's ``obs_to_tensor`` rules;
 * :func:`start_training`, :func:`add_rollout_step`, :func:`finish_rollout`,
   :func:`add_replay_step` -- fill SB3's rollout and replay buffers from responses, exactly as
   SB3's ``collect_rollouts`` does;
@@ -30,6 +33,7 @@ check_version(
     SB3_SUPPORTED,
 )
 
+from rlightning_sb3._spaces import observation_space_mismatch  # noqa: E402
 from rlightning_sb3.adapter import SB3PolicyAdapter  # noqa: E402  # only after the version check
 from rlightning_sb3.buffers import (  # noqa: E402
     add_replay_step,
@@ -52,5 +56,6 @@ __all__ = [
     "add_rollout_step",
     "check_version",
     "finish_rollout",
+    "observation_space_mismatch",
     "start_training",
 ]

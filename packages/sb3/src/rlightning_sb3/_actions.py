@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 
@@ -23,6 +24,7 @@ from rlightning import PolicyResponse
 __all__ = [
     "ACTION_KINDS",
     "check_action_masks",
+    "exploration_noise",
     "mask_dims",
     "off_policy_actions",
     "on_policy_buffer_actions",
@@ -49,7 +51,8 @@ def on_policy_env_actions(
     policy (``policy.squash_output``, output in [-1, 1]) are unscaled to ``[low, high]`` with
     ``policy.unscale_action``; otherwise they are clipped to ``[low, high]`` (the Gaussian is
     unbounded). Other spaces pass through. sb3-contrib's ``RecurrentPPO.collect_rollouts`` always
-    clips (``unscale=False``).
+    clips (``unscale=False``), while its ``predict`` unscales a squashing policy's actions as
+    ``BasePolicy.predict`` does.
 
     Args:
         policy: The model's policy.
@@ -85,8 +88,53 @@ def on_policy_buffer_actions(action_space: spaces.Space[Any], actions: np.ndarra
     return actions
 
 
+def exploration_noise(model: OffPolicyAlgorithm, n_envs: int) -> ActionNoise | None:
+    """Return the action noise one ``_sample_action`` call of ``n_envs`` envs draws from.
+
+    As ``OffPolicyAlgorithm._setup_learn``: a noise that is not a ``VectorizedActionNoise`` is
+    wrapped in ``VectorizedActionNoise(noise, n_envs)`` when ``n_envs > 1``, so that every env
+    draws its own sample (and an Ornstein-Uhlenbeck noise keeps one state per env, which
+    ``collect_rollouts`` resets per env index, as ``add_replay_step`` does). The wrapper
+    replaces ``model.action_noise``, exactly as ``_setup_learn`` replaces it, so a later
+    ``start_training`` and the per-env resets of ``add_replay_step`` act on the same per-env
+    noises. With one env the noise is used as it is, as SB3 uses it for a single env.
+
+    Args:
+        model: An off-policy SB3 model.
+        n_envs: The number of envs (rows) of the call.
+
+    Returns:
+        The noise to call (``model.action_noise``, possibly just wrapped), or None.
+
+    Raises:
+        ValueError: ``model.action_noise`` is a ``VectorizedActionNoise`` of another number of
+            envs than the call has (both counts named): one sample per env is drawn for
+            exactly its env, never broadcast to other envs or dropped.
+    """
+    noise = model.action_noise
+    if noise is None:
+        return None
+    if isinstance(noise, VectorizedActionNoise):
+        if len(noise.noises) != n_envs:
+            raise ValueError(
+                f"model.action_noise is a VectorizedActionNoise of {len(noise.noises)} envs "
+                f"but this call has {n_envs} env(s): each env draws its own noise, so act() "
+                f"must be called with exactly {len(noise.noises)} envs (or set "
+                f"model.action_noise to the base noise, {noise.base_noise!r}, to start over)"
+            )
+        return noise
+    if n_envs > 1:
+        noise = model.action_noise = VectorizedActionNoise(noise, n_envs)
+    return noise
+
+
 def off_policy_actions(
-    model: OffPolicyAlgorithm, observation: Any, n_envs: int, explore: bool
+    model: OffPolicyAlgorithm,
+    observation: Any,
+    n_envs: int,
+    explore: bool,
+    noise: ActionNoise | None,
+    noise_rows: list[int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Choose off-policy actions and the buffer actions, as ``OffPolicyAlgorithm._sample_action``.
 
@@ -94,19 +142,28 @@ def off_policy_actions(
     warm-up) each env gets ``model.action_space.sample()``; afterwards
     ``model.predict(observation, deterministic=False)`` (for DQN this includes its epsilon-greedy
     draw). For Box spaces the action is scaled to [-1, 1] with ``policy.scale_action``, the
-    model's ``action_noise`` (if any) is added and the sum clipped to [-1, 1]: that is the buffer
-    action; the env action is its ``policy.unscale_action``. Without ``explore`` the action is
-    ``model.predict(observation, deterministic=True)``, and no noise is added.
+    action noise ``noise`` (if any; one sample per env, see :func:`exploration_noise`) is added
+    and the sum clipped to [-1, 1]: that is the buffer action; the env action is its
+    ``policy.unscale_action``. Without ``explore`` the env action is
+    ``model.predict(observation, deterministic=True)`` itself (no noise, no round trip through
+    the [-1, 1] scale) and, for Box spaces, the buffer action its ``policy.scale_action``.
 
     Args:
         model: An off-policy SB3 model (SAC, TD3, DDPG, DQN, ...).
         observation: A batch of ``n_envs`` observations (array or dict of arrays).
         n_envs: The batch size.
         explore: Whether to explore (warm-up sampling, stochastic policy, noise, epsilon).
+        noise: What :func:`exploration_noise` returned for this call (None: no noise; ignored
+            without ``explore`` or for other spaces than Box).
+        noise_rows: For a ``VectorizedActionNoise`` whose envs are in another order than the
+            rows: row ``i`` takes the sample of env ``noise_rows[i]`` (all envs' samples are
+            drawn, in env order, as ``VectorizedActionNoise.__call__`` draws them). None: row
+            ``i`` is env ``i``.
 
     Returns:
         ``(env_actions, buffer_actions)``, each ``(n_envs, *action_shape)``.
     """
+    box = isinstance(model.action_space, spaces.Box)
     if (
         explore
         and model.num_timesteps < model.learning_starts
@@ -115,10 +172,15 @@ def off_policy_actions(
         unscaled = np.array([model.action_space.sample() for _ in range(n_envs)])
     else:
         unscaled, _ = model.predict(observation, deterministic=not explore)
-    if isinstance(model.action_space, spaces.Box):
+    if box:
         scaled = model.policy.scale_action(unscaled)
-        if explore and model.action_noise is not None:
-            scaled = np.clip(scaled + model.action_noise(), -1, 1)
+        if not explore:
+            return unscaled, np.asarray(scaled)
+        if noise is not None:
+            sample = noise()
+            if noise_rows is not None:
+                sample = sample[noise_rows]
+            scaled = np.clip(scaled + sample, -1, 1)
         return np.asarray(model.policy.unscale_action(scaled)), np.asarray(scaled)
     return unscaled, unscaled
 
@@ -150,14 +212,17 @@ def check_action_masks(
     """Validate MaskablePPO ``action_masks`` and return them as ``(n_envs, mask_dims)``.
 
     The values are kept as given (booleans or 0/1; sb3-contrib's ``MaskableCategorical`` reads
-    them as booleans), only reshaped from ``(mask_dims,)`` for one env, in a copy: responses keep
-    their masks even when the caller refills its array for the next step.
+    them as booleans; booleans when a row is None), only reshaped from ``(mask_dims,)`` for one
+    env, in a copy: responses keep their masks even when the caller refills its array for the
+    next step.
 
     Args:
         model: The SB3 model.
         maskable: Whether the model is sb3-contrib's MaskablePPO.
         action_masks: ``(n_envs, mask_dims)`` (or ``(mask_dims,)`` for one env), as
-            ``get_action_masks(env)`` returns them.
+            ``get_action_masks(env)`` returns them; or a list of one entry per env, each a
+            ``(mask_dims,)`` row or None for an env without a mask (every action allowed:
+            an all-True row, what ``MaskableRolloutBuffer`` holds for an unmasked step).
         ids: The env ids of the batch, for messages.
 
     Returns:
@@ -174,7 +239,10 @@ def check_action_masks(
         )
     space = model.action_space
     dims = mask_dims(space)
-    masks = np.array(action_masks)  # a copy: a caller reusing its mask array changes no response
+    if isinstance(action_masks, (list, tuple)) and any(m is None for m in action_masks):
+        masks = _masks_with_unmasked_rows(action_masks, dims, space, ids)
+    else:
+        masks = np.array(action_masks)  # a copy: a caller reusing its array changes no response
     if masks.shape == (dims,) and len(ids) == 1:
         masks = masks.reshape(1, dims)
     if masks.shape != (len(ids), dims):
@@ -198,6 +266,40 @@ def check_action_masks(
                     f"action mask for env {env_id!r} allows no action in mask entries "
                     f"[{start}:{stop}] (of {space}): got {row!r}"
                 )
+    return masks
+
+
+def _masks_with_unmasked_rows(
+    rows: list[Any] | tuple[Any, ...], dims: int, space: spaces.Space[Any], ids: Sequence[str]
+) -> np.ndarray:
+    """Stack per-env mask rows where None means "every action allowed" (an all-True row).
+
+    An all-True row is what sb3-contrib's ``MaskableRolloutBuffer`` holds for a step collected
+    without masks, and ``MaskableCategorical`` with an all-True mask samples as without one.
+
+    Raises:
+        ValueError: the rows are not one per env, or a row is not ``(dims,)`` 0/1 values.
+    """
+    if len(rows) != len(ids):
+        raise ValueError(
+            f"action_masks must have one row (or None) per env: {len(ids)} for {list(ids)}, "
+            f"got {len(rows)}"
+        )
+    masks = np.ones((len(ids), dims), dtype=np.bool_)
+    for i, (row, env_id) in enumerate(zip(rows, ids, strict=True)):
+        if row is None:
+            continue
+        arr = np.asarray(row)
+        if arr.shape != (dims,):
+            raise ValueError(
+                f"action mask for env {env_id!r} must have shape ({dims},) for {space}, got "
+                f"shape {arr.shape}"
+            )
+        if arr.dtype != np.bool_ and not np.isin(arr, (0, 1)).all():
+            raise ValueError(
+                f"action mask for env {env_id!r} must hold booleans (or 0/1), got {arr!r}"
+            )
+        masks[i] = arr
     return masks
 
 

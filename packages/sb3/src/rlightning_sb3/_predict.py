@@ -18,7 +18,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from rlightning import PolicyResponse, ResponseBatch
 from rlightning_sb3._answer import answer
 from rlightning_sb3._batch import per_env_bools
-from rlightning_sb3._calls import read_call, register_ids
+from rlightning_sb3._calls import read_call
 from rlightning_sb3._observations import as_arrays, refuse_nan
 from rlightning_sb3._recurrent import predict_state, split_numpy_states
 
@@ -46,30 +46,30 @@ def predict_step(
         What ``predict`` returns; see its docstring for the fields and the errors raised.
     """
     observation = as_arrays(observation)  # lists, as SB3's obs_to_tensor converts them
-    batch, _n, vectorized, _ready, ids, seen, checked_by_torch, stamps, masks = read_call(
-        adapter, observation, env_ids, ts_env_sent_ns, action_masks
-    )
+    call = read_call(adapter, observation, env_ids, ts_env_sent_ns, action_masks)
+    ids = call.ids
+    masks = call.masks
     starts = (
         None if episode_start is None else per_env_bools(episode_start, "episode_start", ids, None)
     )
     extra: dict[str, Any] = {}
     if masks is not None:
-        extra["action_masks"] = masks if vectorized else masks[0]
+        extra["action_masks"] = masks if call.vectorized else masks[0]
     next_states: list[tuple[np.ndarray, ...]] | None = None
     try:
         actions, next_states = predict_actions(
             adapter, observation, state, starts, deterministic, extra, ids
         )
     except (ValueError, RuntimeError):
-        if checked_by_torch:
-            refuse_nan(batch, ids)  # names the envs when a NaN made torch raise
+        if call.checked_by_torch:
+            refuse_nan(call.batch, ids)  # names the envs when a NaN made torch raise
         raise
-    register_ids(adapter, ids, vectorized, seen)
+    adapter._state.register(ids, call.vectorized, call.seen)
     return answer(
         ids,
-        vectorized,
+        call.vectorized,
         {"action": actions},
-        (("state", next_states), ("action_mask", masks), ("ts_env_sent_ns", stamps)),
+        (("state", next_states), ("action_mask", masks), ("ts_env_sent_ns", call.stamps)),
     )
 
 

@@ -16,7 +16,8 @@ Two ways to ask the model:
 :meth:`SB3PolicyAdapter.env_actions` stacks responses back into what ``VecEnv.step`` takes.
 
 This module holds the public class and its documentation; ``predict`` and ``act`` run in the
-private modules ``_predict`` and ``_step``, with the per-call bookkeeping in ``_calls``.
+private modules ``_predict`` and ``_step``, with the input checks in ``_calls`` and the state
+kept between calls in ``_state``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ from rlightning import PolicyResponse, ResponseBatch
 from rlightning_sb3._actions import ACTION_KINDS, refuse_action_dtypes
 from rlightning_sb3._batch import order_responses, stacked_in_order
 from rlightning_sb3._contrib import contrib_kind
+from rlightning_sb3._observations import as_arrays, batch_observation
 from rlightning_sb3._predict import predict_step
+from rlightning_sb3._spaces import unsupported_space
+from rlightning_sb3._state import AdapterState
 from rlightning_sb3._step import act_step
 
 __all__ = ["SB3PolicyAdapter"]
@@ -51,7 +55,8 @@ class SB3PolicyAdapter:
 
     The adapter holds one piece of state per env id: for RecurrentPPO, the LSTM state that
     :meth:`act` carries to that env's next call; for every model, whether the env id was seen
-    before (the default ``episode_start``). :meth:`reset_state` forgets it.
+    before (the default ``episode_start``); off-policy with a vectorized action noise, which of
+    the noise's envs it is. :meth:`reset_state` forgets it.
 
     Args:
         model: A Stable-Baselines3 (or sb3-contrib) model. It is used, not copied: training it
@@ -59,6 +64,9 @@ class SB3PolicyAdapter:
 
     Raises:
         TypeError: ``model`` is not an SB3 ``BaseAlgorithm``.
+        ValueError: the model's spaces are ones SB3 maps to wrong numbers without an error
+            (the space named): a Discrete or MultiDiscrete action or observation space with a
+            non-zero ``start``, or a Box action space of a non-float dtype.
         ImportError: sb3-contrib is imported but outside the supported range.
 
     Examples:
@@ -77,23 +85,18 @@ class SB3PolicyAdapter:
                 f"model must be a Stable-Baselines3 model (a BaseAlgorithm such as PPO or SAC), "
                 f"got {type(model).__name__}"
             )
+        reason = unsupported_space(model.action_space, model.observation_space)
+        if reason is not None:
+            raise ValueError(f"{type(model).__name__} cannot be adapted: {reason}")
         self._model = model
         kind = contrib_kind(model)
         self._recurrent = kind == "recurrent"
         self._maskable = kind == "maskable"
         self._off_policy = isinstance(model, OffPolicyAlgorithm)
         self._on_policy = isinstance(model, OnPolicyAlgorithm)
-        #: env id -> carried LSTM state (RecurrentPPO) or None (env seen, nothing carried).
-        self._carried: dict[str, Any] = {}
-        #: The env ids of the last successful batched call, all of them in ``_carried``: a call
-        #: with an equal list skips the id checks and needs no new registration (see
-        #: :func:`~rlightning_sb3._calls.resolve_ids`). Cleared by :meth:`reset_state`.
-        self._last_ids: list[str] | None = None
-        #: ``(policy, every module of it)`` as of the first :meth:`act`, for the eval-mode check.
-        self._policy_modules: tuple[Any, tuple[th.nn.Module, ...]] | None = None
-        #: ``(observation space, its shape if a Box else None)`` for the fast path of
-        #: :func:`~rlightning_sb3._calls.read_batch`.
-        self._box_shape: tuple[Any, tuple[int, ...] | None] | None = None
+        #: What the adapter remembers between calls (env ids seen, carried LSTM states, the
+        #: fast paths' caches); only its own methods change it.
+        self._state = AdapterState()
 
     # ------------------------------------------------------------------ properties
     @property
@@ -120,17 +123,14 @@ class SB3PolicyAdapter:
         """Forget what the adapter carries for some env ids (all when None).
 
         A forgotten env starts again from a zero LSTM state and a default ``episode_start`` of
-        True, as a fresh ``RecurrentPPO``/``_setup_learn`` starts.
+        True, as a fresh ``RecurrentPPO``/``_setup_learn`` starts. Forgetting every env (None)
+        also forgets which env id each env of a ``VectorizedActionNoise`` is (see :meth:`act`);
+        the noise itself (``model.action_noise``) is not changed.
 
         Args:
             env_ids: One id, several, or None for every env. Unknown ids are ignored.
         """
-        self._last_ids = None
-        if env_ids is None:
-            self._carried.clear()
-            return
-        for env_id in [env_ids] if isinstance(env_ids, str) else env_ids:
-            self._carried.pop(env_id, None)
+        self._state.forget(env_ids)
 
     # ------------------------------------------------------------------ predict
     @overload
@@ -191,7 +191,9 @@ class SB3PolicyAdapter:
                 policies, as SB3 ignores it.
             deterministic: Whether to take the mode of the action distribution.
             action_masks: MaskablePPO only: ``(n_envs, mask_dims)`` booleans (``(mask_dims,)`` for
-                an unbatched observation). Each response carries its row as ``action_mask``.
+                an unbatched observation), or a list of one ``(mask_dims,)`` row or None per env
+                (None: every action allowed, an all-True row). Each response carries its row as
+                ``action_mask``.
             ts_env_sent_ns: Optional stamp, nanoseconds since the epoch (``time.time_ns()``) when
                 the observation was sent: one int for all envs or one per env. Stored on each
                 response as ``ts_env_sent_ns``.
@@ -271,14 +273,21 @@ class SB3PolicyAdapter:
         ``model.action_space``'s RNG for warm-up, epsilon-greedy and action noise), so with the
         same seed and model state a loop of ``act`` calls reproduces SB3's ``collect_rollouts``
         bit for bit. Mutates the adapter (the env ids seen, RecurrentPPO's carried LSTM states)
-        and may switch ``model.policy`` to eval mode (``set_training_mode(False)``).
+        and may switch ``model.policy`` to eval mode (``set_training_mode(False)``). Off-policy,
+        exploring a Box space with several envs, a ``model.action_noise`` that is not a
+        ``VectorizedActionNoise`` is replaced by ``VectorizedActionNoise(noise, n_envs)``, as
+        ``OffPolicyAlgorithm._setup_learn`` replaces it, so that every env draws its own noise;
+        the first exploring call that meets a ``VectorizedActionNoise`` fixes which env id each
+        of its envs is (its rows, in order), and :meth:`reset_state` with no ids forgets that.
 
         * On-policy (PPO, A2C, TRPO; sb3-contrib MaskablePPO), as
           ``OnPolicyAlgorithm.collect_rollouts``: ``actions, values, log_probs =
           policy(obs_tensor)``; Box env actions clipped to the space, or unscaled when the policy
           squashes.
         * RecurrentPPO, as its ``collect_rollouts``: the env's carried LSTM state goes in with
-          ``episode_start`` (the policy zeroes it where True); Box actions are clipped.
+          ``episode_start`` (the policy zeroes it where True); Box actions are clipped, even a
+          squashing policy's (as that ``collect_rollouts`` does); with ``explore=False`` a
+          squashing policy's actions are unscaled, as its ``predict`` does.
         * Off-policy (SAC, TD3, DDPG, DQN, ...), as ``OffPolicyAlgorithm._sample_action``: see
           ``explore``.
 
@@ -314,9 +323,14 @@ class SB3PolicyAdapter:
                 training: pass ``dones``. Checked but not used by off-policy models (SB3's
                 off-policy collection has no such input).
             action_masks: MaskablePPO only: ``(n_envs, mask_dims)`` booleans (as
-                ``get_action_masks(env)``); None uses no mask (as ``use_masking=False``).
-            explore: True as in training (sampling, warm-up, noise, epsilon); False takes the
-                deterministic action (off-policy: ``predict(deterministic=True)``, no noise).
+                ``get_action_masks(env)``), or a list of one ``(mask_dims,)`` row or None per
+                env (None: every action allowed, an all-True row, as ``MaskableRolloutBuffer``
+                stores for an unmasked step); None uses no mask (as ``use_masking=False``).
+            explore: True as in training (sampling, warm-up, noise, epsilon; for DQN exactly
+                ``DQN.predict(deterministic=False)``); False takes the deterministic action,
+                equal to ``model.predict(observation, deterministic=True)``'s (off-policy: that
+                action itself, no noise; its ``buffer_action`` for a Box space is
+                ``policy.scale_action`` of it).
             ts_env_sent_ns: Optional int stamp (nanoseconds since the epoch), one for all envs or
                 one per env.
 
@@ -335,7 +349,10 @@ class SB3PolicyAdapter:
                 and shapes); ``action_masks`` are given to a model other than MaskablePPO, hold
                 values other than 0/1, or leave an env no legal action; ``episode_start`` holds
                 values other than booleans / 0 / 1; a stamp is negative; or the observation
-                holds NaN (the envs named).
+                holds NaN (the envs named); or, off-policy exploring a Box space,
+                ``model.action_noise`` is a ``VectorizedActionNoise`` of another number of envs
+                than the call's, or of other env ids (both named; raised before any random
+                number is drawn).
 
         Note:
             gSDE (``use_sde=True``): SB3 resamples the noise matrix at the start of each rollout
@@ -346,6 +363,53 @@ class SB3PolicyAdapter:
         return act_step(
             self, observation, env_ids, episode_start, action_masks, explore, ts_env_sent_ns
         )
+
+    # ------------------------------------------------------------------ predict_values
+    def predict_values(self, observation: Any) -> np.ndarray:
+        """Return the critic's value of each observation, as SB3's truncation bootstrap.
+
+        Exactly what ``OnPolicyAlgorithm.collect_rollouts`` computes for a truncated episode's
+        terminal observation: ``policy.predict_values(policy.obs_to_tensor(observation)[0])``
+        under ``torch.no_grad()``, with the policy in eval mode (as during ``collect_rollouts``;
+        the call may switch ``model.policy`` to it, as :meth:`act` does).
+
+        Args:
+            observation: A batch ``(n, *obs_shape)`` (a dict of such arrays for a Dict space),
+                or one unbatched observation (then ``n`` is 1). Channel-last images and lists
+                are converted as ``obs_to_tensor`` converts them.
+
+        Returns:
+            float32 numpy ``(n,)`` on the CPU, row ``i`` the value of observation ``i``.
+
+        Raises:
+            TypeError: the model has no state-value function (off-policy models such as DQN,
+                SAC, TD3: their critics are Q-functions), or is sb3-contrib's RecurrentPPO (its
+                values need each env's LSTM state: use the ``state`` of the env's last
+                :meth:`act` response, as the buffer helpers do); or the observation is of the
+                wrong kind (a dict for a non-Dict space or the reverse).
+            ValueError: the observation does not fit the model's observation space (SB3's rule,
+                see :meth:`predict`), or is an empty batch.
+        """
+        model = self._model
+        policy: Any = model.policy
+        if self._recurrent:
+            raise TypeError(
+                f"{type(model).__name__}'s values depend on each env's LSTM state; "
+                f"predict_values() takes none (RecurrentPPO's truncation bootstrap uses the "
+                f"'state' of the env's last act() response)"
+            )
+        if not self._on_policy or not callable(getattr(policy, "predict_values", None)):
+            raise TypeError(
+                f"{type(model).__name__} has no state-value function (policy "
+                f"{type(policy).__name__} has no predict_values); predict_values() needs an "
+                f"on-policy actor-critic model such as PPO, A2C or MaskablePPO"
+            )
+        observation = as_arrays(observation)
+        batch_observation(policy, observation)  # SB3's rule, with errors that name the shapes
+        self._state.eval_mode(policy)
+        with th.no_grad():
+            values = policy.predict_values(policy.obs_to_tensor(observation)[0])
+        return np.asarray(values.cpu().numpy().reshape(-1), dtype=np.float32)
 
     # ------------------------------------------------------------------ env_actions
     def env_actions(

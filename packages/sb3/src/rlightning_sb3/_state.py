@@ -1,0 +1,192 @@
+"""``AdapterState``: what an :class:`~rlightning_sb3.SB3PolicyAdapter` remembers between calls.
+
+One small typed object per adapter, and the only code that changes it: its own methods. The
+``predict`` and ``act`` steps (:mod:`rlightning_sb3._calls`, :mod:`rlightning_sb3._step`,
+:mod:`rlightning_sb3._predict`) call those methods and never write its fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
+
+from rlightning_sb3._batch import resolve_env_ids
+from rlightning_sb3._observations import batch_observation
+
+__all__ = ["AdapterState"]
+
+
+class AdapterState:
+    """Per-adapter state: env ids seen, carried LSTM states, and two caches of the fast paths.
+
+    Attributes:
+        carried: env id -> carried LSTM state (RecurrentPPO; an sb3-contrib ``RNNStates`` of
+            tensors on the model's device) or None (env seen, nothing carried). Its keys are the
+            env ids seen since construction or the last :meth:`forget`.
+        last_ids: The env ids of the last successful batched call, all of them in ``carried``:
+            a call with an equal list skips the id checks and needs no new registration
+            (:meth:`resolve_ids`).
+        box_shape: ``(observation space, its shape if a Box else None)`` for the fast path of
+            :meth:`read_batch`.
+        policy_modules: ``(policy, every module of it)`` as of the first :meth:`eval_mode`.
+        noise_envs: ``(model.action_noise, the env id of each of its envs)``
+            (:meth:`noise_rows`).
+    """
+
+    __slots__ = ("box_shape", "carried", "last_ids", "noise_envs", "policy_modules")
+
+    def __init__(self) -> None:
+        self.carried: dict[str, Any] = {}
+        self.last_ids: list[str] | None = None
+        self.box_shape: tuple[Any, tuple[int, ...] | None] | None = None
+        self.policy_modules: tuple[Any, tuple[th.nn.Module, ...]] | None = None
+        self.noise_envs: tuple[VectorizedActionNoise, list[str]] | None = None
+
+    def noise_rows(self, noise: ActionNoise | None, ids: list[str]) -> list[int] | None:
+        """Which env of a ``VectorizedActionNoise`` each row of this call is.
+
+        SB3 gives env ``i`` of its VecEnv the noise process ``noises[i]``, and
+        ``collect_rollouts`` (and ``add_replay_step``) reset an env's process by that index.
+        The first exploring call that meets a vectorized noise fixes which env id each index
+        is: its rows, in order (a loop passes the VecEnv's observations in env order). A later
+        call with the same ids in another order gets each env's own sample; a call with other
+        ids is refused.
+
+        Returns:
+            None when row ``i`` is env ``i`` (also for a noise that is not vectorized); else
+            the env index of each row.
+
+        Raises:
+            ValueError: ``ids`` are not the env ids the noise's envs were given to (both named).
+        """
+        if not isinstance(noise, VectorizedActionNoise):
+            return None
+        known = self.noise_envs
+        if known is None or known[0] is not noise:
+            self.noise_envs = (noise, ids)
+            return None
+        envs = known[1]
+        if ids is envs or ids == envs:
+            return None
+        index = {env_id: i for i, env_id in enumerate(envs)}
+        if sorted(ids) != sorted(envs):
+            raise ValueError(
+                f"model.action_noise draws one sample per env for the envs {envs} (the rows of "
+                f"the first exploring act() call, in that order); this call's env_ids are "
+                f"{ids}: call act() with those envs (in any order), or set model.action_noise "
+                f"to its base noise, {noise.base_noise!r}, to start over"
+            )
+        return [index[env_id] for env_id in ids]
+
+    def read_batch(self, policy: Any, observation: Any) -> tuple[Any, int, bool, bool]:
+        """:func:`~rlightning_sb3._observations.batch_observation`, plus whether it is ready.
+
+        Fast path for the common step: a numpy array of shape ``(n_envs, *space.shape)`` for
+        a Box observation space is a batch by SB3's rule (``is_vectorized_box_observation``;
+        no ``maybe_transpose`` applies to an array of the space's own shape) and is what
+        ``collect_rollouts`` hands to ``obs_as_tensor``, so the general checks are skipped.
+        Caches the space's shape (a space's shape never changes).
+
+        Returns:
+            ``(batch, n_envs, vectorized, ready)``; ``ready`` True means the batch goes to
+            ``obs_as_tensor`` as it is (False: let ``obs_tensor`` decide).
+        """
+        space = policy.observation_space
+        cached = self.box_shape
+        if cached is None or cached[0] is not space:
+            cached = self.box_shape = (
+                space,
+                space.shape if type(space) is spaces.Box else None,
+            )
+        shape = cached[1]
+        if (
+            shape is not None
+            and type(observation) is np.ndarray
+            and observation.ndim == len(shape) + 1
+            and observation.shape[1:] == shape
+            and observation.shape[0]
+        ):
+            return observation, observation.shape[0], True, True
+        batch, n_envs, vectorized = batch_observation(policy, observation)
+        return batch, n_envs, vectorized, False
+
+    def resolve_ids(self, env_ids: object, n_envs: int, vectorized: bool) -> tuple[list[str], bool]:
+        """Check ``env_ids`` (``resolve_env_ids``); return them and whether all were seen.
+
+        A loop passes the same ids every step: a list equal to the last successful call's
+        ids was checked then, and every one of its ids is in ``carried``, so the checks and
+        the per-env look-ups are skipped.
+        """
+        last = self.last_ids
+        if (
+            last is not None
+            and vectorized
+            and type(env_ids) is list
+            and len(last) == n_envs
+            and env_ids == last
+        ):
+            return last, True
+        return resolve_env_ids(env_ids, n_envs, vectorized), False
+
+    def register(self, ids: list[str], vectorized: bool, seen: bool) -> None:
+        """Mark ``ids`` as seen (after a successful call) and remember them for the next."""
+        if not seen:
+            carried = self.carried
+            for env_id in ids:
+                carried.setdefault(env_id, None)
+        if vectorized:
+            self.last_ids = ids
+
+    def default_starts(self, ids: Sequence[str], seen: bool) -> list[bool]:
+        """``act``'s default ``episode_start``: True for the ids not seen yet."""
+        if seen:
+            return [False] * len(ids)
+        carried = self.carried
+        return [env_id not in carried for env_id in ids]
+
+    def states_in(self, ids: Sequence[str], zero: Any) -> list[Any]:
+        """The LSTM state each env carries into this step (``zero`` for a fresh env)."""
+        carried = self.carried
+        return [carried.get(env_id) or zero for env_id in ids]
+
+    def carry(self, ids: Sequence[str], states: Iterable[Any]) -> None:
+        """Carry each env's LSTM state after this step to its next call."""
+        self.carried.update(zip(ids, states, strict=True))
+
+    def forget(self, env_ids: str | Sequence[str] | None) -> None:
+        """Forget some env ids (all when None): :meth:`SB3PolicyAdapter.reset_state`.
+
+        Forgetting every env also forgets which env id each action-noise index is.
+        """
+        self.last_ids = None
+        if env_ids is None:
+            self.carried.clear()
+            self.noise_envs = None
+            return
+        for env_id in [env_ids] if isinstance(env_ids, str) else env_ids:
+            self.carried.pop(env_id, None)
+
+    def eval_mode(self, policy: Any) -> None:
+        """Put ``policy`` in eval mode as ``collect_rollouts`` does, only when it is not already.
+
+        SB3 calls ``policy.set_training_mode(False)`` once at the start of each rollout (and
+        ``train()`` switches back with ``set_training_mode(True)``); calling it every step
+        costs more than a small MLP's forward pass. Every module of the policy is checked (a
+        ``train()`` on the policy or on any of its submodules is seen), and the call is made
+        when one of them is in training mode. The modules are listed once per policy object:
+        a submodule assigned into the policy after the first ``act`` is not checked, so call
+        ``model.policy.set_training_mode(False)`` after such surgery, as SB3's next rollout
+        would.
+        """
+        cached = self.policy_modules
+        if cached is None or cached[0] is not policy:
+            cached = self.policy_modules = (policy, tuple(policy.modules()))
+        for module in cached[1]:
+            if module.training:
+                policy.set_training_mode(False)
+                return
