@@ -238,10 +238,11 @@ def test_sample_response_refuses_a_malformed_mask_naming_the_agent(mask: Any) ->
         sample_response(env, "g", {agent: obs})
 
 
-def test_an_all_zero_mask_gives_the_documented_placeholder() -> None:
+def test_an_all_zero_mask_means_the_agent_waits() -> None:
+    """No legal action: the action is None (never a made-up move)."""
     env, agent, obs = _tictactoe_observation()
     obs["action_mask"] = np.zeros(9, np.int8)
-    assert sample_response(env, "g", {agent: obs}).action == {agent: 0}
+    assert sample_response(env, "g", {agent: obs}).action == {agent: None}
 
 
 def test_sampled_actions_respect_a_one_hot_mask() -> None:

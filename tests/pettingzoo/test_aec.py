@@ -143,7 +143,8 @@ def test_illegal_move_is_caught_before_the_env_ends_the_game(
         ValueError,
         match=re.escape(
             "tictactoe_v3 (response env_id=None): action 4 for agent 'player_2' is illegal now: "
-            "the env's action_mask allows only [0, 1, 2, 3, 5, 6, 7, 8] [rule action-mask]"
+            "4 is masked out by the action mask (legal: [0, 1, 2, 3, 5, 6, 7, 8]) "
+            "[rule action-mask]"
         ),
     ):
         aec_action(response, env)

@@ -285,24 +285,3 @@ def test_every_agent_with_the_same_wrong_shape_names_the_first(
     with pytest.raises(ValueError, match=re.escape("observation of agent 'agent_0'")) as info:
         SharedPolicyAdapter(model).act(env, observations)
     assert "Unexpected observation shape" in str(info.value.__cause__)
-
-
-def test_observation_space_fit_follows_sb3() -> None:
-    from gymnasium import spaces
-
-    from rlightning_pettingzoo._sb3 import observation_space_mismatch as mismatch
-
-    image = spaces.Box(0, 255, (84, 96, 3), np.uint8)
-    assert mismatch(image, spaces.Box(0, 255, (3, 84, 96), np.uint8)) is None  # transposed
-    assert mismatch(spaces.Box(-1, 1, (4,)), spaces.Box(-5, 5, (4,))) is None  # bounds: not SB3's
-    assert mismatch(spaces.Discrete(4), spaces.Discrete(5)) == "size 4 is not the model's 5"
-    mask = spaces.MultiBinary(9)
-    obs = spaces.Dict({"observation": spaces.Box(0, 1, (3,)), "action_mask": mask})
-    other = spaces.Dict({"observation": spaces.Box(0, 1, (4,)), "action_mask": mask})
-    assert mismatch(obs, other) == "key 'observation': shape (3,) is not the model's (4,)"
-    assert mismatch(obs, spaces.Dict({"observation": spaces.Box(0, 1, (3,))})) == (
-        "keys ['action_mask', 'observation'] are not the model's ['observation']"
-    )
-    assert mismatch(spaces.Discrete(3), spaces.Box(0, 1, (3,))) == (
-        f"a Discrete space is not the model's {spaces.Box(0, 1, (3,))}"
-    )

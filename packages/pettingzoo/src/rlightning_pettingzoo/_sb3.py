@@ -148,7 +148,7 @@ def sb3_rows(
         )
     action_masks = None
     if adapter.is_maskable and any(mask is not None for mask in masks):
-        size = rules.mask_size(action_space, "flat")
+        size = rules.mask_size(action_space)
         action_masks = np.stack(
             [
                 np.ones(size, dtype=bool) if mask is None else rules.flat_mask(action_space, mask)

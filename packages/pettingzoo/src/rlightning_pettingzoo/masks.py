@@ -62,7 +62,7 @@ def find_action_mask(
     return None
 
 
-def _checked_action_mask(space: spaces.Space[Any], mask: Any, agent: Any) -> Any:
+def _checked_action_mask(space: spaces.Space[Any], mask: Any, agent: Any, env: Any) -> Any:
     """Check ``agent``'s action mask against its action space; return it in gymnasium's format.
 
     The rule is :func:`rlightning.rules.check_action_mask` (``action-mask``), the same one
@@ -78,6 +78,7 @@ def _checked_action_mask(space: spaces.Space[Any], mask: Any, agent: Any) -> Any
         space: ``env.action_space(agent)``.
         mask: The mask as found by :func:`find_action_mask` (array-like or tuple); not modified.
         agent: The agent id, for the message.
+        env: The env, named in the message (only when raising: no per-step cost).
 
     Returns:
         For Discrete, an int8 array of shape ``(n,)``; for 1-D MultiDiscrete, a tuple of such
@@ -87,8 +88,9 @@ def _checked_action_mask(space: spaces.Space[Any], mask: Any, agent: Any) -> Any
         None.
 
     Raises:
-        TypeError: the mask's kind or dtype is wrong (names the agent).
-        ValueError: the mask breaks the rule (names the agent, the mask and what is wrong).
+        TypeError: the mask's kind or dtype is wrong (names the env and the agent).
+        ValueError: the mask breaks the rule (names the env, the agent, the mask and what is
+            wrong).
     """
     if not (
         type(space) is spaces.Discrete
@@ -96,12 +98,12 @@ def _checked_action_mask(space: spaces.Space[Any], mask: Any, agent: Any) -> Any
         or (isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1)
     ):
         return mask
-    checked = check_action_mask(
-        space,
-        mask,
-        subject=f"action mask of agent {agent!r}",
-        allow_empty=True,
-    )
+    try:
+        checked = check_action_mask(
+            space, mask, subject=f"action mask of agent {agent!r}", allow_empty=True
+        )
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{describe_env(env)}: {error}") from None
     if checked is None:
         return None
     if isinstance(checked, tuple):
@@ -225,7 +227,7 @@ def sample_response(
             actions[agent] = space.sample()
         else:
             masked = True
-            mask = _checked_action_mask(space, mask, agent)
+            mask = _checked_action_mask(space, mask, agent, env)
             actions[agent] = None if mask is None else space.sample(mask=mask)
     if masked:
         return MultiAgentPolicyResponse(env_id, action=actions, action_mask=masks)

@@ -111,7 +111,7 @@ def _checked_masks(agents: Sequence[Any], masks: Sequence[Any], env: Any) -> lis
         if mask is None:
             out.append(None)
             continue
-        checked = _checked_action_mask(action_space(agent), mask, agent)
+        checked = _checked_action_mask(action_space(agent), mask, agent, env)
         out.append(_WAITS if checked is None else checked)
     return out
 
