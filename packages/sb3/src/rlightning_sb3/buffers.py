@@ -128,7 +128,8 @@ def add_rollout_step(
         observation: The observation the responses answered, ``(n_envs, *obs_shape)`` (dict for
             a Dict space), as the VecEnv returned it.
         responses: From :meth:`SB3PolicyAdapter.act`, one per env.
-        rewards: ``(n_envs,)`` rewards from ``env.step``; not modified (a copy is bootstrapped).
+        rewards: ``(n_envs,)`` rewards from ``env.step`` (ints or floats, an array or a list);
+            not modified (a float copy is bootstrapped).
         dones: ``(n_envs,)`` booleans from ``env.step``.
         infos: ``n_envs`` info dicts from ``env.step``.
         buffer: The buffer to fill; default ``model.rollout_buffer``.
@@ -137,15 +138,17 @@ def add_rollout_step(
             episodes (``model._update_info_buffer``), as ``collect_rollouts`` does.
 
     Returns:
-        The ``(n_envs,)`` rewards as stored (bootstrapped where truncated), a new array of the
-        dtype ``np.array(rewards)`` gives. ``buffer`` is mutated (``reset`` when full, then
+        The ``(n_envs,)`` rewards as stored (bootstrapped where truncated), a new array:
+        float32 or float64 rewards keep their dtype, integer rewards become float32 (as
+        ``DummyVecEnv`` returns them), so the bootstrap is never truncated. ``buffer`` is mutated (``reset`` when full, then
         ``add``), and with ``update_model`` so is ``model`` (``num_timesteps``,
         ``ep_info_buffer``, ``ep_success_buffer``); ``rewards`` and ``responses`` are not.
 
     Raises:
         TypeError: ``responses`` is not a sequence of PolicyResponse, ``env_ids`` is not a
-            sequence of str, an info is not a dict, or ``observation`` is a dict for a buffer of
-            arrays (or the reverse).
+            sequence of str, an info is not a dict, the rewards are not real numbers (bool,
+            complex, str or object dtype), or ``observation`` is a dict for a buffer of arrays
+            (or the reverse).
         ValueError: ``update_model`` is set before :func:`start_training`; the responses
             (empty, a stacked batch, repeated or unmatched env ids), rewards, dones, infos or
             ``observation`` do not match the buffer's envs (counts, shapes ``(n_envs,)`` and
@@ -315,7 +318,7 @@ def add_replay_step(
             ``(*action_shape)``; for a Box space scaled to [-1, 1]).
         new_observation: What ``env.step`` returned, ``(n_envs, *obs_shape)`` (not modified: a
             deep copy gets the terminal observations).
-        rewards: ``(n_envs,)`` rewards from ``env.step``.
+        rewards: ``(n_envs,)`` rewards from ``env.step`` (ints or floats, an array or a list).
         dones: ``(n_envs,)`` booleans from ``env.step``.
         infos: ``n_envs`` info dicts from ``env.step``.
         buffer: The buffer to fill; default ``model.replay_buffer``.
@@ -330,9 +333,9 @@ def add_replay_step(
 
     Raises:
         TypeError: ``responses`` is not a sequence of PolicyResponse, ``env_ids`` is not a
-            sequence of str, an info is not a dict, an observation is a dict for a buffer of
-            arrays (or the reverse), or for a Box action space the buffer actions are not
-            floats.
+            sequence of str, an info is not a dict, the rewards are not real numbers, an
+            observation is a dict for a buffer of arrays (or the reverse), or for a Box action
+            space the buffer actions are not floats.
         ValueError: ``update_model`` is set before :func:`start_training`; the responses
             (empty, a stacked batch, repeated or unmatched env ids), rewards, dones, infos or
             observations do not match the buffer's envs (counts, shapes ``(n_envs,)`` and
