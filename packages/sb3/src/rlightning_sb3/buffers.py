@@ -43,6 +43,7 @@ from rlightning_sb3._buffer_checks import (
     check_scaled_actions,
     check_step,
     check_terminal,
+    native_arrays,
     require_started,
 )
 from rlightning_sb3._columns import StepColumns
@@ -185,7 +186,8 @@ def add_rollout_step(
             and infos[idx].get("terminal_observation") is not None
             and infos[idx].get("TimeLimit.truncated", False)
         ):
-            terminal_obs = policy.obs_to_tensor(infos[idx]["terminal_observation"])[0]
+            terminal = native_arrays(infos[idx]["terminal_observation"])
+            terminal_obs = policy.obs_to_tensor(terminal)[0]
             with th.no_grad():
                 if recurrent:
                     vf_h, vf_c = next_states[idx].vf
@@ -221,7 +223,8 @@ def finish_rollout(
     """Compute returns and advantages of a full rollout, as the end of ``collect_rollouts``.
 
     ``values = policy.predict_values(new_observation)`` (RecurrentPPO: from the envs' states
-    after the last step, ``responses[i].state.vf``, reset where ``dones``), then
+    after the last step, ``responses[i].state.vf``, reset where ``dones``; an array torch cannot
+    read, with a negative stride or a non-native byte order, is read from a native copy), then
     ``buffer.compute_returns_and_advantage(last_values=values, dones=dones)``. With
     ``update_model``, ``model._update_current_progress_remaining`` is called as ``learn()`` does
     right after ``collect_rollouts``, so that ``model.train()`` reads the right schedule values.
@@ -262,7 +265,7 @@ def finish_rollout(
     dones_arr = check_dones(dones, ids)
     check_buffer_observation("new_observation", new_observation, buf, ids)
     policy: Any = model.policy
-    last_obs = obs_tensor(policy, new_observation, model.device)
+    last_obs = obs_tensor(policy, native_arrays(new_observation), model.device)
     with th.no_grad():
         if hasattr(buf, "hidden_states_pi"):
             if step is None:
