@@ -99,7 +99,10 @@ def _box_specs(dtypes: tuple[str, ...]) -> st.SearchStrategy[tuple[Any, ...]]:
         low = tuple(float(lo) * scale for lo in lows)
         high = tuple(lo + w * scale for lo, w in zip(low, widths, strict=True))
         if np.dtype(dtype).kind == "i":
-            low, high = tuple(int(v) for v in lows), tuple(lo + w for lo, w in zip(lows, widths))
+            low, high = (
+                tuple(int(v) for v in lows),
+                tuple(lo + w for lo, w in zip(lows, widths, strict=True)),
+            )
         return ("box", low, high, dtype)
 
     return build()

@@ -141,9 +141,10 @@ def add_rollout_step(
     Returns:
         The ``(n_envs,)`` rewards as stored (bootstrapped where truncated), a new array:
         float32 or float64 rewards keep their dtype, integer rewards become float32 (as
-        ``DummyVecEnv`` returns them), so the bootstrap is never truncated. ``buffer`` is mutated (``reset`` when full, then
-        ``add``), and with ``update_model`` so is ``model`` (``num_timesteps``,
-        ``ep_info_buffer``, ``ep_success_buffer``); ``rewards`` and ``responses`` are not.
+        ``DummyVecEnv`` returns them), so the bootstrap is never truncated. ``buffer`` is
+        mutated (``reset`` when full, then ``add``), and with ``update_model`` so is ``model``
+        (``num_timesteps``, ``ep_info_buffer``, ``ep_success_buffer``); ``rewards`` and
+        ``responses`` are not.
 
     Raises:
         TypeError: ``responses`` is not a sequence of PolicyResponse, ``env_ids`` is not a
