@@ -14,7 +14,8 @@ observations whatever actions they receive; every action it receives is checked 
 
 Hypothesis profiles (``RLIGHTNING_PARITY_PROFILE``): ``short`` (the default; derandomized, a few
 examples per test, the whole directory in about a minute on two cores) and ``long`` (random,
-thousands of examples per test: ``tox -e parity-long``, over 20 minutes). The number of cases
+thousands of examples per test: ``tox -e parity-long``, over 20 minutes);
+``RLIGHTNING_PARITY_EXAMPLES`` overrides either profile's examples per test. The number of cases
 run, per test and per dimension, is printed at the end of the session and, when
 ``RLIGHTNING_PARITY_COUNTS`` names a file, written there as JSON.
 """
@@ -37,6 +38,7 @@ from gymnasium import spaces
 from gymnasium.wrappers import TimeLimit
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -64,7 +66,12 @@ if PROFILE not in ("short", "long"):
     raise ValueError(f"RLIGHTNING_PARITY_PROFILE must be 'short' or 'long', got {PROFILE!r}")
 # The test modules read this with settings.get_profile("rlightning-parity") at import time
 # (conftest.py is imported first); the global profile of other test directories is untouched.
-settings.register_profile("rlightning-parity", settings.get_profile(f"rlightning-parity-{PROFILE}"))
+_EXAMPLES = os.environ.get("RLIGHTNING_PARITY_EXAMPLES")  # overrides the profile's max_examples
+settings.register_profile(
+    "rlightning-parity",
+    settings.get_profile(f"rlightning-parity-{PROFILE}"),
+    **({"max_examples": int(_EXAMPLES)} if _EXAMPLES else {}),
+)
 
 IMAGE_SIDE = 36  # the smallest input SB3's NatureCNN accepts
 TOTAL = 10_000  # the "learn" budget both sides announce (schedules read it)
@@ -279,6 +286,40 @@ def policy_name(obs: str, recurrent: bool = False) -> str:
     return f"{base}{'Lstm' if recurrent else ''}Policy"
 
 
+def build_model(algo: str, venv: Any, obs: str, seed: int) -> Any:
+    """A tiny untrained model of ``algo`` on ``venv`` for act/predict (DQN explores half the time).
+
+    ``algo``: ppo, a2c, recurrent_ppo, maskable_ppo, dqn, sac, td3 or ddpg.
+    """
+    contrib = pytest.importorskip("sb3_contrib")
+    recurrent = algo == "recurrent_ppo"
+    kwargs: dict[str, Any] = {
+        "seed": seed,
+        "device": "cpu",
+        "policy_kwargs": policy_kwargs(obs, recurrent),
+    }
+    if algo in ("dqn", "sac", "td3", "ddpg"):
+        kwargs.update(buffer_size=8, learning_starts=0)
+    else:
+        kwargs["n_steps"] = 4
+        if algo != "a2c":
+            kwargs["batch_size"] = 4 * venv.num_envs
+    cls = {
+        "ppo": PPO,
+        "a2c": A2C,
+        "recurrent_ppo": contrib.RecurrentPPO,
+        "maskable_ppo": contrib.MaskablePPO,
+        "dqn": DQN,
+        "sac": SAC,
+        "td3": TD3,
+        "ddpg": DDPG,
+    }[algo]
+    model = cls(policy_name(obs, recurrent), venv, **kwargs)
+    if algo == "dqn":
+        model.exploration_rate = 0.5
+    return model
+
+
 # ---------------------------------------------------------------------------- inputs
 
 
@@ -309,6 +350,8 @@ def with_layout(value: Any, layout: str) -> Any:
         return np.ascontiguousarray(arr)
     if layout == "fortran":
         return np.asfortranarray(arr)
+    if arr.ndim == 0 and layout in ("strided", "negative"):
+        return arr.copy()  # a scalar has no axis to stride along
     if layout == "strided":
         wide = np.zeros((arr.shape[0] * 2, *arr.shape[1:]), arr.dtype)
         wide[::2] = arr
@@ -385,6 +428,7 @@ def gen() -> SimpleNamespace:
         make_action_space=make_action_space,
         policy_kwargs=policy_kwargs,
         policy_name=policy_name,
+        build_model=build_model,
         reward_forms=reward_forms,
         as_reward_form=as_reward_form,
         LAYOUTS=LAYOUTS,
