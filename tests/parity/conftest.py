@@ -153,7 +153,7 @@ class EnvSpec:
 
     obs: str  # "box", "dict", "image" or "discrete"
     action: tuple[Any, ...]  # see make_action_space
-    reward: str  # "int" or "float"
+    reward: str  # "int", "float" (dyadic) or "float-any"
     terminate_p: float
     max_steps: int
     masks: bool = False  # action_masks() for MaskablePPO
@@ -182,6 +182,7 @@ class GenEnv(gym.Env[Any, Any]):
             "discrete": lambda: spaces.Discrete(5),
         }[spec.obs]()
         self.received: list[Any] = []
+        self.rewards: list[float | int] = []  # as step returned them, before any VecEnv
         self.outside: list[Any] = []
         self._t = 0
 
@@ -246,8 +247,11 @@ class GenEnv(gym.Env[Any, Any]):
         rng = self.np_random
         if self.spec_.reward == "int":
             reward: float | int = int(rng.integers(-3, 4))
-        else:  # dyadic: float32 and float64 hold the same value
+        elif self.spec_.reward == "float":  # dyadic: float32 and float64 hold the same value
             reward = float(rng.integers(-16, 17)) / 8
+        else:  # "float-any": what float32 rounds (DummyVecEnv returns it rounded)
+            reward = float(rng.normal(0, 10))
+        self.rewards.append(reward)
         terminated = bool(rng.random() < self.spec_.terminate_p)
         return self._obs(), reward, terminated, False, {}
 
@@ -324,13 +328,25 @@ def build_model(algo: str, venv: Any, obs: str, seed: int) -> Any:
 
 
 def reward_forms(kind: str) -> list[str]:
-    """How the adapter side passes the VecEnv's float32 rewards on (all hold the same values)."""
+    """How the adapter side passes the rewards on.
+
+    The VecEnv's float32 rewards as a list or an array of another dtype (all holding the same
+    values), or (``raw-``) the env's own rewards before ``DummyVecEnv`` rounded them to float32,
+    as ``SubprocVecEnv`` would return them (float64).
+    """
     floats = ["list-float", "float32", "float64"]
-    return ["list-int", "int32", "int64", *floats] if kind == "int" else floats
+    if kind == "int":
+        return ["list-int", "int32", "int64", "raw-list", *floats]
+    if kind == "float-any":
+        return ["raw-list", "raw-float64", *floats]
+    return floats
 
 
-def as_reward_form(rewards: np.ndarray, form: str) -> Any:
-    """The VecEnv's ``rewards`` as ``form`` (a Python list, or an array of that dtype)."""
+def as_reward_form(rewards: np.ndarray, form: str, venv: Any) -> Any:
+    """The step's rewards as ``form`` (see :func:`reward_forms`) for the envs of ``venv``."""
+    if form.startswith("raw-"):
+        raw = [env.rewards[-1] for env in gen_envs(venv)]
+        return raw if form == "raw-list" else np.array(raw, np.float64)
     if form == "list-int":
         return [int(r) for r in rewards]
     if form == "list-float":

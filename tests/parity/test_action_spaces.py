@@ -160,6 +160,6 @@ def test_off_policy_act_before_start_training_draws_noise_per_env(gen: Any) -> N
 
 def test_unbounded_box_is_refused_by_sb3_before_the_adapter_sees_it(gen: Any) -> None:
     action = ("box", (-np.inf,), (np.inf,), "float32")
-    space, actions, error = _actions_or_error(gen, "ppo", action, 2, 0, "act")
+    _, actions, error = _actions_or_error(gen, "ppo", action, 2, 0, "act")
     assert actions is None and isinstance(error, AssertionError)
     assert re.search("finite", str(error)), error

@@ -36,7 +36,7 @@ def replay_cases(draw: st.DrawFn, gen: Any) -> dict[str, Any]:
     kinds = ("discrete",) if algo == "dqn" else ("box",)
     action = draw(gen.action_specs(kinds, starts=False, box_dtypes=("float32", "float64")))
     obs = draw(st.sampled_from(("box", "dict", "image", "discrete")))
-    reward = draw(st.sampled_from(("int", "float")))
+    reward = draw(st.sampled_from(("int", "float", "float-any")))
     spec = gen.EnvSpec(
         obs=obs,
         action=action,
@@ -56,6 +56,7 @@ def replay_cases(draw: st.DrawFn, gen: Any) -> dict[str, Any]:
         "seed": draw(st.integers(0, 2**16)),
         "reward_form": draw(st.sampled_from(gen.reward_forms(reward))),
         "layout": draw(st.sampled_from(gen.LAYOUTS)),
+        "order": draw(st.sampled_from(("batch", "shuffled"))),
     }
 
 
@@ -102,17 +103,21 @@ def _our_side(model: Any, case: dict[str, Any], gen: Any) -> Any:
     ids = [f"env-{i}" for i in range(env.num_envs)]
     adapter = SB3PolicyAdapter(model)
     layout = case["layout"]
+    order = np.random.default_rng(case["seed"])
     for _ in range(case["steps"]):
         responses = adapter.act(obs, ids)
-        new_obs, rewards, dones, infos = env.step(adapter.env_actions(responses))
+        if case["order"] == "shuffled":  # per-env responses in any order: env_ids sorts them
+            responses = [responses[i] for i in order.permutation(len(ids))]
+        new_obs, rewards, dones, infos = env.step(adapter.env_actions(responses, ids))
         add_replay_step(
             model,
             gen.with_layout(obs, layout),
             responses,
             gen.with_layout(new_obs, layout),
-            gen.as_reward_form(rewards, case["reward_form"]),
+            gen.as_reward_form(rewards, case["reward_form"], env),
             dones,
             infos,
+            env_ids=ids,
         )
         obs = new_obs
     return copy.deepcopy(model.replay_buffer)
@@ -141,4 +146,5 @@ def test_replay_buffers_equal_sb3_collect_rollouts(data: Any, gen: Any) -> None:
         warmup=case["learning_starts"] >= case["steps"] * case["n_envs"],
         reward_form=case["reward_form"],
         layout=case["layout"],
+        order=case["order"],
     )

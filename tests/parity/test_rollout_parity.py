@@ -68,7 +68,7 @@ def rollout_cases(draw: st.DrawFn, gen: Any) -> dict[str, Any]:
         kinds = (*kinds, "box")
     action = draw(gen.action_specs(kinds, starts=False, box_dtypes=("float32", "float64")))
     obs = draw(st.sampled_from(("box", "dict", "image", "discrete")))
-    reward = draw(st.sampled_from(("int", "float")))
+    reward = draw(st.sampled_from(("int", "float", "float-any")))
     spec = gen.EnvSpec(
         obs=obs,
         action=action,
@@ -86,6 +86,7 @@ def rollout_cases(draw: st.DrawFn, gen: Any) -> dict[str, Any]:
         "reward_form": draw(st.sampled_from(gen.reward_forms(reward))),
         "layout": draw(st.sampled_from(gen.LAYOUTS)),
         "rollouts": draw(st.integers(1, 2)),
+        "order": draw(st.sampled_from(("batch", "shuffled"))),
     }
 
 
@@ -111,6 +112,7 @@ def _our_side(model: Any, case: dict[str, Any], gen: Any) -> list[Any]:
     starts = np.ones(env.num_envs, dtype=bool)
     masks = case["algo"] == "maskable_ppo"
     layout = case["layout"]
+    order = np.random.default_rng(case["seed"])
 
     def value_layout(value: Any) -> Any:
         # What V() is computed from: a CNN's float32 result depends on the memory layout in the
@@ -126,8 +128,10 @@ def _our_side(model: Any, case: dict[str, Any], gen: Any) -> list[Any]:
             if masks:
                 kwargs["action_masks"] = np.stack(env.env_method("action_masks"))
             responses = adapter.act(obs, ids, **kwargs)
-            new_obs, rewards, dones, infos = env.step(adapter.env_actions(responses))
-            rewards_in = gen.as_reward_form(rewards, case["reward_form"])
+            if case["order"] == "shuffled":  # per-env responses in any order: env_ids sorts them
+                responses = [responses[i] for i in order.permutation(len(ids))]
+            new_obs, rewards, dones, infos = env.step(adapter.env_actions(responses, ids))
+            rewards_in = gen.as_reward_form(rewards, case["reward_form"], env)
             infos_in = [
                 {**info, "terminal_observation": value_layout(info["terminal_observation"])}
                 if "terminal_observation" in info
@@ -135,10 +139,16 @@ def _our_side(model: Any, case: dict[str, Any], gen: Any) -> list[Any]:
                 for info in infos
             ]
             add_rollout_step(
-                model, gen.with_layout(obs, layout), responses, rewards_in, dones, infos_in
+                model,
+                gen.with_layout(obs, layout),
+                responses,
+                rewards_in,
+                dones,
+                infos_in,
+                env_ids=ids,
             )
             obs, starts = new_obs, dones
-        finish_rollout(model, value_layout(obs), dones, responses=responses)
+        finish_rollout(model, value_layout(obs), dones, responses=responses, env_ids=ids)
         snapshots.append(copy.deepcopy(model.rollout_buffer))
     return snapshots
 
@@ -177,4 +187,5 @@ def test_rollout_buffers_equal_sb3_collect_rollouts(data: Any, gen: Any) -> None
         n_envs=n_envs,
         reward_form=case["reward_form"],
         layout=case["layout"],
+        order=case["order"],
     )
