@@ -12,9 +12,10 @@ comes from its own ``np_random``, so two envs reset with the same seed return th
 observations whatever actions they receive; every action it receives is checked with
 ``action_space.contains`` and recorded.
 
-Hypothesis profiles (``RLIGHTNING_PARITY_PROFILE``): ``short`` (the default; derandomized, a few
-examples per test, the whole directory in about a minute on two cores) and ``long`` (random,
-thousands of examples per test: ``tox -e parity-long``, over 20 minutes);
+Hypothesis profiles (``RLIGHTNING_PARITY_PROFILE``): ``short`` (the default; derandomized, so
+every CI run draws the same cases; 200 examples per test, the whole directory in about a minute
+on two cores) and ``long`` (random, 8000 examples per test: ``tox -e parity-long``, over 30
+minutes on two cores);
 ``RLIGHTNING_PARITY_EXAMPLES`` overrides either profile's examples per test. The number of cases
 run, per test and per dimension, is printed at the end of the session and, when
 ``RLIGHTNING_PARITY_COUNTS`` names a file, written there as JSON.
@@ -48,7 +49,7 @@ PROFILE = os.environ.get("RLIGHTNING_PARITY_PROFILE", "short")
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 settings.register_profile(
     "rlightning-parity-short",
-    max_examples=6,
+    max_examples=200,
     deadline=None,
     derandomize=True,
     suppress_health_check=_SUPPRESS,
@@ -56,7 +57,7 @@ settings.register_profile(
 )
 settings.register_profile(
     "rlightning-parity-long",
-    max_examples=1500,
+    max_examples=8000,
     deadline=None,
     derandomize=False,
     suppress_health_check=_SUPPRESS,

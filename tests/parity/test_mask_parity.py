@@ -10,6 +10,7 @@ same RNG state, each one allowed by its mask.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Any
 
@@ -46,7 +47,7 @@ def mask_cases(draw: st.DrawFn, gen: Any) -> dict[str, Any]:
     blocks = _blocks(gen.make_action_space(action))
     dead = draw(st.sampled_from((False, False, True)))
     rows = []
-    for env in range(n_envs):
+    for _ in range(n_envs):
         row = []
         for n in blocks:
             block = draw(st.lists(st.booleans(), min_size=n, max_size=n))
@@ -87,7 +88,7 @@ def test_masked_actions_equal_maskable_ppo_or_a_dead_mask_is_refused(data: Any, 
     dead = [
         ids[i]
         for i, row in enumerate(masks.astype(bool))
-        if any(not row[a:b].any() for a, b in zip(blocks[:-1], blocks[1:], strict=True))
+        if any(not row[a:b].any() for a, b in itertools.pairwise(blocks))
     ]
     det = case["deterministic"]
 
