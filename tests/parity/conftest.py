@@ -418,6 +418,14 @@ def assert_received_equal(sb3_envs: list[GenEnv], our_envs: list[GenEnv]) -> Non
             np.testing.assert_array_equal(x, y, err_msg=f"env {i} step {t}", strict=True)
 
 
+def note_episode_ends(case: dict[str, Any], dones: np.ndarray, infos: list[dict[str, Any]]) -> None:
+    """Record in ``case["ends"]`` how episodes ended this step ("terminated", "truncated")."""
+    ends = case.setdefault("ends", set())
+    for done, info in zip(dones, infos, strict=True):
+        if done:
+            ends.add("truncated" if info.get("TimeLimit.truncated") else "terminated")
+
+
 @dataclass
 class CaseCounter:
     """Cases run, per test and per dimension value (printed and written at session end)."""
@@ -454,6 +462,7 @@ def gen() -> SimpleNamespace:
         assert_fields_equal=assert_fields_equal,
         assert_received_equal=assert_received_equal,
         count=_COUNTER.count,
+        note_episode_ends=note_episode_ends,
         TOTAL=TOTAL,
     )
 

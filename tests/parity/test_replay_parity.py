@@ -117,6 +117,7 @@ def _our_side(model: Any, case: dict[str, Any], gen: Any) -> Any:
         if case["order"] == "shuffled":  # per-env responses in any order: env_ids sorts them
             responses = [responses[i] for i in order.permutation(len(ids))]
         new_obs, rewards, dones, infos = env.step(adapter.env_actions(responses, ids))
+        gen.note_episode_ends(case, dones, infos)
         add_replay_step(
             model,
             gen.with_layout(obs, layout),
@@ -164,5 +165,6 @@ def test_replay_buffers_equal_sb3_collect_rollouts(data: Any, gen: Any) -> None:
         reward_form=case["reward_form"],
         layout=case["layout"],
         order=case["order"],
+        episode_ends="+".join(sorted(case.get("ends", ()))) or "none",
         optimize_memory=case["optimize_memory"],
     )

@@ -131,6 +131,7 @@ def _our_side(model: Any, case: dict[str, Any], gen: Any) -> list[Any]:
             if case["order"] == "shuffled":  # per-env responses in any order: env_ids sorts them
                 responses = [responses[i] for i in order.permutation(len(ids))]
             new_obs, rewards, dones, infos = env.step(adapter.env_actions(responses, ids))
+            gen.note_episode_ends(case, dones, infos)
             rewards_in = gen.as_reward_form(rewards, case["reward_form"], env)
             infos_in = [
                 {**info, "terminal_observation": value_layout(info["terminal_observation"])}
@@ -188,4 +189,5 @@ def test_rollout_buffers_equal_sb3_collect_rollouts(data: Any, gen: Any) -> None
         reward_form=case["reward_form"],
         layout=case["layout"],
         order=case["order"],
+        episode_ends="+".join(sorted(case.get("ends", ()))) or "none",
     )
