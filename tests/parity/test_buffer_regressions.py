@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import numpy as np
@@ -60,3 +61,27 @@ def test_finish_rollout_and_bootstrap_read_arrays_torch_cannot_view(layout: str,
         expected, got, ("observations", "rewards", "values", "advantages", "returns")
     )
     assert np.all(expected.rewards != np.round(expected.rewards))  # bootstrapped
+
+
+@pytest.mark.parametrize("mask_row", [[0, 0, 0], [1, 2, 0]], ids=["no-legal-action", "not-0/1"])
+def test_rollout_step_refuses_a_response_mask_act_would_refuse(
+    mask_row: list[int], gen: Any
+) -> None:
+    # MaskablePPO, Discrete(3): a per-env response whose action_mask was replaced after act
+    # (hand-built, or edited in transit) once reached the buffer, where sb3-contrib's
+    # MaskableCategorical turns an all-False row into a uniform made-up log-probability.
+    contrib = pytest.importorskip("sb3_contrib")
+    spec = gen.EnvSpec(obs="box", action=("discrete", 3, 0), reward="float", terminate_p=0.0,
+                       max_steps=4, masks=True)  # fmt: skip
+    venv = gen.make_venv(spec, 2, 0, True)
+    model = contrib.MaskablePPO("MlpPolicy", venv, n_steps=2, batch_size=4, seed=0, device="cpu",
+                                policy_kwargs=gen.policy_kwargs("box"))  # fmt: skip
+    obs = start_training(model, gen.TOTAL)
+    ids = ["a", "b"]
+    masks = np.stack(venv.env_method("action_masks"))
+    responses = list(SB3PolicyAdapter(model).act(obs, ids, action_masks=masks))
+    responses[1].action_mask = np.array(mask_row)
+    _, rewards, dones, infos = venv.step(np.stack([r.action for r in responses]))
+    with pytest.raises(ValueError, match=re.escape("env 'b'") + "|" + re.escape("0/1")):
+        add_rollout_step(model, obs, responses, rewards, dones, infos, env_ids=ids)
+    assert model.rollout_buffer.pos == 0  # nothing was stored

@@ -36,6 +36,7 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning import PolicyResponse
+from rlightning_sb3._actions import check_action_masks
 from rlightning_sb3._batch import per_env_bools
 from rlightning_sb3._buffer_checks import (
     check_buffer_observation,
@@ -121,7 +122,9 @@ def add_rollout_step(
     (SB3 issue #633); for RecurrentPPO ``V`` runs from the env's state after the step
     (``response.state.vf``), as sb3-contrib does. Then ``buffer.add(observation, buffer actions,
     rewards, episode starts, values, log_probs)`` -- with ``lstm_states`` (from
-    ``buffer_state``) for RecurrentPPO and ``action_masks`` for MaskablePPO. A full buffer (the
+    ``buffer_state``) for RecurrentPPO and ``action_masks`` for MaskablePPO (the masks of
+    per-env responses are checked as ``act`` checks them; an unsplit ``ResponseBatch`` holds the
+    copy ``act`` checked). A full buffer (the
     previous rollout's) is reset first, as ``collect_rollouts`` resets it at each rollout's start.
 
     Args:
@@ -157,8 +160,11 @@ def add_rollout_step(
             ``(n_envs, *obs_shape)``, non-boolean dones); a response lacks a field
             :meth:`~SB3PolicyAdapter.act` gives (``buffer_action``, ``value``, ``log_prob``,
             ``episode_start``; ``buffer_state``/``state`` for RecurrentPPO); an
-            ``episode_start`` is not a boolean (0/1 accepted); or some responses have an
-            ``action_mask`` and others not.
+            ``episode_start`` is not a boolean (0/1 accepted); some responses have an
+            ``action_mask`` and others not; or a per-env response's ``action_mask`` is one
+            :meth:`~SB3PolicyAdapter.act` would refuse (values other than 0/1, the wrong
+            length, a sub-space with no legal action -- sb3-contrib would store it and train on
+            a made-up log-probability -- or a mask for a model other than MaskablePPO).
     """
     if update_model:
         require_started(model)
@@ -178,6 +184,8 @@ def add_rollout_step(
         next_states = step.items("state")
     masks = step.masks()
     if masks is not None:
+        if step.stacked is None:  # per-env responses: built or edited after act, so checked
+            masks = check_action_masks(model, hasattr(buf, "action_masks"), masks, ids)
         extra["action_masks"] = masks
 
     policy: Any = model.policy
