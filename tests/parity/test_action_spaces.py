@@ -41,10 +41,10 @@ def _actions_or_error(
         model = gen.build_model(algo, venv, "box", seed)
     except (AssertionError, ValueError, TypeError) as error:  # SB3 refuses the space itself
         return space, None, error
-    adapter = SB3PolicyAdapter(model)
     ids = [f"env-{i}" for i in range(n_envs)]
     obs = venv.reset()
     try:
+        adapter = SB3PolicyAdapter(model)  # may refuse the space at construction
         if call.startswith("act"):
             responses = adapter.act(obs, ids, explore=call == "act")
         else:
