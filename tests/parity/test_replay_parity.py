@@ -149,6 +149,7 @@ def test_replay_buffers_equal_sb3_collect_rollouts(data: Any, gen: Any) -> None:
         )
     )
     gen.assert_fields_equal(expected, got, fields)
+    assert (expected.pos, expected.full) == (got.pos, got.full)
     for name in ("num_timesteps", "_episode_num", "_n_calls", "exploration_rate"):
         assert getattr(sb3_model, name, None) == getattr(our_model, name, None), name
     sb3_envs, our_envs = gen.gen_envs(sb3_model.get_env()), gen.gen_envs(our_model.get_env())

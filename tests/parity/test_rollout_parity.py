@@ -174,6 +174,7 @@ def test_rollout_buffers_equal_sb3_collect_rollouts(data: Any, gen: Any) -> None
         fields = (*fields, "action_masks")
     for a, b in zip(expected, got, strict=True):
         gen.assert_fields_equal(a, b, fields)
+        assert (a.pos, a.full) == (b.pos, b.full)
     sb3_envs, our_envs = gen.gen_envs(sb3_model.get_env()), gen.gen_envs(our_model.get_env())
     assert all(not e.outside for e in sb3_envs), "SB3 itself passed an action outside the space"
     gen.assert_received_equal(sb3_envs, our_envs)
