@@ -179,3 +179,47 @@ def test_response_without_buffer_action_in_replay() -> None:
     responses = [PolicyResponse("a", action=np.zeros(1)), PolicyResponse("b", action=np.zeros(1))]
     with pytest.raises(ValueError, match=re.escape("response for env 'a' has no 'buffer_action'")):
         add_replay_step(model, obs, responses, obs, np.zeros(2), np.zeros(2, bool), [{}, {}])
+
+
+@pytest.mark.parametrize(
+    "as_kind",
+    [
+        pytest.param(lambda r: [int(x) for x in r], id="list-of-int"),
+        pytest.param(lambda r: r.astype(np.int64), id="int64"),
+        pytest.param(lambda r: r.astype(np.int32), id="int32"),
+        pytest.param(lambda r: r.astype(np.uint8), id="uint8"),
+        pytest.param(lambda r: [float(x) for x in r], id="list-of-float"),
+        pytest.param(lambda r: r.astype(np.float64), id="float64"),
+        pytest.param(lambda r: r.astype(np.float16), id="float16"),
+    ],
+)
+def test_integer_rewards_of_truncated_episodes_are_bootstrapped(as_kind: Any) -> None:
+    # CartPole's rewards are 1.0, so the int, float and float32 forms hold the same numbers;
+    # every step truncates. An int array once kept int(1 + gamma * V) (or dropped the bootstrap).
+    model = _ppo(max_steps=1)
+    obs = start_training(model, 100)
+    responses = SB3PolicyAdapter(model).act(obs, IDS, episode_start=[True, True])
+    _, rewards, dones, infos = model.get_env().step(np.array([0, 1]))
+    assert rewards.dtype == np.float32 and dones.all()
+    expected = add_rollout_step(model, obs, responses, rewards, dones, infos, update_model=False)
+    model.rollout_buffer.reset()
+    stored = add_rollout_step(
+        model, obs, responses, as_kind(rewards), dones, infos, update_model=False
+    )
+    assert stored.dtype in (np.float32, np.float64)
+    np.testing.assert_array_equal(stored.astype(np.float32), expected, strict=True)
+    np.testing.assert_array_equal(model.rollout_buffer.rewards[0], expected, strict=True)
+    assert np.all(expected != rewards)  # the bootstrap really was added
+
+
+@pytest.mark.parametrize(
+    "rewards",
+    [np.array([True, False]), np.array([1 + 2j, 0j]), np.array(["1.5", "2"]), [1, None]],
+    ids=["bool", "complex", "str", "object"],
+)
+def test_rewards_that_are_not_real_numbers_are_refused(rewards: Any) -> None:
+    model = _ppo()
+    obs = start_training(model, 100)
+    responses = SB3PolicyAdapter(model).act(obs, IDS)
+    with pytest.raises(TypeError, match=re.escape("rewards must be real numbers")):
+        add_rollout_step(model, obs, responses, rewards, np.zeros(2, bool), [{}, {}])

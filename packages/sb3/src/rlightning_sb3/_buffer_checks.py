@@ -17,9 +17,11 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 __all__ = [
     "check_buffer_observation",
     "check_dones",
+    "check_rewards",
     "check_scaled_actions",
     "check_step",
     "check_terminal",
+    "native_arrays",
     "require_started",
 ]
 
@@ -37,13 +39,14 @@ def check_step(
     ``(n_envs,)`` boolean dones and a list of ``n_envs`` info dicts.
 
     Returns:
-        ``(rewards, dones)``: the rewards as a new array (SB3 bootstraps it in place), the dones as
-        a ``(n_envs,)`` bool array.
+        ``(rewards, dones)``: the rewards as a new float array (see :func:`check_rewards`), the
+        dones as a ``(n_envs,)`` bool array.
 
     Raises:
         ValueError: a count or shape does not match the buffer, or ``dones`` holds values other
             than booleans (0/1 accepted).
-        TypeError: an info is not a dict (the env id is named).
+        TypeError: an info is not a dict (the env id is named), or the rewards are not numbers
+            (see :func:`check_rewards`).
     """
     n_envs = len(ids)
     if n_envs != buffer_n_envs:
@@ -51,11 +54,7 @@ def check_step(
             f"the buffer holds {buffer_n_envs} envs but there are {n_envs} responses "
             f"(env ids {ids})"
         )
-    rewards_arr = np.array(rewards)  # a copy: SB3 adds the bootstrap value in place
-    if rewards_arr.shape != (n_envs,):
-        raise ValueError(
-            f"rewards must have shape ({n_envs},), one per env, got {rewards_arr.shape}"
-        )
+    rewards_arr = check_rewards(rewards, ids)
     dones_arr = check_dones(dones, ids)
     if not isinstance(infos, Sequence) or len(infos) != n_envs:
         raise ValueError(
@@ -70,6 +69,51 @@ def check_step(
                 f"one info dict per env, got {type(info).__name__} {info!r}"
             )
     return rewards_arr, dones_arr
+
+
+#: Reward dtypes kept as given: SB3's own VecEnvs return float32 (``DummyVecEnv``'s reward
+#: buffer) or float64 (``SubprocVecEnv`` stacks Python floats), and ``collect_rollouts``
+#: bootstraps either in place.
+_FLOAT_REWARDS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def check_rewards(rewards: Any, ids: Sequence[Any]) -> np.ndarray:
+    """Return one step's rewards as a new ``(n_envs,)`` float array, as SB3's buffers read them.
+
+    SB3's ``OnPolicyAlgorithm.collect_rollouts`` adds ``gamma * V(terminal_observation)`` to
+    the reward of a truncated episode *in place* (``rewards[idx] += ...``), on the float32 array
+    ``DummyVecEnv`` returns; an integer array would truncate that sum (or drop it), and the
+    rollout and replay buffers store rewards as float32 anyway. So integer rewards (a Python list
+    of ints, an int32 or int64 array, as board games and hand-built envs return them) are
+    converted to float32, exactly as ``DummyVecEnv.step_wait`` writes an int reward into its
+    float32 buffer; float32 and float64 rewards are copied as they are (float16 is widened to
+    float32). Booleans, complex numbers, strings and objects are refused rather than coerced.
+
+    Args:
+        rewards: ``(n_envs,)`` rewards as ``VecEnv.step`` returns them, or a list of numbers.
+        ids: The env ids in env order, for messages.
+
+    Returns:
+        A new ``(n_envs,)`` array, float32 or float64 (the caller's ``rewards`` is not modified).
+
+    Raises:
+        TypeError: the rewards are not real numbers (bool, complex, str, object dtype).
+        ValueError: the shape is not ``(n_envs,)``.
+    """
+    arr = np.array(rewards)  # a copy: SB3 adds the bootstrap value in place
+    n_envs = len(ids)
+    if arr.shape != (n_envs,):
+        raise ValueError(
+            f"rewards must have shape ({n_envs},), one per env {list(ids)}, got {arr.shape}"
+        )
+    if arr.dtype in _FLOAT_REWARDS:
+        return arr
+    if arr.dtype.kind in "iuf":
+        return arr.astype(np.float32)
+    raise TypeError(
+        f"rewards must be real numbers (ints or floats, one per env {list(ids)}), as "
+        f"VecEnv.step returns them, got dtype {arr.dtype}: {arr!r}"
+    )
 
 
 def check_dones(dones: Any, ids: Sequence[Any]) -> np.ndarray:
@@ -236,3 +280,30 @@ def require_started(model: BaseAlgorithm) -> None:
             "the model has no step budget yet: call start_training(model, total_timesteps) "
             "before the loop (or pass update_model=False)"
         )
+
+
+def native_arrays(observation: Any) -> Any:
+    """Return ``observation`` with every array torch cannot read replaced by a native copy.
+
+    ``torch.as_tensor`` (which SB3's ``obs_as_tensor`` calls) refuses numpy arrays with a
+    negative stride (``arr[::-1]``) or a non-native byte order (``'>f4'`` on x86); those are
+    copied (C order, native byte order: the same values). Every other
+    array is returned as it is, so an observation the VecEnv returned keeps its memory layout
+    (SB3 computes its values from that layout; a CNN's result depends on it in the last bits).
+
+    Args:
+        observation: An array, or a dict of arrays (anything else is returned as it is).
+
+    Returns:
+        The observation (a new dict when a value was copied; the caller's is not modified).
+    """
+    if isinstance(observation, dict):
+        converted = {key: native_arrays(value) for key, value in observation.items()}
+        same = all(converted[key] is value for key, value in observation.items())
+        return observation if same else converted
+    if not isinstance(observation, np.ndarray):
+        return observation
+    if observation.dtype.isnative and all(stride >= 0 for stride in observation.strides):
+        return observation
+    # a real copy: numpy calls an array with one row C-contiguous whatever that row's stride
+    return np.array(observation, dtype=observation.dtype.newbyteorder("="), order="C", copy=True)

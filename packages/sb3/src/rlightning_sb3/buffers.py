@@ -36,6 +36,7 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning import PolicyResponse
+from rlightning_sb3._actions import check_action_masks
 from rlightning_sb3._batch import per_env_bools
 from rlightning_sb3._buffer_checks import (
     check_buffer_observation,
@@ -43,6 +44,7 @@ from rlightning_sb3._buffer_checks import (
     check_scaled_actions,
     check_step,
     check_terminal,
+    native_arrays,
     require_started,
 )
 from rlightning_sb3._columns import StepColumns
@@ -120,7 +122,9 @@ def add_rollout_step(
     (SB3 issue #633); for RecurrentPPO ``V`` runs from the env's state after the step
     (``response.state.vf``), as sb3-contrib does. Then ``buffer.add(observation, buffer actions,
     rewards, episode starts, values, log_probs)`` -- with ``lstm_states`` (from
-    ``buffer_state``) for RecurrentPPO and ``action_masks`` for MaskablePPO. A full buffer (the
+    ``buffer_state``) for RecurrentPPO and ``action_masks`` for MaskablePPO (the masks of
+    per-env responses are checked as ``act`` checks them; an unsplit ``ResponseBatch`` holds the
+    copy ``act`` checked). A full buffer (the
     previous rollout's) is reset first, as ``collect_rollouts`` resets it at each rollout's start.
 
     Args:
@@ -128,7 +132,8 @@ def add_rollout_step(
         observation: The observation the responses answered, ``(n_envs, *obs_shape)`` (dict for
             a Dict space), as the VecEnv returned it.
         responses: From :meth:`SB3PolicyAdapter.act`, one per env.
-        rewards: ``(n_envs,)`` rewards from ``env.step``; not modified (a copy is bootstrapped).
+        rewards: ``(n_envs,)`` rewards from ``env.step`` (ints or floats, an array or a list);
+            not modified (a float copy is bootstrapped).
         dones: ``(n_envs,)`` booleans from ``env.step``.
         infos: ``n_envs`` info dicts from ``env.step``.
         buffer: The buffer to fill; default ``model.rollout_buffer``.
@@ -137,23 +142,29 @@ def add_rollout_step(
             episodes (``model._update_info_buffer``), as ``collect_rollouts`` does.
 
     Returns:
-        The ``(n_envs,)`` rewards as stored (bootstrapped where truncated), a new array of the
-        dtype ``np.array(rewards)`` gives. ``buffer`` is mutated (``reset`` when full, then
-        ``add``), and with ``update_model`` so is ``model`` (``num_timesteps``,
-        ``ep_info_buffer``, ``ep_success_buffer``); ``rewards`` and ``responses`` are not.
+        The ``(n_envs,)`` rewards as stored (bootstrapped where truncated), a new array:
+        float32 or float64 rewards keep their dtype, integer rewards become float32 (as
+        ``DummyVecEnv`` returns them), so the bootstrap is never truncated. ``buffer`` is
+        mutated (``reset`` when full, then ``add``), and with ``update_model`` so is ``model``
+        (``num_timesteps``, ``ep_info_buffer``, ``ep_success_buffer``); ``rewards`` and
+        ``responses`` are not.
 
     Raises:
         TypeError: ``responses`` is not a sequence of PolicyResponse, ``env_ids`` is not a
-            sequence of str, an info is not a dict, or ``observation`` is a dict for a buffer of
-            arrays (or the reverse).
+            sequence of str, an info is not a dict, the rewards are not real numbers (bool,
+            complex, str or object dtype), or ``observation`` is a dict for a buffer of arrays
+            (or the reverse).
         ValueError: ``update_model`` is set before :func:`start_training`; the responses
             (empty, a stacked batch, repeated or unmatched env ids), rewards, dones, infos or
             ``observation`` do not match the buffer's envs (counts, shapes ``(n_envs,)`` and
             ``(n_envs, *obs_shape)``, non-boolean dones); a response lacks a field
             :meth:`~SB3PolicyAdapter.act` gives (``buffer_action``, ``value``, ``log_prob``,
             ``episode_start``; ``buffer_state``/``state`` for RecurrentPPO); an
-            ``episode_start`` is not a boolean (0/1 accepted); or some responses have an
-            ``action_mask`` and others not.
+            ``episode_start`` is not a boolean (0/1 accepted); some responses have an
+            ``action_mask`` and others not; or a per-env response's ``action_mask`` is one
+            :meth:`~SB3PolicyAdapter.act` would refuse (values other than 0/1, the wrong
+            length, a sub-space with no legal action -- sb3-contrib would store it and train on
+            a made-up log-probability -- or a mask for a model other than MaskablePPO).
     """
     if update_model:
         require_started(model)
@@ -173,6 +184,8 @@ def add_rollout_step(
         next_states = step.items("state")
     masks = step.masks()
     if masks is not None:
+        if step.stacked is None:  # per-env responses: built or edited after act, so checked
+            masks = check_action_masks(model, hasattr(buf, "action_masks"), masks, ids)
         extra["action_masks"] = masks
 
     policy: Any = model.policy
@@ -182,7 +195,8 @@ def add_rollout_step(
             and infos[idx].get("terminal_observation") is not None
             and infos[idx].get("TimeLimit.truncated", False)
         ):
-            terminal_obs = policy.obs_to_tensor(infos[idx]["terminal_observation"])[0]
+            terminal = native_arrays(infos[idx]["terminal_observation"])
+            terminal_obs = policy.obs_to_tensor(terminal)[0]
             with th.no_grad():
                 if recurrent:
                     vf_h, vf_c = next_states[idx].vf
@@ -218,7 +232,8 @@ def finish_rollout(
     """Compute returns and advantages of a full rollout, as the end of ``collect_rollouts``.
 
     ``values = policy.predict_values(new_observation)`` (RecurrentPPO: from the envs' states
-    after the last step, ``responses[i].state.vf``, reset where ``dones``), then
+    after the last step, ``responses[i].state.vf``, reset where ``dones``; an array torch cannot
+    read, with a negative stride or a non-native byte order, is read from a native copy), then
     ``buffer.compute_returns_and_advantage(last_values=values, dones=dones)``. With
     ``update_model``, ``model._update_current_progress_remaining`` is called as ``learn()`` does
     right after ``collect_rollouts``, so that ``model.train()`` reads the right schedule values.
@@ -259,7 +274,7 @@ def finish_rollout(
     dones_arr = check_dones(dones, ids)
     check_buffer_observation("new_observation", new_observation, buf, ids)
     policy: Any = model.policy
-    last_obs = obs_tensor(policy, new_observation, model.device)
+    last_obs = obs_tensor(policy, native_arrays(new_observation), model.device)
     with th.no_grad():
         if hasattr(buf, "hidden_states_pi"):
             if step is None:
@@ -315,7 +330,7 @@ def add_replay_step(
             ``(*action_shape)``; for a Box space scaled to [-1, 1]).
         new_observation: What ``env.step`` returned, ``(n_envs, *obs_shape)`` (not modified: a
             deep copy gets the terminal observations).
-        rewards: ``(n_envs,)`` rewards from ``env.step``.
+        rewards: ``(n_envs,)`` rewards from ``env.step`` (ints or floats, an array or a list).
         dones: ``(n_envs,)`` booleans from ``env.step``.
         infos: ``n_envs`` info dicts from ``env.step``.
         buffer: The buffer to fill; default ``model.replay_buffer``.
@@ -330,9 +345,9 @@ def add_replay_step(
 
     Raises:
         TypeError: ``responses`` is not a sequence of PolicyResponse, ``env_ids`` is not a
-            sequence of str, an info is not a dict, an observation is a dict for a buffer of
-            arrays (or the reverse), or for a Box action space the buffer actions are not
-            floats.
+            sequence of str, an info is not a dict, the rewards are not real numbers, an
+            observation is a dict for a buffer of arrays (or the reverse), or for a Box action
+            space the buffer actions are not floats.
         ValueError: ``update_model`` is set before :func:`start_training`; the responses
             (empty, a stacked batch, repeated or unmatched env ids), rewards, dones, infos or
             observations do not match the buffer's envs (counts, shapes ``(n_envs,)`` and
