@@ -145,10 +145,11 @@ def sample_response(
     mask that allows no action means the agent cannot act now (the waiting player of a
     turn-based game in parallel form, ``turn_based_aec_to_parallel``, which reads only
     ``agent_selection``'s action): its action is None (rule ``no-legal-action`` of
-    :mod:`rlightning.rules`), never a made-up action; :func:`to_parallel_actions` passes it on. For an AEC env whose ``observations``/``infos`` are not given, they are read from
-    the env (``env.observe(agent)``, ``env.infos``); so is the observation when ``observations``
-    lacks the agent. Sampling advances each action space's RNG (the env is otherwise not
-    changed); seed the spaces (``env.action_space(agent).seed(s)``) for reproducible actions.
+    :mod:`rlightning.rules`), never a made-up action; :func:`to_parallel_actions` passes it on.
+    For an AEC env whose ``observations``/``infos`` are not given, they are read from the env
+    (``env.observe(agent)``, ``env.infos``); so is the observation when ``observations`` lacks
+    the agent. Sampling advances each action space's RNG (the env is otherwise not changed);
+    seed the spaces (``env.action_space(agent).seed(s)``) for reproducible actions.
 
     Args:
         env: A PettingZoo ``ParallelEnv`` or ``AECEnv`` after ``reset``.

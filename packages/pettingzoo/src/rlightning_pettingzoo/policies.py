@@ -22,7 +22,6 @@ from typing import Any
 from rlightning import MultiAgentPolicyResponse, PolicyResponse
 from rlightning_pettingzoo._envs import aec_acting_agent, describe_env, is_aec, require_parallel
 from rlightning_pettingzoo._sb3 import (
-    adapter_for,
     is_sb3_model,
     observation_shape_mismatch,
     predict_values,
@@ -416,7 +415,7 @@ class SharedPolicyAdapter:
             TypeError: ``env`` is not a ``ParallelEnv``, ``observations`` is not a mapping, or
                 the model's policy is recurrent.
             ValueError: a live agent has no observation, its action mask breaks the
-                ``action-mask`` rule or allows no action (as in :func:`sample_response`), the agents are not
+                ``action-mask`` rule (as in :func:`sample_response`), the agents are not
                 homogeneous or an agent's spaces do not fit the model's (names the agent and
                 both spaces), or an observation does not fit its agent's observation space
                 (names the agent).
