@@ -23,11 +23,6 @@ from rlightning_sb3 import SB3PolicyAdapter
 pytestmark = pytest.mark.torch
 
 PARITY = settings.get_profile("rlightning-parity")
-MAPS_OR_RAISES = (
-    "the adapter hands the env SB3's raw action: Discrete/MultiDiscrete sampled from 0 whatever "
-    "the space's start, Box actions as floats whatever the Box dtype; it neither maps them into "
-    "the space nor raises"
-)
 
 
 def _actions_or_error(
@@ -77,8 +72,10 @@ def _mishandled(draw: st.DrawFn, gen: Any) -> dict[str, Any]:
     else:
         kinds = ("box",)
     action = draw(gen.action_specs(kinds, starts=True, box_dtypes=("int32", "int64", "float16")))
-    if action[0] != "box" and not np.any(action[-1]):
-        action = (*action[:-1], tuple(np.ravel(action[-1]) + 1))  # a non-zero start
+    if action[0] == "discrete" and action[2] == 0:
+        action = (*action[:2], 1)  # a non-zero start
+    elif action[0] == "multidiscrete" and not any(action[2]):
+        action = (*action[:2], tuple(int(s) + 1 for s in action[2]))
     return {
         "algo": algo,
         "action": action,
@@ -88,7 +85,6 @@ def _mishandled(draw: st.DrawFn, gen: Any) -> dict[str, Any]:
     }
 
 
-@pytest.mark.xfail(strict=True, reason=MAPS_OR_RAISES)
 @settings(PARITY)
 @given(data=st.data())
 def test_spaces_sb3_mishandles_give_actions_inside_the_space(data: Any, gen: Any) -> None:
@@ -117,7 +113,6 @@ def test_spaces_sb3_handles_give_actions_inside_the_space(data: Any, gen: Any) -
 
 
 # Minimized inputs of the fuzz test above, one per way SB3 mishandles a space.
-@pytest.mark.xfail(strict=True, reason=MAPS_OR_RAISES)
 @pytest.mark.parametrize(
     ("algo", "action", "call"),
     [
@@ -139,11 +134,6 @@ def test_env_action_inside_a_space_sb3_mishandles(
     _check(space, actions, error)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="off-policy act before start_training draws one action-noise sample for all envs "
-    "(the model's noise is vectorized only by _setup_learn)",
-)
 def test_off_policy_act_before_start_training_draws_noise_per_env(gen: Any) -> None:
     spec = gen.EnvSpec(
         obs="box", action=("box", (-1.0,), (1.0,), "float32"), reward="float",

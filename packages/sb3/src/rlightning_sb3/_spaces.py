@@ -33,7 +33,8 @@ def unsupported_space(
       mixes shifted and unshifted actions in one replay buffer).
     * A Box action space of a non-float dtype: SB3's Gaussian and squashed policies produce
       floats, which ``collect_rollouts`` clips but does not round, so the env gets float
-      actions its integer space does not contain.
+      actions its integer space does not contain; likewise a float16 Box, which does not
+      contain SB3's float32 actions (gymnasium's ``Box.contains`` refuses an unsafe cast).
     * A Discrete or MultiDiscrete observation space (or such a key of a Dict space) with a
       non-zero ``start``: SB3's ``preprocess_obs`` one-hot encodes the raw value without
       subtracting ``start`` (a wrong encoding, or an index error at the top of the range).
@@ -56,6 +57,13 @@ def unsupported_space(
             f"action space {action_space} has a non-float dtype {action_space.dtype}: SB3's "
             f"policies produce float actions, which the env's space does not contain; use a "
             f"float Box and round in an env wrapper"
+        )
+    if isinstance(action_space, spaces.Box) and action_space.dtype.itemsize < 4:
+        return (
+            f"action space {action_space} has dtype {action_space.dtype}, narrower than the "
+            f"float32 actions SB3's policies produce, which the env's space does not contain "
+            f"(gymnasium's Box.contains refuses an unsafe cast); use a float32 Box and cast in "
+            f"an env wrapper"
         )
     if isinstance(observation_space, spaces.Dict):
         for key, sub in observation_space.spaces.items():
