@@ -27,11 +27,10 @@ from rlightning_sb3 import SB3PolicyAdapter
 pytestmark = pytest.mark.torch
 
 PARITY = settings.get_profile("rlightning-parity")
-# Layouts the adapter reads today; the others fail in torch.as_tensor (xfail regression tests
-# in test_act_regressions.py): predict with a non-native byte order, act with a negative stride
-# or a non-native byte order.
-PREDICT_LAYOUTS = ("c", "fortran", "strided", "negative", "readonly")
-ACT_LAYOUTS = ("c", "fortran", "strided", "readonly")
+# Every memory layout the generator makes; the ones torch.as_tensor refuses (a negative stride,
+# a non-native byte order) are read from a native copy (regression tests in
+# test_act_regressions.py).
+PREDICT_LAYOUTS = ACT_LAYOUTS = ("c", "fortran", "strided", "negative", "byteswapped", "readonly")
 ON_POLICY = ("ppo", "a2c", "recurrent_ppo", "maskable_ppo")
 ALGOS = (*ON_POLICY, "dqn", "sac", "td3", "ddpg")
 

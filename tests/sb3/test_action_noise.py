@@ -122,15 +122,20 @@ def test_act_without_exploration_ignores_a_mismatched_noise() -> None:
     np.testing.assert_array_equal(np.stack([r.action for r in got]), model.predict(obs, True)[0])
 
 
-def test_act_wraps_a_plain_noise_once_and_then_needs_that_env_count() -> None:
+def test_act_wraps_a_plain_noise_once_and_then_serves_subsets_of_its_envs() -> None:
     model = _model("td3", "ornstein-uhlenbeck", 2)
     base = model.action_noise
     adapter = SB3PolicyAdapter(model)
     adapter.act(np.zeros((2, 3), np.float32), ["a", "b"])
     assert isinstance(model.action_noise, VectorizedActionNoise)
     assert model.action_noise.base_noise is base
-    with pytest.raises(ValueError, match=re.escape("VectorizedActionNoise of 2 envs")):
-        adapter.act(np.zeros(3, np.float32), "a")
+    noises = model.action_noise.noises
+    before = [noise.noise_prev.copy() for noise in noises]
+    adapter.act(np.zeros(3, np.float32), "b")  # a subset: only env b's OU process advances
+    assert np.array_equal(noises[0].noise_prev, before[0])
+    assert not np.array_equal(noises[1].noise_prev, before[1])
+    with pytest.raises(ValueError, match=re.escape("env_ids ['c'] have no noise process")):
+        adapter.act(np.zeros((2, 3), np.float32), ["a", "c"])
 
 
 @pytest.mark.parametrize("algo", ["ddpg", "td3"])
@@ -167,7 +172,8 @@ def test_act_refuses_other_envs_than_the_noise_was_given_to() -> None:
         ValueError,
         match=re.escape(
             "model.action_noise draws one sample per env for the envs ['a', 'b'] (the rows of "
-            "the first exploring act() call, in that order); this call's env_ids are ['a', 'c']"
+            "the first exploring act() call, in that order); this call's env_ids ['c'] have no "
+            "noise process"
         ),
     ):
         adapter.act(obs, ["a", "c"])

@@ -106,22 +106,14 @@ def exploration_noise(model: OffPolicyAlgorithm, n_envs: int) -> ActionNoise | N
     Returns:
         The noise to call (``model.action_noise``, possibly just wrapped), or None.
 
-    Raises:
-        ValueError: ``model.action_noise`` is a ``VectorizedActionNoise`` of another number of
-            envs than the call has (both counts named): one sample per env is drawn for
-            exactly its env, never broadcast to other envs or dropped.
+    A ``VectorizedActionNoise`` already there is returned as it is, whatever ``n_envs``: which
+    of its envs each row is (a call may cover a subset of the envs) is decided by
+    ``AdapterState.noise_rows``.
     """
     noise = model.action_noise
     if noise is None:
         return None
     if isinstance(noise, VectorizedActionNoise):
-        if len(noise.noises) != n_envs:
-            raise ValueError(
-                f"model.action_noise is a VectorizedActionNoise of {len(noise.noises)} envs "
-                f"but this call has {n_envs} env(s): each env draws its own noise, so act() "
-                f"must be called with exactly {len(noise.noises)} envs (or set "
-                f"model.action_noise to the base noise, {noise.base_noise!r}, to start over)"
-            )
         return noise
     if n_envs > 1:
         noise = model.action_noise = VectorizedActionNoise(noise, n_envs)
@@ -155,10 +147,13 @@ def off_policy_actions(
         explore: Whether to explore (warm-up sampling, stochastic policy, noise, epsilon).
         noise: What :func:`exploration_noise` returned for this call (None: no noise; ignored
             without ``explore`` or for other spaces than Box).
-        noise_rows: For a ``VectorizedActionNoise`` whose envs are in another order than the
-            rows: row ``i`` takes the sample of env ``noise_rows[i]`` (all envs' samples are
-            drawn, in env order, as ``VectorizedActionNoise.__call__`` draws them). None: row
-            ``i`` is env ``i``.
+        noise_rows: For a ``VectorizedActionNoise`` whose envs are not the rows in order: row
+            ``i`` takes the sample of env ``noise_rows[i]``. When the rows are every env (in
+            another order), all envs' samples are drawn in env order, as
+            ``VectorizedActionNoise.__call__`` draws them; when they are a subset, only those
+            envs' noise processes are drawn from (SB3 never acts for a subset, so there is no
+            other order to follow; each env's process still advances once per step it acts).
+            None: row ``i`` is env ``i``.
 
     Returns:
         ``(env_actions, buffer_actions)``, each ``(n_envs, *action_shape)``.
@@ -177,9 +172,13 @@ def off_policy_actions(
         if not explore:
             return unscaled, np.asarray(scaled)
         if noise is not None:
-            sample = noise()
-            if noise_rows is not None:
-                sample = sample[noise_rows]
+            if noise_rows is None:
+                sample = noise()
+            elif isinstance(noise, VectorizedActionNoise) and len(noise_rows) < len(noise.noises):
+                # A subset of the envs: only their processes advance (an OU state per env).
+                sample = np.stack([noise.noises[j]() for j in noise_rows])
+            else:  # every env, in another order: drawn in env order, as SB3 draws them
+                sample = noise()[noise_rows]
             scaled = np.clip(scaled + sample, -1, 1)
         return np.asarray(model.policy.unscale_action(scaled)), np.asarray(scaled)
     return unscaled, unscaled

@@ -21,7 +21,6 @@ __all__ = [
     "check_scaled_actions",
     "check_step",
     "check_terminal",
-    "native_arrays",
     "require_started",
 ]
 
@@ -280,30 +279,3 @@ def require_started(model: BaseAlgorithm) -> None:
             "the model has no step budget yet: call start_training(model, total_timesteps) "
             "before the loop (or pass update_model=False)"
         )
-
-
-def native_arrays(observation: Any) -> Any:
-    """Return ``observation`` with every array torch cannot read replaced by a native copy.
-
-    ``torch.as_tensor`` (which SB3's ``obs_as_tensor`` calls) refuses numpy arrays with a
-    negative stride (``arr[::-1]``) or a non-native byte order (``'>f4'`` on x86); those are
-    copied (C order, native byte order: the same values). Every other
-    array is returned as it is, so an observation the VecEnv returned keeps its memory layout
-    (SB3 computes its values from that layout; a CNN's result depends on it in the last bits).
-
-    Args:
-        observation: An array, or a dict of arrays (anything else is returned as it is).
-
-    Returns:
-        The observation (a new dict when a value was copied; the caller's is not modified).
-    """
-    if isinstance(observation, dict):
-        converted = {key: native_arrays(value) for key, value in observation.items()}
-        same = all(converted[key] is value for key, value in observation.items())
-        return observation if same else converted
-    if not isinstance(observation, np.ndarray):
-        return observation
-    if observation.dtype.isnative and all(stride >= 0 for stride in observation.strides):
-        return observation
-    # a real copy: numpy calls an array with one row C-contiguous whatever that row's stride
-    return np.array(observation, dtype=observation.dtype.newbyteorder("="), order="C", copy=True)

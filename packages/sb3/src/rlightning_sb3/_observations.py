@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["as_arrays", "batch_observation", "obs_tensor", "refuse_nan"]
+__all__ = ["as_arrays", "batch_observation", "native_arrays", "obs_tensor", "refuse_nan"]
 
 
 def obs_tensor(policy: Any, observation: Any, device: Any) -> Any:
@@ -198,3 +198,30 @@ def refuse_nan(batch: Any, ids: Sequence[str]) -> None:
                 f"{where} holds NaN for env(s) {bad}; SB3's policies give meaningless actions "
                 f"for NaN inputs (check the env, or wrap it in SB3's VecCheckNan)"
             )
+
+
+def native_arrays(observation: Any) -> Any:
+    """Return ``observation`` with every array torch cannot read replaced by a native copy.
+
+    ``torch.as_tensor`` (which SB3's ``obs_as_tensor`` calls) refuses numpy arrays with a
+    negative stride (``arr[::-1]``) or a non-native byte order (``'>f4'`` on x86); those are
+    copied (C order, native byte order: the same values). Every other
+    array is returned as it is, so an observation the VecEnv returned keeps its memory layout
+    (SB3 computes its values from that layout; a CNN's result depends on it in the last bits).
+
+    Args:
+        observation: An array, or a dict of arrays (anything else is returned as it is).
+
+    Returns:
+        The observation (a new dict when a value was copied; the caller's is not modified).
+    """
+    if isinstance(observation, dict):
+        converted = {key: native_arrays(value) for key, value in observation.items()}
+        same = all(converted[key] is value for key, value in observation.items())
+        return observation if same else converted
+    if not isinstance(observation, np.ndarray):
+        return observation
+    if observation.dtype.isnative and all(stride >= 0 for stride in observation.strides):
+        return observation
+    # a real copy: numpy calls an array with one row C-contiguous whatever that row's stride
+    return np.array(observation, dtype=observation.dtype.newbyteorder("="), order="C", copy=True)

@@ -19,7 +19,7 @@ from rlightning import PolicyResponse, ResponseBatch
 from rlightning_sb3._answer import answer
 from rlightning_sb3._batch import per_env_bools
 from rlightning_sb3._calls import read_call
-from rlightning_sb3._observations import as_arrays, refuse_nan
+from rlightning_sb3._observations import as_arrays, native_arrays, refuse_nan
 from rlightning_sb3._recurrent import predict_state, split_numpy_states
 
 if TYPE_CHECKING:
@@ -47,6 +47,8 @@ def predict_step(
     """
     observation = as_arrays(observation)  # lists, as SB3's obs_to_tensor converts them
     call = read_call(adapter, observation, env_ids, ts_env_sent_ns, action_masks)
+    if not call.ready:  # (the fast path's batch is the observation, already native)
+        observation = native_arrays(observation)  # what torch cannot view, as a native copy
     ids = call.ids
     masks = call.masks
     starts = (

@@ -16,7 +16,7 @@ from gymnasium import spaces
 from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 
 from rlightning_sb3._batch import resolve_env_ids
-from rlightning_sb3._observations import batch_observation
+from rlightning_sb3._observations import batch_observation, native_arrays
 
 __all__ = ["AdapterState"]
 
@@ -53,33 +53,45 @@ class AdapterState:
         SB3 gives env ``i`` of its VecEnv the noise process ``noises[i]``, and
         ``collect_rollouts`` (and ``add_replay_step``) reset an env's process by that index.
         The first exploring call that meets a vectorized noise fixes which env id each index
-        is: its rows, in order (a loop passes the VecEnv's observations in env order). A later
-        call with the same ids in another order gets each env's own sample; a call with other
-        ids is refused.
+        is: its rows, in order (a loop passes the VecEnv's observations in env order), and it
+        must have one row per env of the noise. A later call may name those envs in another
+        order, or a subset of them (each row gets its own env's process); an env id the noise
+        has no process for is refused.
 
         Returns:
-            None when row ``i`` is env ``i`` (also for a noise that is not vectorized); else
-            the env index of each row.
+            None when row ``i`` is env ``i`` of all the noise's envs (also for a noise that is
+            not vectorized); else the env index of each row.
 
         Raises:
-            ValueError: ``ids`` are not the env ids the noise's envs were given to (both named).
+            ValueError: the first call's row count is not the noise's env count, or ``ids``
+                name envs the noise has no process for (both named).
         """
         if not isinstance(noise, VectorizedActionNoise):
             return None
         known = self.noise_envs
         if known is None or known[0] is not noise:
+            if len(ids) != len(noise.noises):
+                raise ValueError(
+                    f"model.action_noise is a VectorizedActionNoise of {len(noise.noises)} "
+                    f"envs but this call has {len(ids)} env(s) {ids}: each env draws its own "
+                    f"noise, so the first exploring act() names all {len(noise.noises)} envs, "
+                    f"in env order (or set model.action_noise to the base noise, "
+                    f"{noise.base_noise!r}, to start over)"
+                )
             self.noise_envs = (noise, ids)
             return None
         envs = known[1]
         if ids is envs or ids == envs:
             return None
         index = {env_id: i for i, env_id in enumerate(envs)}
-        if sorted(ids) != sorted(envs):
+        unknown = [env_id for env_id in ids if env_id not in index]
+        if unknown:
             raise ValueError(
                 f"model.action_noise draws one sample per env for the envs {envs} (the rows of "
-                f"the first exploring act() call, in that order); this call's env_ids are "
-                f"{ids}: call act() with those envs (in any order), or set model.action_noise "
-                f"to its base noise, {noise.base_noise!r}, to start over"
+                f"the first exploring act() call, in that order); this call's env_ids "
+                f"{unknown} have no noise process: call act() with those envs (any subset, in "
+                f"any order), or set model.action_noise to its base noise, "
+                f"{noise.base_noise!r}, to start over"
             )
         return [index[env_id] for env_id in ids]
 
@@ -90,7 +102,10 @@ class AdapterState:
         a Box observation space is a batch by SB3's rule (``is_vectorized_box_observation``;
         no ``maybe_transpose`` applies to an array of the space's own shape) and is what
         ``collect_rollouts`` hands to ``obs_as_tensor``, so the general checks are skipped.
-        Caches the space's shape (a space's shape never changes).
+        Caches the space's shape (a space's shape never changes). Arrays torch cannot view (a
+        negative stride, a non-native byte order) are read from a native copy
+        (:func:`~rlightning_sb3._observations.native_arrays`): the same values, where SB3's
+        ``obs_as_tensor`` would raise.
 
         Returns:
             ``(batch, n_envs, vectorized, ready)``; ``ready`` True means the batch goes to
@@ -110,10 +125,12 @@ class AdapterState:
             and observation.ndim == len(shape) + 1
             and observation.shape[1:] == shape
             and observation.shape[0]
+            and observation.dtype.isnative
+            and min(observation.strides) >= 0
         ):
             return observation, observation.shape[0], True, True
         batch, n_envs, vectorized = batch_observation(policy, observation)
-        return batch, n_envs, vectorized, False
+        return native_arrays(batch), n_envs, vectorized, False
 
     def resolve_ids(self, env_ids: object, n_envs: int, vectorized: bool) -> tuple[list[str], bool]:
         """Check ``env_ids`` (``resolve_env_ids``); return them and whether all were seen.

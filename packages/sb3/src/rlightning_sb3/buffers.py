@@ -44,11 +44,10 @@ from rlightning_sb3._buffer_checks import (
     check_scaled_actions,
     check_step,
     check_terminal,
-    native_arrays,
     require_started,
 )
 from rlightning_sb3._columns import StepColumns
-from rlightning_sb3._observations import obs_tensor
+from rlightning_sb3._observations import native_arrays, obs_tensor
 from rlightning_sb3._recurrent import stack_rnn_states
 
 __all__ = ["add_replay_step", "add_rollout_step", "finish_rollout", "start_training"]
