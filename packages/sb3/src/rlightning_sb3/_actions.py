@@ -8,7 +8,6 @@ action dtypes ``SB3PolicyAdapter.env_actions`` stacks.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,12 +19,12 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 
 from rlightning import PolicyResponse
+from rlightning.rules import check_action_mask, mask_size
 
 __all__ = [
     "ACTION_KINDS",
     "check_action_masks",
     "exploration_noise",
-    "mask_dims",
     "off_policy_actions",
     "on_policy_buffer_actions",
     "on_policy_env_actions",
@@ -184,50 +183,31 @@ def off_policy_actions(
     return unscaled, unscaled
 
 
-def mask_dims(action_space: spaces.Space[Any]) -> int:
-    """Return the length of one env's action mask, as sb3-contrib's ``MaskableRolloutBuffer``.
-
-    Args:
-        action_space: Discrete, MultiDiscrete or MultiBinary.
-
-    Returns:
-        ``n`` for Discrete, ``sum(nvec)`` for MultiDiscrete, ``2 * n`` for MultiBinary.
-
-    Raises:
-        ValueError: another space (masking needs discrete actions).
-    """
-    if isinstance(action_space, spaces.Discrete):
-        return int(action_space.n)
-    if isinstance(action_space, spaces.MultiDiscrete):
-        return int(np.sum(action_space.nvec))
-    if isinstance(action_space, spaces.MultiBinary):
-        return 2 * int(np.prod(action_space.shape))
-    raise ValueError(f"action masks need a discrete action space, got {action_space}")
-
-
 def check_action_masks(
     model: BaseAlgorithm, maskable: bool, action_masks: Any, ids: Sequence[str]
 ) -> np.ndarray:
-    """Validate MaskablePPO ``action_masks`` and return them as ``(n_envs, mask_dims)``.
+    """Validate MaskablePPO ``action_masks`` and return them as ``(n_envs, mask_size)`` bools.
 
-    The values are kept as given (booleans or 0/1; sb3-contrib's ``MaskableCategorical`` reads
-    them as booleans; booleans when a row is None), only reshaped from ``(mask_dims,)`` for one
-    env, in a copy: responses keep their masks even when the caller refills its array for the
-    next step.
+    The rule is :func:`rlightning.rules.check_action_mask` in sb3-contrib's flat layout
+    (``action-mask``: one row of ``mask_size(space)`` 0/1 entries per env; ``no-legal-action``:
+    a row that allows no action in one of its sub-spaces is refused, naming the env). The
+    result is a new bool array (sb3-contrib's ``MaskableCategorical`` reads masks as booleans),
+    so responses keep their masks even when the caller refills its array for the next step.
 
     Args:
         model: The SB3 model.
         maskable: Whether the model is sb3-contrib's MaskablePPO.
-        action_masks: ``(n_envs, mask_dims)`` (or ``(mask_dims,)`` for one env), as
+        action_masks: ``(n_envs, mask_size)`` (or ``(mask_size,)`` for one env), as
             ``get_action_masks(env)`` returns them; or a list of one entry per env, each a
-            ``(mask_dims,)`` row or None for an env without a mask (every action allowed:
+            ``(mask_size,)`` row or None for an env without a mask (every action allowed:
             an all-True row, what ``MaskableRolloutBuffer`` holds for an unmasked step).
         ids: The env ids of the batch, for messages.
 
     Returns:
-        The masks, ``(n_envs, mask_dims)``.
+        The masks, ``(n_envs, mask_size)``, dtype bool.
 
     Raises:
+        TypeError: a mask is not of a bool, integer or float dtype.
         ValueError: the model does not use masks, the shape is wrong, a value is not 0/1, or an
             env's mask allows no action in one of its sub-spaces (the env id is named).
     """
@@ -237,68 +217,38 @@ def check_action_masks(
             f"{type(model).__name__}"
         )
     space = model.action_space
-    dims = mask_dims(space)
     if isinstance(action_masks, (list, tuple)) and any(m is None for m in action_masks):
-        masks = _masks_with_unmasked_rows(action_masks, dims, space, ids)
-    else:
-        masks = np.array(action_masks)  # a copy: a caller reusing its array changes no response
-    if masks.shape == (dims,) and len(ids) == 1:
-        masks = masks.reshape(1, dims)
-    if masks.shape != (len(ids), dims):
-        raise ValueError(
-            f"action_masks must have shape ({len(ids)}, {dims}) (one mask of {dims} per env "
-            f"{list(ids)} for {space}), got shape {masks.shape}"
-        )
-    if masks.dtype != np.bool_ and not np.isin(masks, (0, 1)).all():
-        raise ValueError(f"action_masks must hold booleans (or 0/1), got {masks!r}")
-    if isinstance(space, spaces.Discrete):
-        blocks = [dims]
-    elif isinstance(space, spaces.MultiDiscrete):
-        blocks = [int(n) for n in np.ravel(space.nvec)]
-    else:
-        blocks = [2] * (dims // 2)
-    bounds = np.cumsum([0, *blocks]).tolist()
-    for row, env_id in zip(masks, ids, strict=True):
-        for start, stop in itertools.pairwise(bounds):
-            if not row[start:stop].any():
-                raise ValueError(
-                    f"action mask for env {env_id!r} allows no action in mask entries "
-                    f"[{start}:{stop}] (of {space}): got {row!r}"
-                )
-    return masks
+        action_masks = _masks_with_unmasked_rows(action_masks, space, ids)
+    checked: np.ndarray = check_action_mask(
+        space, action_masks, subject="action_masks", layout="flat", rows=ids
+    )
+    return checked
 
 
 def _masks_with_unmasked_rows(
-    rows: list[Any] | tuple[Any, ...], dims: int, space: spaces.Space[Any], ids: Sequence[str]
+    rows: list[Any] | tuple[Any, ...], space: spaces.Space[Any], ids: Sequence[str]
 ) -> np.ndarray:
     """Stack per-env mask rows where None means "every action allowed" (an all-True row).
 
     An all-True row is what sb3-contrib's ``MaskableRolloutBuffer`` holds for a step collected
     without masks, and ``MaskableCategorical`` with an all-True mask samples as without one.
+    Each given row is checked by :func:`rlightning.rules.check_action_mask` (flat layout).
 
     Raises:
-        ValueError: the rows are not one per env, or a row is not ``(dims,)`` 0/1 values.
+        TypeError: a row is not of a bool, integer or float dtype.
+        ValueError: the rows are not one per env, or a row breaks the mask rule (env named).
     """
     if len(rows) != len(ids):
         raise ValueError(
             f"action_masks must have one row (or None) per env: {len(ids)} for {list(ids)}, "
             f"got {len(rows)}"
         )
-    masks = np.ones((len(ids), dims), dtype=np.bool_)
+    masks = np.ones((len(ids), mask_size(space)), dtype=np.bool_)
     for i, (row, env_id) in enumerate(zip(rows, ids, strict=True)):
-        if row is None:
-            continue
-        arr = np.asarray(row)
-        if arr.shape != (dims,):
-            raise ValueError(
-                f"action mask for env {env_id!r} must have shape ({dims},) for {space}, got "
-                f"shape {arr.shape}"
+        if row is not None:
+            masks[i] = check_action_mask(
+                space, row, subject=f"action_masks[{env_id!r}]", layout="flat"
             )
-        if arr.dtype != np.bool_ and not np.isin(arr, (0, 1)).all():
-            raise ValueError(
-                f"action mask for env {env_id!r} must hold booleans (or 0/1), got {arr!r}"
-            )
-        masks[i] = arr
     return masks
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from rlightning import PerEnv, PolicyResponse, ResponseBatch
-from rlightning._fields import response_from_checked
+from rlightning.types import response_from_checked
 
 __all__ = ["answer"]
 

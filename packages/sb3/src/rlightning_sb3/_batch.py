@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from rlightning import PolicyResponse, ResponseBatch
+from rlightning.rules import as_bools, check_stamp
 
 __all__ = [
     "order_responses",
@@ -104,26 +105,18 @@ def per_env_bools(
         itself when it already is one, not copied, as ``np.asarray``).
 
     Raises:
-        ValueError: the shape is not ``(n_envs,)`` (or ``()`` for one env) or a value is not 0/1,
-            or ``value`` is None and no ``default`` is given.
+        TypeError: ``value`` is not of a bool, integer or float kind (rule ``boolean`` of
+            :func:`rlightning.rules.as_bools`).
+        ValueError: the shape is not ``(n_envs,)`` (or ``()`` for one env) or a value is not 0/1
+            (the env named), or ``value`` is None and no ``default`` is given.
     """
     if value is None:
         if default is None:
             raise ValueError(f"{name} is None and no default was given")
         return default
-    arr = np.asarray(value)
-    if arr.shape == () and len(ids) == 1:
-        arr = arr.reshape(1)
-    if arr.shape != (len(ids),):
-        raise ValueError(
-            f"{name} must have shape ({len(ids)},), one flag per env {list(ids)}, "
-            f"got shape {arr.shape}"
-        )
-    if arr.dtype != np.bool_:
-        if not np.isin(arr, (0, 1)).all():
-            raise ValueError(f"{name} must hold booleans (or 0/1), got {arr!r}")
-        arr = arr.astype(bool)
-    return arr
+    if len(ids) == 1 and np.shape(value) == ():
+        value = np.reshape(value, (1,))
+    return as_bools(value, name, shape=(len(ids),), labels=ids)
 
 
 def per_env_stamps(value: object, ids: Sequence[str]) -> list[int] | None:
@@ -138,19 +131,15 @@ def per_env_stamps(value: object, ids: Sequence[str]) -> list[int] | None:
         A list of ``n_envs`` ints, or None.
 
     Raises:
-        TypeError: a stamp is not an int.
-        ValueError: a sequence of the wrong length is given, or a stamp is negative (the env
-            named), which the core's ``check_policy_response`` (rule ``timestamp``) refuses.
+        TypeError: a stamp is not an int (rule ``timestamp`` of
+            :func:`rlightning.rules.check_stamp`; the env named).
+        ValueError: a sequence of the wrong length is given, or a stamp is negative or does not
+            fit in 64 bits (rule ``timestamp``; the env named).
     """
     if value is None:
         return None
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        if value < 0:
-            raise ValueError(
-                f"ts_env_sent_ns must be a non-negative int of nanoseconds since the epoch "
-                f"(time.time_ns()), got {value!r} for envs {list(ids)}"
-            )
-        return [int(value)] * len(ids)
+        return [check_stamp("ts_env_sent_ns", value)] * len(ids)
     if not isinstance(value, (Sequence, np.ndarray)) or isinstance(value, str):
         raise TypeError(
             f"ts_env_sent_ns must be an int of nanoseconds since the epoch (time.time_ns()) or "
@@ -161,18 +150,10 @@ def per_env_stamps(value: object, ids: Sequence[str]) -> list[int] | None:
         raise ValueError(
             f"ts_env_sent_ns has {len(stamps)} stamps but there are {len(ids)} envs {list(ids)}"
         )
-    for env_id, stamp in zip(ids, stamps, strict=True):
-        if isinstance(stamp, bool) or not isinstance(stamp, (int, np.integer)):
-            raise TypeError(
-                f"ts_env_sent_ns for env {env_id!r} must be an int of nanoseconds, "
-                f"got {type(stamp).__name__} {stamp!r}"
-            )
-        if stamp < 0:
-            raise ValueError(
-                f"ts_env_sent_ns for env {env_id!r} must be a non-negative int of nanoseconds "
-                f"since the epoch (time.time_ns()), got {stamp!r}"
-            )
-    return [int(s) for s in stamps]
+    return [
+        check_stamp("ts_env_sent_ns", stamp, f"env {env_id!r} ")
+        for env_id, stamp in zip(ids, stamps, strict=True)
+    ]
 
 
 def stacked_in_order(responses: object, env_ids: object) -> PolicyResponse | None:

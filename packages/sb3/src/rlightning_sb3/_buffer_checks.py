@@ -14,9 +14,10 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
 
+from rlightning.rules import as_bools
+
 __all__ = [
     "check_buffer_observation",
-    "check_dones",
     "check_rewards",
     "check_scaled_actions",
     "check_step",
@@ -54,7 +55,7 @@ def check_step(
             f"(env ids {ids})"
         )
     rewards_arr = check_rewards(rewards, ids)
-    dones_arr = check_dones(dones, ids)
+    dones_arr = as_bools(dones, "dones", shape=(len(ids),), labels=ids)
     if not isinstance(infos, Sequence) or len(infos) != n_envs:
         raise ValueError(
             f"infos must be a list of {n_envs} dicts (one per env, as VecEnv.step returns), "
@@ -113,41 +114,6 @@ def check_rewards(rewards: Any, ids: Sequence[Any]) -> np.ndarray:
         f"rewards must be real numbers (ints or floats, one per env {list(ids)}), as "
         f"VecEnv.step returns them, got dtype {arr.dtype}: {arr!r}"
     )
-
-
-def check_dones(dones: Any, ids: Sequence[Any]) -> np.ndarray:
-    """Return ``dones`` as a ``(n_envs,)`` bool array, refusing values that are not booleans.
-
-    SB3's ``VecEnv.step`` returns dones as a bool array; the buffers store them as floats and
-    ``collect_rollouts`` tests them by truthiness, so a value such as ``"no"`` or ``2`` would
-    silently count as done. Booleans, and the numbers 0 and 1, are accepted.
-
-    Args:
-        dones: What the caller passed.
-        ids: The env ids in env order, for messages.
-
-    Returns:
-        The dones, dtype bool (``dones`` itself when it already is such an array).
-
-    Raises:
-        ValueError: wrong shape, or a value that is not a boolean / 0 / 1 (the env ids named).
-    """
-    arr = np.asarray(dones)
-    if arr.shape != (len(ids),):
-        raise ValueError(
-            f"dones must have shape ({len(ids)},), one per env {list(ids)}, got {arr.shape}"
-        )
-    if arr.dtype == np.bool_:
-        return arr
-    ok = np.isin(arr, (0, 1)) if arr.dtype.kind in "iufO" else np.zeros(arr.shape, bool)
-    if not ok.all():
-        values = arr.tolist()
-        bad = {ids[i]: values[i] for i in np.flatnonzero(~ok).tolist()}
-        raise ValueError(
-            f"dones must hold booleans (or 0/1), as VecEnv.step returns them, got {arr!r}; "
-            f"not booleans for env(s) {bad}"
-        )
-    return arr.astype(bool)
 
 
 def check_buffer_observation(name: str, observation: Any, buf: Any, ids: Sequence[Any]) -> None:

@@ -36,11 +36,11 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning import PolicyResponse
+from rlightning.rules import as_bools
 from rlightning_sb3._actions import check_action_masks
 from rlightning_sb3._batch import per_env_bools
 from rlightning_sb3._buffer_checks import (
     check_buffer_observation,
-    check_dones,
     check_scaled_actions,
     check_step,
     check_terminal,
@@ -270,7 +270,7 @@ def finish_rollout(
         )
     step = None if responses is None else StepColumns(responses, env_ids, "SB3PolicyAdapter.act()")
     ids: list[Any] = list(range(buf.n_envs)) if step is None else step.ids
-    dones_arr = check_dones(dones, ids)
+    dones_arr = as_bools(dones, "dones", shape=(len(ids),), labels=ids)
     check_buffer_observation("new_observation", new_observation, buf, ids)
     policy: Any = model.policy
     last_obs = obs_tensor(policy, native_arrays(new_observation), model.device)

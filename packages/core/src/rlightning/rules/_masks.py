@@ -76,11 +76,16 @@ def mask_size(space: spaces.Space[Any]) -> int:
 
 
 def _zero_one_array(
-    mask: Any, shape: tuple[int, ...], subject: str, expected: Callable[[], str]
+    mask: Any,
+    shape: tuple[int, ...],
+    subject: str,
+    expected: Callable[[], str],
+    labels: Sequence[Any] | None = None,
 ) -> np.ndarray[Any, np.dtype[np.bool_]]:
     """``mask`` as a new bool array of ``shape``, refusing a wrong shape, dtype or value.
 
-    ``expected`` builds the "expected ..." text, only on error (a space's repr is slow).
+    ``expected`` builds the "expected ..." text, only on error (a space's repr is slow);
+    ``labels`` name the rows of a batch (env ids), shown with the first offending value.
     """
     array = _as_array(mask, subject, "action-mask")
     if array.shape != shape:
@@ -94,7 +99,7 @@ def _zero_one_array(
         )
     bad = _not_zero_one(array, subject, "action-mask", mask)
     if bad is not None:
-        _refuse_not_zero_one(array, bad, subject, "action-mask", mask)
+        _refuse_not_zero_one(array, bad, subject, "action-mask", mask, labels)
     return array.astype(np.bool_)  # a copy: a caller refilling its array changes nothing here
 
 
@@ -278,6 +283,7 @@ def check_action_mask(
             (len(rows), size),
             subject,
             lambda: f"one row of {size} 0/1 entries for {space} per row {list(rows)}{other}",
+            rows,
         )
     error = _check_some_legal(space, flat, blocks, subject, rows, mask)
     if error is None:
