@@ -11,6 +11,7 @@ import numpy as np
 
 from rlightning._stack import EnvIds, PerEnv
 from rlightning._torch import tensor_type, torch_if_imported
+from rlightning._tree import short_repr
 from rlightning._wire_spec import (
     _FLAG_CRC,
     _HEADER,
@@ -39,7 +40,7 @@ from rlightning._wire_spec import (
     FORMAT_VERSION,
     MAGIC,
     MAX_DEPTH,
-    MAX_TUPLE_KEYS,
+    MAX_KEYS_PER_HASH,
     _align,
     _FieldError,
 )
@@ -94,12 +95,8 @@ class _Encoder:
             return out
         if kind is dict:
             out = [_T_DICT]
-            if sum(type(key) is tuple for key in value) > MAX_TUPLE_KEYS:
-                raise _FieldError(
-                    ValueError,
-                    f"more than MAX_TUPLE_KEYS={MAX_TUPLE_KEYS} tuple keys in one dict (the "
-                    "decoder refuses them: tuple keys hash without randomisation)",
-                )
+            if len(value) > MAX_KEYS_PER_HASH:
+                _check_shared_hashes(value)
             for key, item in value.items():
                 try:
                     out.append(self.key(key, depth + 1))
@@ -142,8 +139,8 @@ class _Encoder:
             return out
         raise _FieldError(
             TypeError,
-            f"dict key {key!r} of type {kind.__name__} is not supported (keys may be str, int, "
-            "float, bool, None, bytes or tuples of those)",
+            f"dict key {short_repr(key)} of type {kind.__name__} is not supported (keys may be "
+            "str, int, float, bool, None, bytes or tuples of those)",
         )
 
     def array(self, array: np.ndarray[Any, Any]) -> list[Any]:
@@ -201,6 +198,21 @@ class _Encoder:
         return [_T_TENSOR, name, list(data.shape)]
 
 
+def _check_shared_hashes(value: dict[Any, Any]) -> None:
+    """Refuse a dict whose keys the decoder would refuse: more than MAX_KEYS_PER_HASH per hash."""
+    shared: dict[int, int] = {}
+    for key in value:
+        digest = hash(key)
+        seen = shared[digest] = shared.get(digest, 0) + 1
+        if seen > MAX_KEYS_PER_HASH:
+            raise _FieldError(
+                ValueError,
+                f"more than MAX_KEYS_PER_HASH={MAX_KEYS_PER_HASH} keys of one dict share a hash "
+                f"value (e.g. {short_repr(key)}); the decoder refuses them (keys that collide "
+                "would make decoding quadratic): split the dict or use other keys",
+            )
+
+
 def _unsupported(value: Any) -> str:
     kind = type(value)
     if isinstance(value, tuple) and hasattr(kind, "_fields"):
@@ -217,7 +229,7 @@ def _unsupported(value: Any) -> str:
 
 
 def _path_str(name: str, path: list[Any]) -> str:
-    return repr(name) + "".join(f"[{key!r}]" for key in reversed(path))
+    return repr(name) + "".join(f"[{short_repr(key, 80)}]" for key in reversed(path))
 
 
 def encode(response: Any, *, checksum: bool = True) -> bytes:
@@ -240,8 +252,8 @@ def encode(response: Any, *, checksum: bool = True) -> bytes:
             names the field, e.g. ``field 'obs'['rgb'][0]``. Also raised when ``response`` is not
             exactly a PolicyResponse or MultiAgentPolicyResponse.
         ValueError: nesting is deeper than :data:`MAX_DEPTH`, an int needs more than 14,000
-            bits (Python's own limit for decimal conversion, about 4,300 digits), or a dict has
-            more than :data:`MAX_TUPLE_KEYS` tuple keys.
+            bits (Python's own limit for decimal conversion, about 4,300 digits), or more than
+            :data:`MAX_KEYS_PER_HASH` keys of one dict share a hash value.
     """
     kind_name = type(response).__name__
     if kind_name not in _KINDS or type(response).__module__ != _RESPONSE_MODULE:

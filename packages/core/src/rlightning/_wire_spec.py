@@ -22,9 +22,14 @@ _ALIGN = 8
 _MAX_NDIM = 32
 _MAX_BIGINT_DIGITS = 4300  # Python's own default limit for int(str)
 _MAX_BIGINT_BITS = 14_000  # every int of at most this many bits has < 4300 decimal digits
-#: Dict keys that are tuples hash without randomisation, so a hostile message could pick keys
-#: that all collide and make decoding quadratic: at most this many tuple keys per dict.
-MAX_TUPLE_KEYS = 1024
+#: Most keys of one dict that may share one hash value. Python's hashes of ints, floats and
+#: tuples are not randomised (and str/bytes hashes are not either under a fixed
+#: ``PYTHONHASHSEED``), so a hostile message could pick keys that all collide and make building
+#: the dict quadratic. With this bound each key costs at most this many extra comparisons: decode
+#: time stays linear in the message size for every key kind. 16 leaves room for honest
+#: collisions (``hash(-1) == hash(-2)``, so the 2**4 tuples of four coordinates in ``{-1, -2}``
+#: share one hash).
+MAX_KEYS_PER_HASH = 16
 #: Largest msgpack header (the structure, without array and tensor buffers) accepted by default.
 #: Decoding the header builds Python objects, up to ~80 bytes per header byte for a message of
 #: tiny nodes: this bounds what a hostile message can make the decoder allocate (~320 MiB).

@@ -39,7 +39,7 @@ from rlightning._wire_spec import (
     MAX_BYTES_DEFAULT,
     MAX_DEPTH,
     MAX_HEADER_BYTES_DEFAULT,
-    MAX_TUPLE_KEYS,
+    MAX_KEYS_PER_HASH,
     TorchUnavailableError,
     WireFormatError,
 )
@@ -50,7 +50,7 @@ __all__ = [
     "MAX_BYTES_DEFAULT",
     "MAX_DEPTH",
     "MAX_HEADER_BYTES_DEFAULT",
-    "MAX_TUPLE_KEYS",
+    "MAX_KEYS_PER_HASH",
     "TorchUnavailableError",
     "WireFormatError",
     "decode",
