@@ -348,7 +348,10 @@ def _array_repr(value: np.ndarray[Any, Any]) -> str:
     # string and structured items can be arbitrarily large; a zero-size array shows its shape).
     if 0 < value.size <= _SMALL and dtype.kind in _NUMERIC_KINDS and dtype.names is None:
         try:
-            values = np.array2string(value, precision=4, separator=", ")
+            if isinstance(value, np.ma.MaskedArray):  # array2string would print masked slots
+                values = str(value)  # numpy.ma's own: masked slots as --
+            else:
+                values = np.array2string(value, precision=4, separator=", ")
         except Exception:  # a subclass whose printing fails: the summary
             pass
         else:
