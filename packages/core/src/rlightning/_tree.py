@@ -367,12 +367,13 @@ def _leaf_repr(value: Any) -> str:
         tensor = tensor_type()
         if tensor is not None and isinstance(value, tensor):
             return _clip(_tensor_repr(value), _MAX_LEAF)
-        if isinstance(value, str):  # str.__getitem__: a subclass's own slicing is not run
-            head = str.__getitem__(value, slice(0, _MAX_LEAF))
-            return _clip(repr(head) + ("..." if len(value) > _MAX_LEAF else ""), _MAX_LEAF)
+        if isinstance(value, str):  # str's own slicing and len: a subclass's are not run
+            more = "..." if str.__len__(value) > _MAX_LEAF else ""
+            return _clip(repr(str.__getitem__(value, slice(0, _MAX_LEAF))) + more, _MAX_LEAF)
         if isinstance(value, (bytes, bytearray)):
-            head = bytes(memoryview(value)[:_MAX_LEAF])
-            return _clip(repr(head) + ("..." if len(value) > _MAX_LEAF else ""), _MAX_LEAF)
+            view = memoryview(value)
+            more = "..." if view.nbytes > _MAX_LEAF else ""
+            return _clip(repr(bytes(view[:_MAX_LEAF])) + more, _MAX_LEAF)
         if isinstance(value, int) and int.bit_length(value) > 256:  # repr would be 78+ digits
             return f"<{_type_name(value)} of {int.bit_length(value)} bits>"
         text = repr(value)

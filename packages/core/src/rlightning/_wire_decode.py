@@ -42,6 +42,7 @@ from rlightning._wire_spec import (
     MAGIC,
     MAX_BYTES_DEFAULT,
     MAX_DEPTH,
+    MAX_EMPTY_ROWS,
     MAX_HEADER_BYTES_DEFAULT,
     MAX_KEYS_PER_HASH,
     TorchUnavailableError,
@@ -90,6 +91,8 @@ class _Decoder:
             if type(dim) is not int or dim < 0:
                 raise self.fail(f"an array dimension must be an int >= 0, got {short_repr(dim)}")
         empty = 0 in node
+        if empty:
+            self.empty_rows(node)
         # An empty array holds no bytes, but numpy still needs its other dimensions' product to
         # fit in an index: bound it by the same limit as for a non-empty array, in bytes.
         limit = _MAX_EMPTY_PRODUCT if empty else self.end
@@ -103,6 +106,20 @@ class _Decoder:
                         f"the message has only {self.end} (truncated or hostile)"
                     )
         return tuple(node), 0 if empty else count
+
+    def empty_rows(self, node: list[int]) -> None:
+        limit = max(MAX_EMPTY_ROWS, self.end)
+        rows = 1
+        for dim in node:
+            if not dim:
+                return
+            rows *= dim
+            if rows > limit:  # checked per dimension: never a huge product
+                raise self.fail(
+                    f"a zero-size array of shape {node} has more than {limit} rows before its "
+                    f"first zero-size dimension (at most MAX_EMPTY_ROWS={MAX_EMPTY_ROWS} or the "
+                    f"message size, {self.end} bytes)"
+                )
 
     def value(self, node: Any, depth: int) -> Any:
         kind = type(node)
@@ -154,20 +171,25 @@ class _Decoder:
                     raise self.fail(f"duplicate dict key {short_repr(key)}")
                 out[key] = self.value(node[i + 1], depth + 1)
             return out
-        # Count the keys per hash value *before* inserting: keys that all share a hash would
-        # make each insertion compare against every earlier one (quadratic decoding).
+        # Count the float and tuple keys per hash value *before* inserting: keys that share a
+        # hash make each insertion compare against every earlier one (quadratic decoding).
+        # Only these two kinds need it: floats m * 2**(61k) all hash alike (~34 per value) and
+        # the tuple hash can be inverted (any number), while at most 9 64-bit ints share a hash
+        # and str/bytes hashes are randomised.
         shared: dict[int, int] = {}
         for i in range(1, size, 2):
             key = self.key(node[i], depth + 1)
-            digest = hash(key)
-            seen = shared.get(digest, 0)
-            if seen >= MAX_KEYS_PER_HASH:
-                raise self.fail(
-                    f"more than MAX_KEYS_PER_HASH={MAX_KEYS_PER_HASH} keys of one dict share a "
-                    f"hash value (e.g. {short_repr(key)}): refused, they would make decoding "
-                    "quadratic"
-                )
-            shared[digest] = seen + 1
+            kind = type(key)
+            if kind is float or kind is tuple:
+                digest = hash(key)
+                seen = shared.get(digest, 0)
+                if seen >= MAX_KEYS_PER_HASH:
+                    raise self.fail(
+                        f"more than MAX_KEYS_PER_HASH={MAX_KEYS_PER_HASH} {kind.__name__} keys "
+                        f"of one dict share a hash value (e.g. {short_repr(key)}): refused, "
+                        "they would make decoding quadratic"
+                    )
+                shared[digest] = seen + 1
             if key in out:
                 raise self.fail(f"duplicate dict key {short_repr(key)}")
             out[key] = self.value(node[i + 1], depth + 1)
