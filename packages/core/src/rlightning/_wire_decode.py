@@ -378,7 +378,9 @@ def decode(
     try:
         header = msgpack.unpackb(view[_HEADER.size : body_end], raw=False, use_list=True)
     except Exception as exc:  # msgpack raises ValueError, FormatError, StackError, ...
-        raise WireFormatError(f"invalid msgpack header: {type(exc).__name__}: {exc}") from None
+        raise WireFormatError(
+            f"invalid msgpack header: {type(exc).__name__}: {_clip(str(exc))}"
+        ) from None
     decoder = _Decoder(view, start, copy)
     if any(view[body_end:start]):
         raise WireFormatError(f"non-zero padding bytes after the header at offset {body_end}")
