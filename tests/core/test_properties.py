@@ -1,7 +1,14 @@
-"""Property tests over randomly built gymnasium spaces (nested Dict/Tuple included).
+"""Property tests of the core: gymnasium-space round trips, and any value hypothesis can build.
 
-make_example -> numpy() -> cpu() -> pickle round trip -> equal to what went in; and with torch,
-tensors made from the sampled arrays come back through numpy() equal to the samples.
+Part 1: make_example -> numpy() -> cpu() -> pickle round trip -> equal to what went in; and with
+torch, tensors made from the sampled arrays come back through numpy() equal to the samples.
+
+Part 2: ``repr``, ``==``, ``to_dict``, ``numpy()``, ``stack`` and ``unbind`` on any value: huge
+ints, NaN, object arrays, zero-size arrays with huge dimensions, numpy scalars, subclasses of
+dict/list/tuple/str/ndarray, containers that contain themselves, torch tensors. Each either works
+without changing the data or raises a documented TypeError/ValueError that names the field; and
+``repr`` is bounded: at most ``MAX_REPR_CHARS`` characters per field, at most 64 values looked
+at (counted below with leaves that count their own ``repr`` calls), bounded peak memory.
 """
 
 from __future__ import annotations
@@ -9,6 +16,10 @@ from __future__ import annotations
 import copy
 import importlib.util
 import pickle
+import sys
+import tracemalloc
+from collections import OrderedDict, namedtuple
+from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -16,9 +27,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
-from rlightning import MultiAgentPolicyResponse, PolicyResponse
-from rlightning._tree import map_leaves
+from rlightning import MultiAgentPolicyResponse, PerEnv, PolicyResponse
+from rlightning._tree import MAX_REPR_CHARS, map_leaves, tree_equal, tree_repr
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -109,3 +121,266 @@ def test_tensors_of_samples_come_back_through_numpy(space):
     response = PolicyResponse("e", action=map_leaves(to_tensor, sample))
     restored = pickle.loads(pickle.dumps(response, 5)).cpu().numpy()
     assert restored == PolicyResponse("e", action=sample)
+
+
+# ----------------------------------------------------------- any value hypothesis can build
+class StrSub(str):
+    """A str subclass (its repr is str's)."""
+
+
+class ListSub(list):  # type: ignore[type-arg]
+    """A list subclass with an extra attribute."""
+
+    tag = "list-sub"
+
+
+class DictSub(dict):  # type: ignore[type-arg]
+    """A dict subclass."""
+
+
+class ArraySub(np.ndarray):  # type: ignore[type-arg]
+    """An ndarray subclass (what ``view(ArraySub)`` gives)."""
+
+
+Pair = namedtuple("Pair", ["first", "second"])
+
+_NUMERIC = st.sampled_from(["bool", "int8", "uint16", "int64", "float16", "float32", "float64",
+                            "complex128"])  # fmt: skip
+_huge_empty_shape = st.builds(
+    lambda dims, big, at: [*dims[:at], big, *dims[at:]],
+    st.lists(st.sampled_from([0, 1, 3]), min_size=1, max_size=3).filter(lambda dims: 0 in dims),
+    st.sampled_from([1 << 20, 1 << 30]),
+    st.integers(0, 3),
+)  # one huge dimension beside a zero-size one: no memory, but 2**30 empty rows
+
+
+def _object_array(items: list[Any]) -> np.ndarray[Any, Any]:
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out
+
+
+_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(300, 20_000).map(lambda bits: 7 - (1 << bits)),  # past repr's 4300 digits
+    st.floats(),  # NaN and infinities included
+    st.complex_numbers(),
+    st.text(max_size=5),
+    st.text(min_size=200, max_size=300),
+    st.binary(max_size=300),
+    st.text(max_size=5).map(StrSub),
+    hnp.arrays(_NUMERIC, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)),
+    hnp.arrays(_NUMERIC, hnp.array_shapes(max_dims=2, max_side=3)).map(lambda a: a.view(ArraySub)),
+    _NUMERIC.flatmap(lambda d: hnp.from_dtype(np.dtype(d))),  # numpy scalars
+    st.builds(lambda dims, d: np.zeros(dims, d), _huge_empty_shape, _NUMERIC),
+    st.lists(st.one_of(st.integers(), st.floats(), st.text(max_size=3)), max_size=10).map(
+        _object_array
+    ),
+    st.builds(lambda n: np.ma.masked_array(np.arange(n), mask=np.arange(n) % 2), st.integers(0, 9)),
+)
+_keys = st.one_of(st.text(max_size=4), st.integers(), st.tuples(st.integers(-2, 2), st.text()))
+
+
+def _containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(
+        st.lists(inner, max_size=12),
+        st.lists(inner, max_size=4).map(tuple),
+        st.lists(inner, max_size=4).map(ListSub),
+        st.lists(inner, max_size=4).map(PerEnv),
+        st.builds(Pair, inner, inner),
+        st.dictionaries(_keys, inner, max_size=12),
+        st.dictionaries(_keys, inner, max_size=4).map(DictSub),
+        st.dictionaries(_keys, inner, max_size=4).map(OrderedDict),
+    )
+
+
+def _with_cycle(value: Any) -> Any:
+    """``value`` inside a list that also contains itself, and a dict that contains itself."""
+    outer: list[Any] = [value]
+    outer.append(outer)
+    mapping: dict[str, Any] = {"v": value}
+    mapping["self"] = mapping
+    return [outer, mapping]
+
+
+_values = st.recursive(_leaves, _containers, max_leaves=40)
+_any_values = st.one_of(_values, _values.map(_with_cycle))
+FIELD = "fld"
+
+
+def _check_explained(exc: Exception) -> None:
+    """A refusal must be a TypeError/ValueError whose message names the field."""
+    assert isinstance(exc, (TypeError, ValueError)), f"unexplained {type(exc).__name__}: {exc}"
+    assert FIELD in str(exc), f"the message does not name the field: {exc}"
+
+
+def _snapshot(value: Any) -> Any:
+    return copy.deepcopy(value)
+
+
+def _check_any_value(value: Any, extra: dict[str, Any]) -> None:
+    response = PolicyResponse("e", **{FIELD: value}, **extra)
+    before = _snapshot(value)
+    assert tree_equal(before, value)  # a value always equals its own deep copy
+
+    tracemalloc.start()
+    try:
+        text = repr(response)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(text) <= (MAX_REPR_CHARS + 100) * (len(vars(response)) + 1)
+    assert peak < 4 << 20
+    assert response == response
+    assert response == PolicyResponse("e", **{FIELD: before}, **extra)
+    assert not response == PolicyResponse("other", **{FIELD: before}, **extra)  # noqa: SIM201
+    assert response.to_dict() == {FIELD: value}  # the stamps are left out
+    assert response.to_dict()[FIELD] is value
+
+    try:
+        assert response.numpy() is response
+    except Exception as exc:
+        _check_explained(exc)
+    # numpy() converts tensors only: everything else is the very same object
+    if not _has_tensor(before):
+        assert getattr(response, FIELD) is value
+    assert tree_equal(_numpy_view(before), _numpy_view(getattr(response, FIELD)))
+
+    rows = [PolicyResponse(f"e{i}", **{FIELD: copy.deepcopy(value)}, **extra) for i in range(2)]
+    try:
+        stacked = PolicyResponse.stack(rows)
+    except Exception as exc:
+        _check_explained(exc)
+    else:
+        assert PolicyResponse.unbind(stacked) == rows
+    assert tree_equal(getattr(rows[0], FIELD), _numpy_view(before)) or _has_tensor(before)
+
+
+def _has_tensor(value: Any) -> bool:
+    found = []
+
+    def visit(leaf: Any) -> Any:
+        if type(leaf).__module__.startswith("torch"):
+            found.append(leaf)
+        return leaf
+
+    try:
+        map_leaves(visit, value)
+    except RecursionError:
+        return False
+    return bool(found)
+
+
+def _numpy_view(value: Any) -> Any:
+    """``value`` with tensors as numpy arrays (what numpy() documents: bfloat16 -> float32)."""
+
+    def convert(leaf: Any) -> Any:
+        if not _is_plain_tensor(leaf):
+            return leaf
+        leaf = leaf.detach().cpu()
+        return (leaf.float() if str(leaf.dtype) == "torch.bfloat16" else leaf).numpy()
+
+    try:
+        return map_leaves(convert, value)
+    except RecursionError:
+        return value
+
+
+def _is_plain_tensor(leaf: Any) -> bool:
+    return type(leaf).__module__.startswith("torch") and hasattr(leaf, "detach")
+
+
+@pytest.fixture
+def unlimited_int_digits() -> Iterator[None]:
+    """Let hypothesis print a failing example holding a huge int (tree_repr never needs this)."""
+    previous = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        yield
+    finally:
+        sys.set_int_max_str_digits(previous)
+
+
+@pytest.mark.usefixtures("unlimited_int_digits")
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(value=_any_values, stamp=st.integers(0, 2**63))
+def test_any_value_repr_eq_to_dict_numpy_stack_unbind(value: Any, stamp: int) -> None:
+    _check_any_value(value, {"ts_env_sent_ns": stamp})
+
+
+_tensor_dtypes = ["bool", "uint8", "int64", "float16", "bfloat16", "float32", "complex64"]
+
+
+@pytest.mark.torch
+@pytest.mark.usefixtures("unlimited_int_digits")
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_any_value_with_tensors_repr_eq_to_dict_numpy_stack_unbind(data: st.DataObject) -> None:
+    torch = pytest.importorskip("torch")
+    dims = st.one_of(
+        st.lists(st.integers(0, 4), max_size=3), _huge_empty_shape.filter(lambda d: len(d) <= 3)
+    )
+    tensors = st.builds(
+        lambda shape, dtype, grad: torch.zeros(shape, dtype=getattr(torch, dtype)).requires_grad_(
+            grad and dtype in ("float32", "float16", "bfloat16", "complex64")
+        ),
+        dims,
+        st.sampled_from(_tensor_dtypes),
+        st.booleans(),
+    )
+    value = data.draw(st.recursive(st.one_of(_leaves, tensors), _containers, max_leaves=20))
+    if data.draw(st.booleans()):
+        value = _with_cycle(value)
+    _check_any_value(value, {})
+
+
+class _CountingLeaf:
+    """A leaf that counts how often its repr is asked for."""
+
+    calls = 0
+
+    def __repr__(self) -> str:
+        type(self).calls += 1
+        return "leaf"
+
+
+def test_repr_looks_at_a_bounded_number_of_values() -> None:
+    leaf = _CountingLeaf()
+    wide = [leaf] * 10_000
+    deep: Any = leaf
+    for _ in range(500):
+        deep = [deep, deep]  # a DAG of 2**500 paths to the leaf
+    for value in (wide, {i: wide for i in range(1000)}, deep, [[wide] * 100] * 100):
+        _CountingLeaf.calls = 0
+        text = tree_repr(value)
+        assert _CountingLeaf.calls <= 64
+        assert len(text) <= MAX_REPR_CHARS
+    assert "...(+9992 more)" in tree_repr(wide)
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (2**20000, "<int of 20001 bits>"),
+        (np.zeros((1 << 30, 0), dtype=bool), "array(shape=(1073741824, 0), dtype=bool)"),
+        (np.arange(3).view(ArraySub), "ArraySub([0, 1, 2], dtype=int64)"),
+        ("x" * 10_000, "'xxxxxxxx"),
+        (StrSub("abc"), "'abc'"),
+        (frozenset(), "frozenset()"),
+    ],
+    ids=["huge-int", "huge-empty-array", "ndarray-subclass", "long-str", "str-subclass", "set"],
+)
+def test_repr_of_awkward_leaves(value: Any, shown: str) -> None:
+    text = tree_repr(value)
+    assert shown in text and len(text) <= 130
+
+
+def test_repr_of_a_value_whose_repr_fails_names_its_type() -> None:
+    class Broken:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    assert tree_repr([Broken()]) == "[<Broken (repr failed: RuntimeError)>]"
+    assert "repr failed" in repr(PolicyResponse("e", b=Broken()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 import struct
 import subprocess
@@ -11,6 +12,7 @@ import tracemalloc
 import zlib
 from collections import OrderedDict, namedtuple
 from pathlib import Path
+from random import Random
 from typing import Any
 
 import msgpack
@@ -187,9 +189,12 @@ def test_a_small_message_claiming_a_terabyte_is_refused_before_allocating() -> N
     finally:
         tracemalloc.stop()
     assert peak < 1 << 20
-    # a shape whose product overflows 64 bits is refused the same way
+    # a zero-size shape whose other dimensions overflow 64 bits is refused too
     _expect_refusal(
-        _message([0, None, "x", [6, "float32", [1 << 40, 1 << 40, 0]]]), "claims at least"
+        _message([0, None, "x", [6, "float32", [1 << 40, 1 << 40, 0]]]), "has more than 65536 rows"
+    )
+    _expect_refusal(
+        _message([0, None, "x", [6, "float32", [0, 1 << 40, 1 << 40]]]), "claims at least"
     )
 
 
@@ -465,3 +470,162 @@ def test_fuzz_random_bytes_after_a_valid_prefix(tail: bytes) -> None:
         _decode_or_refuse(
             struct.pack("<4sBBHII", b"RLWF", 1, 0, 0, len(tail), 0)[:prefix_len] + tail
         )
+
+
+# ------------------------------------------- hostile messages: errors, repr and key bounds
+from benchmarks.fuzz_wire import (  # noqa: E402  (the generators the long fuzz run uses)
+    KEY_KINDS,
+    check_hostile,
+    colliding_keys,
+    deep_node_messages,
+    huge_empty_shape_message,
+    keys_message,
+)
+
+
+@pytest.mark.parametrize("place", sorted(deep_node_messages(1)))
+def test_a_node_nested_1000_deep_is_refused_with_a_short_wire_format_error(place: str) -> None:
+    # the decoder quotes the bad node in its message: a repr of 1000 levels raised RecursionError
+    with pytest.raises(WireFormatError) as info:
+        PolicyResponse.from_bytes(deep_node_messages(1000)[place])
+    assert len(str(info.value)) <= 400
+
+
+def test_error_messages_quote_a_bounded_part_of_a_huge_value() -> None:
+    name = "n" * 1_000_000
+    for data in (
+        _message([0, None, name, 1, name, 2]),  # duplicate field name
+        _message([0, None, "a", [2, name, 1, name, 2]]),  # duplicate dict key
+        _message([0, None, "a", [2, b"k" * 1_000_000, 1, b"k" * 1_000_000, 2]]),
+        _message([0, None, "a", [4, "<f8", [[name]]]]),  # a dimension that is no int
+    ):
+        with pytest.raises(WireFormatError) as info:
+            PolicyResponse.from_bytes(data, max_header_bytes=1 << 23)
+        assert len(str(info.value)) <= 400
+
+
+@pytest.mark.parametrize(
+    ("tensor", "dims"),
+    [
+        (False, [0, 1 << 40]),
+        (False, [1 << 16, 0]),
+        (False, [1 << 8, 1 << 8, 0, 1 << 20]),
+        pytest.param(True, [0, 1 << 30], marks=pytest.mark.torch),
+        pytest.param(True, [1 << 8, 1 << 8, 0], marks=pytest.mark.torch),
+    ],
+)
+def test_a_zero_size_array_with_huge_dimensions_decodes_with_a_bounded_repr(
+    tensor: bool, dims: list[int]
+) -> None:
+    # a 40-byte message: the repr called tolist(), one empty list per row (for a (2**22, 0)
+    # tensor: 9 s and 270 MiB)
+    if tensor:
+        pytest.importorskip("torch")
+    data = huge_empty_shape_message(tensor, dims)
+    assert len(data) <= 48
+    decoded = PolicyResponse.from_bytes(data)
+    assert tuple(decoded.x.shape) == tuple(dims)
+    tracemalloc.start()
+    try:
+        text = repr(decoded)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 10
+    assert f"shape={tuple(dims)}" in text and len(text) < 200
+
+
+@pytest.mark.parametrize("tensor", [False, pytest.param(True, marks=pytest.mark.torch)])
+def test_zero_size_arrays_with_more_rows_than_max_empty_rows_or_the_message_are_refused(
+    tensor: bool,
+) -> None:
+    # rows before the first 0 cost whoever iterates or unbinds them, yet hold no bytes
+    if tensor:
+        torch = pytest.importorskip("torch")
+    for dims in ([1 << 22, 0], [1 << 9, 1 << 9, 0, 5], [1 << 40, 0]):
+        _expect_refusal(
+            huge_empty_shape_message(tensor, dims),
+            f"a zero-size array of shape {dims} has more than 65536 rows before its first "
+            "zero-size dimension (at most MAX_EMPTY_ROWS=65536",
+        )
+    rows = wire.MAX_EMPTY_ROWS + 1
+    empty = torch.zeros((rows, 0)) if tensor else np.zeros((rows, 0))
+    with pytest.raises(ValueError, match=re.escape("to_bytes(): field 'empty': a zero-size")):
+        PolicyResponse(None, empty=empty).to_bytes()
+    # a message with as many bytes as rows carries it (a batch of that many envs)
+    response = PolicyResponse(None, empty=empty, flags=np.zeros(rows, dtype=np.uint8))
+    back = _round_trip(response)
+    assert tuple(back.empty.shape) == (rows, 0) and back.flags.shape == (rows,)
+
+
+@pytest.mark.parametrize("kind", ["float", "float+int", "tuple"])
+def test_more_than_max_keys_per_hash_colliding_keys_are_refused_both_ways(kind: str) -> None:
+    keys = colliding_keys(kind, wire.MAX_KEYS_PER_HASH + 1, wire.MAX_KEYS_PER_HASH + 1, Random(0))
+    assert len({hash(key) for key in keys}) == 1 and len(set(keys)) == len(keys)
+    key_type = type(keys[0]).__name__
+    _expect_refusal(
+        keys_message(keys),
+        f"more than MAX_KEYS_PER_HASH=16 {key_type} keys of one dict share a hash value",
+    )
+    with pytest.raises(ValueError, match=re.escape("to_bytes(): field 'obs': more than")):
+        PolicyResponse(None, obs=dict.fromkeys(keys)).to_bytes()
+    fits = PolicyResponse(None, obs=dict.fromkeys(keys[:-1]))
+    assert _round_trip(fits) == fits
+
+
+@pytest.mark.parametrize("kind", KEY_KINDS)
+def test_the_largest_colliding_groups_of_each_key_kind_round_trip_or_are_refused(
+    kind: str,
+) -> None:
+    # int keys (at most 9 share a hash in 64 bits) and str/bytes (at most 3) are not counted:
+    # they cannot collide much; floats (~34) and tuples (any number) are refused past 16.
+    keys = colliding_keys(kind, 1024, 256, Random(1))
+    groups: dict[int, int] = {}
+    for key in keys:
+        groups[hash(key)] = groups.get(hash(key), 0) + 1
+    data = keys_message(keys, per_dict=256)
+    if kind in ("int", "str+bytes", "nan") or max(groups.values()) <= wire.MAX_KEYS_PER_HASH:
+        assert len(PolicyResponse.from_bytes(data).obs[0]) == len(keys)
+    else:
+        with pytest.raises(
+            WireFormatError, match=r"more than MAX_KEYS_PER_HASH=16 (float|tuple) keys"
+        ):
+            PolicyResponse.from_bytes(data)
+
+
+def test_honest_hash_collisions_of_small_coordinates_round_trip() -> None:
+    # hash(-1) == hash(-2): the 16 tuples of four coordinates in {-1, -2} share one hash
+    grid = {key: i for i, key in enumerate(itertools.product((-1, -2), repeat=4))}
+    assert len({hash(key) for key in grid}) == 1
+    response = PolicyResponse(None, obs=grid)
+    assert _round_trip(response) == response
+    with pytest.raises(ValueError, match="MAX_KEYS_PER_HASH=16"):
+        PolicyResponse(None, obs=dict.fromkeys(itertools.product((-1, -2), repeat=5))).to_bytes()
+
+
+_hostile = st.one_of(
+    st.builds(
+        lambda depth, place: deep_node_messages(depth)[place],
+        st.integers(60, 1000),
+        st.sampled_from(sorted(deep_node_messages(1))),
+    ),
+    st.builds(
+        huge_empty_shape_message,
+        st.just(False),
+        st.lists(st.sampled_from([0, 1, 3, 1 << 20, 1 << 40]), min_size=1, max_size=32).filter(
+            lambda dims: 0 in dims
+        ),
+    ),
+    st.builds(
+        lambda kind, group, seed: keys_message(colliding_keys(kind, group, 64, Random(seed))),
+        st.sampled_from(KEY_KINDS),
+        st.integers(1, 40),
+        st.integers(0, 2**16),
+    ),
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_hostile)
+def test_fuzz_hostile_messages_decode_or_refuse_with_bounded_errors_and_reprs(data: bytes) -> None:
+    check_hostile(data)

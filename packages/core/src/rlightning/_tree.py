@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import itertools
 import math
-import reprlib
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +23,15 @@ import numpy as np
 
 from rlightning._torch import tensor_type
 
-__all__ = ["ATOMIC_TYPES", "map_leaves", "map_tensors", "tree_equal", "tree_repr"]
+__all__ = [
+    "ATOMIC_TYPES",
+    "MAX_REPR_CHARS",
+    "map_leaves",
+    "map_tensors",
+    "short_repr",
+    "tree_equal",
+    "tree_repr",
+]
 
 #: Types that are certainly leaves: checked first so the common case is one lookup (shared by
 #: the tree walks, the conversions and pickling).
@@ -297,11 +304,23 @@ def tree_equal(a: Any, b: Any) -> bool:
     return _equal(a, b, set())
 
 
-_SMALL = 8
-_MAX_ITEMS = 8
-_REPR = reprlib.Repr()
-_REPR.maxstring = 80
-_REPR.maxother = 80
+_SMALL = 8  # arrays and CPU tensors with 1 to 8 elements show their values
+_MAX_ITEMS = 8  # items shown per container
+_MAX_LEVEL = 6  # containers nested deeper show as [...] / {...}
+_MAX_NODES = 64  # values (containers, keys and leaves) one tree_repr looks at
+_MAX_LEAF = 120  # characters of one leaf's repr
+_MAX_NAME = 60  # characters of a type name
+#: Longest string :func:`tree_repr` returns.
+MAX_REPR_CHARS = 2000
+_NUMERIC_KINDS = frozenset("biufc")
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _type_name(value: Any) -> str:
+    return _clip(type(value).__name__, _MAX_NAME)
 
 
 def _tensor_repr(value: Any) -> str:
@@ -311,7 +330,9 @@ def _tensor_repr(value: Any) -> str:
             return f"tensor(nested, {value.size(0)} parts, {where})"
         shape = tuple(value.shape)
         strided = not value.is_sparse and value.layout == _strided_layout()
-        small = value.device.type == "cpu" and value.numel() <= _SMALL
+        # 1 to 8 elements: tolist() visits at most 8 values (a zero-size tensor of shape
+        # (2**30, 0) would make 2**30 empty lists, so it shows its shape instead).
+        small = value.device.type == "cpu" and 0 < value.numel() <= _SMALL
         if strided and small and not value.is_quantized:
             return f"tensor({value.detach().tolist()}, {where})"
         layout = "" if strided else f", layout={value.layout}"
@@ -320,25 +341,55 @@ def _tensor_repr(value: Any) -> str:
         return f"tensor({where})"
 
 
-def _leaf_repr(value: Any) -> str:
-    if isinstance(value, np.ndarray):
-        if value.size <= _SMALL and value.dtype != object:
-            try:
+def _array_repr(value: np.ndarray[Any, Any]) -> str:
+    dtype = value.dtype
+    name = "array" if type(value) is np.ndarray else _type_name(value)
+    # Values only for 1 to 8 plain numbers: array2string then visits at most 8 elements (object,
+    # string and structured items can be arbitrarily large; a zero-size array shows its shape).
+    if 0 < value.size <= _SMALL and dtype.kind in _NUMERIC_KINDS and dtype.names is None:
+        try:
+            if isinstance(value, np.ma.MaskedArray):  # array2string would print masked slots
+                values = str(value)  # numpy.ma's own: masked slots as --
+            else:
                 values = np.array2string(value, precision=4, separator=", ")
-            except Exception:
-                return f"array(shape={value.shape}, dtype={value.dtype})"
-            return f"array({values}, dtype={value.dtype})"
-        return f"array(shape={value.shape}, dtype={value.dtype})"
-    tensor = tensor_type()
-    if tensor is not None and isinstance(value, tensor):
-        return _tensor_repr(value)
-    if isinstance(value, str):
-        return _REPR.repr(value)
+        except Exception:  # a subclass whose printing fails: the summary
+            pass
+        else:
+            return f"{name}({values}, dtype={dtype})"
+    return f"{name}(shape={value.shape}, dtype={dtype})"
+
+
+def _leaf_repr(value: Any) -> str:
+    """A repr of a leaf in at most ``_MAX_LEAF`` characters, visiting a bounded part of it."""
     try:
+        if isinstance(value, np.ndarray):
+            return _clip(_array_repr(value), _MAX_LEAF)
+        tensor = tensor_type()
+        if tensor is not None and isinstance(value, tensor):
+            return _clip(_tensor_repr(value), _MAX_LEAF)
+        if isinstance(value, str):  # str's own slicing and len: a subclass's are not run
+            more = "..." if str.__len__(value) > _MAX_LEAF else ""
+            return _clip(repr(str.__getitem__(value, slice(0, _MAX_LEAF))) + more, _MAX_LEAF)
+        if isinstance(value, (bytes, bytearray)):
+            view = memoryview(value)
+            more = "..." if view.nbytes > _MAX_LEAF else ""
+            return _clip(repr(bytes(view[:_MAX_LEAF])) + more, _MAX_LEAF)
+        if isinstance(value, int) and int.bit_length(value) > 256:  # repr would be 78+ digits
+            return f"<{_type_name(value)} of {int.bit_length(value)} bits>"
         text = repr(value)
-    except RecursionError:
-        return f"<{type(value).__name__} ...>"
-    return text if len(text) <= 120 else text[:117] + "..."
+    except Exception as exc:  # a leaf whose repr fails (or recurses forever) is named instead
+        return f"<{_type_name(value)} (repr failed: {_type_name(exc)})>"
+    return _clip(text, _MAX_LEAF)
+
+
+class _ReprState:
+    """What one :func:`tree_repr` call has seen: the containers open on the path, the budget."""
+
+    __slots__ = ("active", "nodes")
+
+    def __init__(self) -> None:
+        self.active: set[int] = set()
+        self.nodes = _MAX_NODES
 
 
 def _items_repr(parts: list[str], total: int) -> str:
@@ -347,48 +398,78 @@ def _items_repr(parts: list[str], total: int) -> str:
     return ", ".join(parts)
 
 
-def _repr(value: Any, active: set[int]) -> str:
-    if not isinstance(value, (dict, list, tuple)):
+def _repr(value: Any, state: _ReprState, level: int) -> str:
+    state.nodes -= 1
+    if state.nodes < 0:
+        return "..."
+    if not isinstance(value, (dict, list, tuple, set, frozenset)):
         return _leaf_repr(value)
-    if id(value) in active:  # a container that contains itself
-        return "{...}" if isinstance(value, dict) else "[...]"
-    active.add(id(value))
+    is_dict = isinstance(value, dict)
+    if id(value) in state.active or level >= _MAX_LEVEL:  # contains itself, or too deep
+        return "{...}" if is_dict else "[...]"
+    state.active.add(id(value))
     try:
-        if isinstance(value, dict):
-            parts = [
-                f"{key!r}: {_repr(item, active)}"
-                for key, item in itertools.islice(value.items(), _MAX_ITEMS)
-            ]
-            body = "{" + _items_repr(parts, len(value)) + "}"
-            return body if type(value) is dict else f"{type(value).__name__}({body})"
-        fields = getattr(type(value), "_fields", None)
-        if isinstance(value, tuple) and fields is not None:
-            pairs = itertools.islice(zip(fields, value, strict=False), _MAX_ITEMS)
-            parts = [f"{name}={_repr(item, active)}" for name, item in pairs]
-            return f"{type(value).__name__}({_items_repr(parts, len(value))})"
-        parts = [_repr(item, active) for item in itertools.islice(value, _MAX_ITEMS)]
-        inner = _items_repr(parts, len(value))
-        if isinstance(value, list):
-            body = f"[{inner}]"
-        else:
-            body = f"({inner},)" if len(value) == 1 else f"({inner})"
-        return body if type(value) in (list, tuple) else f"{type(value).__name__}({body})"
+        return _container_repr(value, state, level + 1)
+    except Exception as exc:  # a subclass whose len/items/iteration fails
+        return f"<{_type_name(value)} (repr failed: {_type_name(exc)})>"
     finally:
-        active.discard(id(value))
+        state.active.discard(id(value))
+
+
+def _container_repr(value: Any, state: _ReprState, level: int) -> str:
+    kind = type(value)
+    if isinstance(value, dict):
+        parts = [
+            f"{_repr(key, state, level)}: {_repr(item, state, level)}"
+            for key, item in itertools.islice(value.items(), _MAX_ITEMS)
+        ]
+        body = "{" + _items_repr(parts, len(value)) + "}"
+        return body if kind is dict else f"{_type_name(value)}({body})"
+    fields = getattr(kind, "_fields", None)
+    if isinstance(value, tuple) and fields is not None:
+        pairs = itertools.islice(zip(fields, value, strict=False), _MAX_ITEMS)
+        parts = [
+            f"{_clip(str(name), _MAX_NAME)}={_repr(item, state, level)}" for name, item in pairs
+        ]
+        return f"{_type_name(value)}({_items_repr(parts, len(value))})"
+    parts = [_repr(item, state, level) for item in itertools.islice(value, _MAX_ITEMS)]
+    inner = _items_repr(parts, len(value))
+    if isinstance(value, list):
+        body, plain = f"[{inner}]", kind is list
+    elif isinstance(value, tuple):
+        body, plain = (f"({inner},)" if len(value) == 1 else f"({inner})"), kind is tuple
+    elif value:  # set, frozenset: in iteration order, never sorted (that visits every item)
+        body, plain = "{" + inner + "}", kind is set
+    else:
+        return "set()" if kind is set else f"{_type_name(value)}()"
+    return body if plain else f"{_type_name(value)}({body})"
 
 
 def tree_repr(value: Any) -> str:
     """Summarise a nested structure: arrays and tensors by shape, dtype and device.
 
-    Arrays and CPU tensors with at most 8 elements show their values; larger ones and tensors on
-    other devices show only shape, dtype and device, so a repr never syncs a GPU for a big tensor
-    or prints megabytes. Containers show their first 8 items and how many more there are; a
-    container inside itself shows as ``[...]`` or ``{...}``.
+    Arrays of 1 to 8 numbers and CPU tensors with 1 to 8 elements show their values; other
+    arrays and tensors (zero-size ones included) show only shape, dtype and device, so a repr
+    never syncs a GPU for a big tensor or prints megabytes. Containers show their first 8 items
+    and how many more there are; a container inside itself shows as ``[...]`` or ``{...}``, and
+    so does one nested more than 6 levels deep.
+
+    Bounded for any value: it looks at no more than 64 values (containers, keys and leaves) and 8
+    items of each container, a leaf's text is cut to 120 characters (str and bytes are sliced
+    before their repr, ints beyond 256 bits show their size), and the result has at most
+    :data:`MAX_REPR_CHARS` (2,000) characters. The only unbounded cost is the ``__repr__`` of a
+    leaf of a type rlightning does not know (its text is still cut). Never raises: a value whose
+    repr fails shows as ``<TypeName (repr failed: ErrorName)>``.
 
     Args:
         value: A leaf or nested containers.
 
     Returns:
-        A one-line summary.
+        A one-line summary of at most :data:`MAX_REPR_CHARS` characters.
     """
-    return _repr(value, set())
+    return _clip(_repr(value, _ReprState(), 0), MAX_REPR_CHARS)
+
+
+def short_repr(value: Any, limit: int = 200) -> str:
+    """:func:`tree_repr` cut to ``limit`` characters, for error messages built from any input."""
+    return _clip(tree_repr(value), limit)

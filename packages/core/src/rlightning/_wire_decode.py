@@ -15,6 +15,7 @@ import numpy as np
 
 from rlightning._stack import EnvIds, PerEnv
 from rlightning._torch import torch_if_imported
+from rlightning._tree import short_repr
 from rlightning._wire_spec import (
     _FLAG_CRC,
     _HEADER,
@@ -41,8 +42,9 @@ from rlightning._wire_spec import (
     MAGIC,
     MAX_BYTES_DEFAULT,
     MAX_DEPTH,
+    MAX_EMPTY_ROWS,
     MAX_HEADER_BYTES_DEFAULT,
-    MAX_TUPLE_KEYS,
+    MAX_KEYS_PER_HASH,
     TorchUnavailableError,
     WireFormatError,
     _align,
@@ -87,8 +89,10 @@ class _Decoder:
             raise self.fail(f"an array shape must be a list of at most {_MAX_NDIM} ints")
         for dim in node:
             if type(dim) is not int or dim < 0:
-                raise self.fail(f"an array dimension must be an int >= 0, got {dim!r}")
+                raise self.fail(f"an array dimension must be an int >= 0, got {short_repr(dim)}")
         empty = 0 in node
+        if empty:
+            self.empty_rows(node)
         # An empty array holds no bytes, but numpy still needs its other dimensions' product to
         # fit in an index: bound it by the same limit as for a non-empty array, in bytes.
         limit = _MAX_EMPTY_PRODUCT if empty else self.end
@@ -102,6 +106,20 @@ class _Decoder:
                         f"the message has only {self.end} (truncated or hostile)"
                     )
         return tuple(node), 0 if empty else count
+
+    def empty_rows(self, node: list[int]) -> None:
+        limit = max(MAX_EMPTY_ROWS, self.end)
+        rows = 1
+        for dim in node:
+            if not dim:
+                return
+            rows *= dim
+            if rows > limit:  # checked per dimension: never a huge product
+                raise self.fail(
+                    f"a zero-size array of shape {node} has more than {limit} rows before its "
+                    f"first zero-size dimension (at most MAX_EMPTY_ROWS={MAX_EMPTY_ROWS} or the "
+                    f"message size, {self.end} bytes)"
+                )
 
     def value(self, node: Any, depth: int) -> Any:
         kind = type(node)
@@ -121,22 +139,7 @@ class _Decoder:
         if tag == _T_PERENV:
             return PerEnv(self.value(item, depth + 1) for item in node[1:])
         if tag == _T_DICT:
-            if len(node) % 2 != 1:
-                raise self.fail("a dict node must hold key/value pairs")
-            out = {}
-            tuple_keys = 0
-            for i in range(1, len(node), 2):
-                key = self.key(node[i], depth + 1)
-                if type(key) is tuple:
-                    tuple_keys += 1
-                    if tuple_keys > MAX_TUPLE_KEYS:
-                        raise self.fail(
-                            f"more than MAX_TUPLE_KEYS={MAX_TUPLE_KEYS} tuple keys in one dict"
-                        )
-                if key in out:
-                    raise self.fail(f"duplicate dict key {key!r}")
-                out[key] = self.value(node[i + 1], depth + 1)
-            return out
+            return self.dict(node, depth)
         if tag == _T_ARRAY:
             return self.array(node)
         if tag == _T_NPSCALAR:
@@ -153,7 +156,44 @@ class _Decoder:
             if len(node) != 3 or type(node[1]) is not float or type(node[2]) is not float:
                 raise self.fail("a complex node must be [8, real, imag] with two floats")
             return complex(node[1], node[2])
-        raise self.fail(f"unknown tag {tag!r}")
+        raise self.fail(f"unknown tag {short_repr(tag)}")
+
+    def dict(self, node: list[Any], depth: int) -> dict[Any, Any]:
+        size = len(node)
+        if size % 2 != 1:
+            raise self.fail("a dict node must hold key/value pairs")
+        out: dict[Any, Any] = {}
+        # Up to MAX_KEYS_PER_HASH keys, no hash can be shared by more: the plain loop.
+        if size <= 2 * MAX_KEYS_PER_HASH + 1:
+            for i in range(1, size, 2):
+                key = self.key(node[i], depth + 1)
+                if key in out:
+                    raise self.fail(f"duplicate dict key {short_repr(key)}")
+                out[key] = self.value(node[i + 1], depth + 1)
+            return out
+        # Count the float and tuple keys per hash value *before* inserting: keys that share a
+        # hash make each insertion compare against every earlier one (quadratic decoding).
+        # Only these two kinds need it: floats m * 2**(61k) all hash alike (~34 per value) and
+        # the tuple hash can be inverted (any number), while at most 9 64-bit ints share a hash
+        # and str/bytes hashes are randomised.
+        shared: dict[int, int] = {}
+        for i in range(1, size, 2):
+            key = self.key(node[i], depth + 1)
+            kind = type(key)
+            if kind is float or kind is tuple:
+                digest = hash(key)
+                seen = shared.get(digest, 0)
+                if seen >= MAX_KEYS_PER_HASH:
+                    raise self.fail(
+                        f"more than MAX_KEYS_PER_HASH={MAX_KEYS_PER_HASH} {kind.__name__} keys "
+                        f"of one dict share a hash value (e.g. {short_repr(key)}): refused, "
+                        "they would make decoding quadratic"
+                    )
+                shared[digest] = seen + 1
+            if key in out:
+                raise self.fail(f"duplicate dict key {short_repr(key)}")
+            out[key] = self.value(node[i + 1], depth + 1)
+        return out
 
     def key(self, node: Any, depth: int) -> Any:
         kind = type(node)
@@ -189,7 +229,7 @@ class _Decoder:
         digits = node[1]
         body = digits[1:] if digits.startswith("-") else digits
         if not body.isascii() or not body.isdigit():
-            raise self.fail(f"a big-int node holds {digits[:40]!r}, not decimal digits")
+            raise self.fail(f"a big-int node holds {short_repr(digits[:40])}, not decimal digits")
         return int(digits)
 
     def array(self, node: list[Any]) -> np.ndarray[Any, Any]:
@@ -197,7 +237,7 @@ class _Decoder:
             raise self.fail("an array node must be [4, dtype, shape]")
         dtype = _NUMPY_DTYPES.get(node[1])
         if dtype is None:
-            raise self.fail(f"unsupported numpy dtype {node[1][:40]!r}")
+            raise self.fail(f"unsupported numpy dtype {short_repr(node[1][:40])}")
         shape, count = self.shape(node[2], dtype.itemsize)
         start = self.take(count * dtype.itemsize)
         array = np.frombuffer(self.data, dtype, count, start).reshape(shape)
@@ -209,7 +249,7 @@ class _Decoder:
         name = node[1]
         spec = _TORCH_DTYPES.get(name)
         if spec is None:
-            raise self.fail(f"unsupported torch dtype {name[:40]!r}")
+            raise self.fail(f"unsupported torch dtype {short_repr(name[:40])}")
         itemsize, wire_dtype = spec
         shape, count = self.shape(node[2], itemsize)
         start = self.take(count * itemsize)
@@ -243,7 +283,7 @@ def _import_torch(dtype: str, shape: tuple[int, ...]) -> Any:
 
 def _check_limit(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int number of bytes (or None), got {value!r}")
+        raise TypeError(f"{name} must be an int number of bytes (or None), got {short_repr(value)}")
     if value < 0:
         raise ValueError(f"{name} must be >= 0, got {value}")
 
@@ -338,7 +378,9 @@ def decode(
     try:
         header = msgpack.unpackb(view[_HEADER.size : body_end], raw=False, use_list=True)
     except Exception as exc:  # msgpack raises ValueError, FormatError, StackError, ...
-        raise WireFormatError(f"invalid msgpack header: {type(exc).__name__}: {exc}") from None
+        raise WireFormatError(
+            f"invalid msgpack header: {type(exc).__name__}: {_clip(str(exc))}"
+        ) from None
     decoder = _Decoder(view, start, copy)
     if any(view[body_end:start]):
         raise WireFormatError(f"non-zero padding bytes after the header at offset {body_end}")
@@ -350,8 +392,15 @@ def decode(
         )
     try:
         return cls(env_id, **fields)  # type: ignore[no-any-return]
-    except (TypeError, ValueError) as exc:
-        raise WireFormatError(f"the decoded fields are refused by {cls.__name__}: {exc}") from None
+    except Exception as exc:  # TypeError/ValueError for a refused field; any other: the same
+        raise WireFormatError(
+            f"the decoded fields are refused by {cls.__name__}: {_clip(str(exc))}"
+        ) from None
+
+
+def _clip(text: str, limit: int = 300) -> str:
+    """``text`` cut to ``limit`` characters: a message built from hostile input stays short."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _decode_header(
@@ -363,7 +412,7 @@ def _decode_header(
         raise WireFormatError("the header must be a msgpack array [class, env_id, name, node, ...]")
     kind, env_id = header[0], header[1]
     if type(kind) is not int or not 0 <= kind < len(_KINDS):
-        raise WireFormatError(f"unknown response class code {kind!r}")
+        raise WireFormatError(f"unknown response class code {short_repr(kind)}")
     cls = (PolicyResponse, MultiAgentPolicyResponse)[kind]
     if not issubclass(cls, expected):
         raise WireFormatError(
@@ -376,11 +425,13 @@ def _decode_header(
     for i in range(2, len(header), 2):
         name = header[i]
         if type(name) is not str or name == "env_id" or name in fields:
-            raise WireFormatError(f"bad or duplicate field name {name!r}")
+            raise WireFormatError(f"bad or duplicate field name {short_repr(name)}")
         try:
             fields[name] = decoder.value(header[i + 1], 1)
         except WireFormatError as exc:
-            raise type(exc)(f"field {name!r}: {exc}") from None
-        except (ValueError, TypeError, OverflowError, MemoryError) as exc:  # numpy refusals
-            raise WireFormatError(f"field {name!r}: {type(exc).__name__}: {exc}") from None
+            raise type(exc)(f"field {short_repr(name)}: {exc}") from None
+        except Exception as exc:  # numpy's refusals (ValueError, MemoryError, ...) and any other
+            raise WireFormatError(
+                f"field {short_repr(name)}: {type(exc).__name__}: {_clip(str(exc))}"
+            ) from exc
     return cls, env_id, fields

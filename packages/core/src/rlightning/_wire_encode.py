@@ -11,6 +11,7 @@ import numpy as np
 
 from rlightning._stack import EnvIds, PerEnv
 from rlightning._torch import tensor_type, torch_if_imported
+from rlightning._tree import short_repr
 from rlightning._wire_spec import (
     _FLAG_CRC,
     _HEADER,
@@ -39,7 +40,8 @@ from rlightning._wire_spec import (
     FORMAT_VERSION,
     MAGIC,
     MAX_DEPTH,
-    MAX_TUPLE_KEYS,
+    MAX_EMPTY_ROWS,
+    MAX_KEYS_PER_HASH,
     _align,
     _FieldError,
 )
@@ -50,12 +52,25 @@ __all__ = ["encode"]
 class _Encoder:
     """One encoding pass: turns values into msgpack nodes and collects the payload buffers."""
 
-    __slots__ = ("offset", "parts", "tensor")
+    __slots__ = ("empty_rows", "field", "offset", "parts", "tensor")
 
     def __init__(self, start: int) -> None:
         self.parts: list[Any] = []
         self.offset = start  # absolute offset of the next payload byte
         self.tensor = tensor_type()
+        self.field = ""  # the field being encoded
+        # (rows, field) of zero-size arrays with more than MAX_EMPTY_ROWS rows before their
+        # first 0: allowed only up to the message size, known once everything is encoded.
+        self.empty_rows: list[tuple[int, str]] = []
+
+    def note_empty(self, shape: tuple[int, ...]) -> None:
+        rows = 1
+        for dim in shape:
+            if not dim:
+                break
+            rows *= dim
+        if rows > MAX_EMPTY_ROWS:
+            self.empty_rows.append((rows, self.field))
 
     def add_buffer(self, buffer: Any, nbytes: int) -> None:
         aligned = _align(self.offset)
@@ -94,12 +109,8 @@ class _Encoder:
             return out
         if kind is dict:
             out = [_T_DICT]
-            if sum(type(key) is tuple for key in value) > MAX_TUPLE_KEYS:
-                raise _FieldError(
-                    ValueError,
-                    f"more than MAX_TUPLE_KEYS={MAX_TUPLE_KEYS} tuple keys in one dict (the "
-                    "decoder refuses them: tuple keys hash without randomisation)",
-                )
+            if len(value) > MAX_KEYS_PER_HASH:
+                _check_shared_hashes(value)
             for key, item in value.items():
                 try:
                     out.append(self.key(key, depth + 1))
@@ -142,8 +153,8 @@ class _Encoder:
             return out
         raise _FieldError(
             TypeError,
-            f"dict key {key!r} of type {kind.__name__} is not supported (keys may be str, int, "
-            "float, bool, None, bytes or tuples of those)",
+            f"dict key {short_repr(key)} of type {kind.__name__} is not supported (keys may be "
+            "str, int, float, bool, None, bytes or tuples of those)",
         )
 
     def array(self, array: np.ndarray[Any, Any]) -> list[Any]:
@@ -164,6 +175,8 @@ class _Encoder:
             array = array.astype(dtype.newbyteorder("<"))
         if not array.flags.c_contiguous:
             array = np.ascontiguousarray(array)
+        if not array.size:
+            self.note_empty(array.shape)
         self.add_buffer(array.reshape(-1).view(np.uint8) if array.size else b"", array.nbytes)
         return [_T_ARRAY, name, list(array.shape)]
 
@@ -197,8 +210,29 @@ class _Encoder:
         array = bits.numpy().reshape(-1)
         if sys.byteorder == "big" and itemsize > 1:
             array = array.astype(np.dtype(wire_dtype))
+        if not array.size:
+            self.note_empty(tuple(data.shape))
         self.add_buffer(array.view(np.uint8) if array.size else b"", array.nbytes)
         return [_T_TENSOR, name, list(data.shape)]
+
+
+def _check_shared_hashes(value: dict[Any, Any]) -> None:
+    """Refuse what the decoder refuses: over MAX_KEYS_PER_HASH float or tuple keys per hash."""
+    shared: dict[int, int] = {}
+    for key in value:
+        kind = type(key)
+        if kind is not float and kind is not tuple:
+            continue
+        digest = hash(key)
+        seen = shared[digest] = shared.get(digest, 0) + 1
+        if seen > MAX_KEYS_PER_HASH:
+            raise _FieldError(
+                ValueError,
+                f"more than MAX_KEYS_PER_HASH={MAX_KEYS_PER_HASH} {kind.__name__} keys of one "
+                f"dict share a hash value (e.g. {short_repr(key)}); the decoder refuses them "
+                "(keys that collide would make decoding quadratic): split the dict or use other "
+                "keys",
+            )
 
 
 def _unsupported(value: Any) -> str:
@@ -217,7 +251,7 @@ def _unsupported(value: Any) -> str:
 
 
 def _path_str(name: str, path: list[Any]) -> str:
-    return repr(name) + "".join(f"[{key!r}]" for key in reversed(path))
+    return repr(name) + "".join(f"[{short_repr(key, 80)}]" for key in reversed(path))
 
 
 def encode(response: Any, *, checksum: bool = True) -> bytes:
@@ -240,8 +274,10 @@ def encode(response: Any, *, checksum: bool = True) -> bytes:
             names the field, e.g. ``field 'obs'['rgb'][0]``. Also raised when ``response`` is not
             exactly a PolicyResponse or MultiAgentPolicyResponse.
         ValueError: nesting is deeper than :data:`MAX_DEPTH`, an int needs more than 14,000
-            bits (Python's own limit for decimal conversion, about 4,300 digits), or a dict has
-            more than :data:`MAX_TUPLE_KEYS` tuple keys.
+            bits (Python's own limit for decimal conversion, about 4,300 digits), or more than
+            :data:`MAX_KEYS_PER_HASH` float (or tuple) keys of one dict share a hash value, or a
+            zero-size array has more than :data:`MAX_EMPTY_ROWS` rows before its first zero-size
+            dimension (and more than the message has bytes).
     """
     kind_name = type(response).__name__
     if kind_name not in _KINDS or type(response).__module__ != _RESPONSE_MODULE:
@@ -255,6 +291,7 @@ def encode(response: Any, *, checksum: bool = True) -> bytes:
     for name, value in fields.items():
         if name == "env_id":
             continue
+        encoder.field = name
         try:
             node = encoder.node(value, 1)
         except _FieldError as exc:
@@ -265,6 +302,15 @@ def encode(response: Any, *, checksum: bool = True) -> bytes:
         header.append(node)
     packed = msgpack.packb(header, use_bin_type=True)
     start = _align(_HEADER.size + len(packed))
+    for rows, name in encoder.empty_rows:
+        if rows > max(MAX_EMPTY_ROWS, start + encoder.offset):
+            raise ValueError(
+                f"to_bytes(): field {name!r}: a zero-size array or tensor with {rows} rows before "
+                f"its first zero-size dimension; the format carries at most "
+                f"MAX_EMPTY_ROWS={MAX_EMPTY_ROWS} or the message size in bytes "
+                f"({start + encoder.offset}) (the decoder refuses more: such an array costs "
+                "nothing to send but its rows cost a reader who iterates them)"
+            )
     # Buffer offsets were counted from 0: shift them by the payload start (a multiple of 8).
     parts: list[Any] = [packed, bytes(start - _HEADER.size - len(packed)), *encoder.parts]
     crc = 0

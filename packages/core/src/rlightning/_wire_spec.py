@@ -22,14 +22,25 @@ _ALIGN = 8
 _MAX_NDIM = 32
 _MAX_BIGINT_DIGITS = 4300  # Python's own default limit for int(str)
 _MAX_BIGINT_BITS = 14_000  # every int of at most this many bits has < 4300 decimal digits
-#: Dict keys that are tuples hash without randomisation, so a hostile message could pick keys
-#: that all collide and make decoding quadratic: at most this many tuple keys per dict.
-MAX_TUPLE_KEYS = 1024
+#: Most float keys, and most tuple keys, of one dict that may share one hash value. Python's
+#: hashes of floats and tuples are not randomised and can be made to collide (floats
+#: ``m * 2**(61k)`` all hash alike, about 34 per value; the tuple hash can be inverted, so any
+#: number of tuples), so a hostile message could make building the dict quadratic. Ints cannot
+#: (at most 9 of 64 bits share a hash) and str/bytes hashes are randomised. With this bound a key
+#: costs at most 16 + 9 + 1 extra comparisons: decode time stays linear in the message size for
+#: every key kind. 16 leaves room for honest collisions (``hash(-1) == hash(-2)``, so the 2**4
+#: tuples of four coordinates in ``{-1, -2}`` share one hash).
+MAX_KEYS_PER_HASH = 16
 #: Largest msgpack header (the structure, without array and tensor buffers) accepted by default.
 #: Decoding the header builds Python objects, up to ~80 bytes per header byte for a message of
 #: tiny nodes: this bounds what a hostile message can make the decoder allocate (~320 MiB).
 MAX_HEADER_BYTES_DEFAULT = 4 << 20
 _MAX_EMPTY_PRODUCT = 1 << 40  # bound on the non-zero dimensions of an empty array, in bytes
+#: A zero-size array or tensor holds no bytes, so the message size cannot bound its shape: the
+#: product of its dimensions before the first 0 (the rows that iterating it, ``tolist()`` and
+#: ``unbind()`` visit: a ``(2**40, 0)`` array is 40 bytes on the wire) may be at most this or
+#: the message size in bytes, whichever is larger.
+MAX_EMPTY_ROWS = 1 << 16
 
 _T_LIST, _T_TUPLE, _T_DICT, _T_PERENV = 0, 1, 2, 3
 _T_ARRAY, _T_NPSCALAR, _T_TENSOR, _T_BIGINT, _T_COMPLEX, _T_ENVIDS = 4, 5, 6, 7, 8, 9

@@ -28,7 +28,12 @@ tensor, ``[7, digits]`` int beyond 64 bits, ``[8, real, imag]`` complex, ``[9, i
 
 Decoding checks everything against the bytes actually present and against ``max_bytes`` before it
 creates anything, so truncated, corrupted or hostile input raises :class:`WireFormatError` (and
-only that), never a crash, a hang or an allocation larger than the message.
+only that, with a message of bounded length), never a crash, a hang or an allocation larger than
+the message. Decode time is linear in the message size: nesting is bounded by :data:`MAX_DEPTH`,
+the structure by :data:`MAX_HEADER_BYTES_DEFAULT`, and dict keys that can be made to share a
+hash value (floats, tuples) by :data:`MAX_KEYS_PER_HASH` per dict. A zero-size array holds no
+bytes, so its rows (the dimensions before its first 0) are bounded by :data:`MAX_EMPTY_ROWS` or
+the message size; the ``repr`` of anything decoded is bounded too (``docs/transport.md``).
 """
 
 from rlightning._wire_decode import decode
@@ -38,8 +43,9 @@ from rlightning._wire_spec import (
     MAGIC,
     MAX_BYTES_DEFAULT,
     MAX_DEPTH,
+    MAX_EMPTY_ROWS,
     MAX_HEADER_BYTES_DEFAULT,
-    MAX_TUPLE_KEYS,
+    MAX_KEYS_PER_HASH,
     TorchUnavailableError,
     WireFormatError,
 )
@@ -49,8 +55,9 @@ __all__ = [
     "MAGIC",
     "MAX_BYTES_DEFAULT",
     "MAX_DEPTH",
+    "MAX_EMPTY_ROWS",
     "MAX_HEADER_BYTES_DEFAULT",
-    "MAX_TUPLE_KEYS",
+    "MAX_KEYS_PER_HASH",
     "TorchUnavailableError",
     "WireFormatError",
     "decode",

@@ -419,8 +419,8 @@ class PolicyResponse(SimpleNamespace):
                 key does not fit in 64 bits (the message names the field), or ``self`` is a user
                 subclass.
             ValueError: nesting deeper than ``rlightning.wire.MAX_DEPTH``, an int of more than
-                14,000 bits, or a dict with more than ``rlightning.wire.MAX_TUPLE_KEYS`` tuple
-                keys.
+                14,000 bits, or a dict with more than ``rlightning.wire.MAX_KEYS_PER_HASH`` keys
+                sharing one hash value.
         """
         from rlightning import wire
 
