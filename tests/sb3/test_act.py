@@ -167,7 +167,13 @@ def test_default_episode_start_and_reset_state(tiny: Any) -> None:
     assert [r.episode_start for r in adapter.act(batch, IDS)] == [True] * 3
     with pytest.raises(ValueError, match=re.escape("episode_start must have shape (3,)")):
         adapter.act(batch, IDS, episode_start=[True, False])
-    with pytest.raises(ValueError, match=re.escape("episode_start must hold booleans (or 0/1)")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "episode_start must hold only booleans or exactly 0 and 1: element [0] ('e0') = 0.5"
+            " is neither; got [0.5, 0, 1] [rule boolean]"
+        ),
+    ):
         adapter.act(batch, IDS, episode_start=[0.5, 0, 1])
 
 
@@ -367,19 +373,32 @@ def test_maskable_actions_respect_the_masks(maskable: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    ("masks", "message"),
+    ("masks", "message", "rule"),
     [
-        (np.ones((3, 4), bool), "action_masks must have shape (3, 5) (one mask of 5 per env"),
+        (
+            np.ones((3, 4), bool),
+            "action_masks must have shape (3, 5), not (3, 4); got array(shape=(3, 4), dtype=bool);"
+            " expected one row of 5 0/1 entries for MultiDiscrete([3 2]) per row"
+            " ['e0', 'e1', 'e2'] (sb3-contrib's flat layout)",
+            "[rule action-mask]",
+        ),
         (
             np.array([[1, 1, 1, 1, 1], [0, 0, 0, 1, 1], [1, 1, 1, 1, 1]], bool),
-            "action mask for env 'e1' allows no action in mask entries [0:3]",
+            "action_masks['e1'] allows no value in dimension 0 of MultiDiscrete([3 2])"
+            " (flat entries [0:3]), so no action",
+            "[rule no-legal-action]",
         ),
-        (np.full((3, 5), 2), "action_masks must hold booleans (or 0/1)"),
+        (
+            np.full((3, 5), 2),
+            "action_masks must hold only booleans or exactly 0 and 1: element [0, 0] ('e0') = 2"
+            " is neither",
+            "[rule action-mask]",
+        ),
     ],
 )
-def test_maskable_mask_errors(maskable: Any, masks: Any, message: str) -> None:
+def test_maskable_mask_errors(maskable: Any, masks: Any, message: str, rule: str) -> None:
     batch = maskable.get_env().reset()
-    with pytest.raises(ValueError, match=re.escape(message)):
+    with pytest.raises(ValueError, match=f"(?s){re.escape(message)}.*{re.escape(rule)}"):
         SB3PolicyAdapter(maskable).act(batch, IDS, action_masks=masks)
 
 

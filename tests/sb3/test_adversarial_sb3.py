@@ -174,6 +174,12 @@ def test_nan_observation_is_refused_naming_the_env() -> None:
         adapter.act(obs, ["ok", "bad"], explore=False)
 
 
+# The two refusals of rlightning.rules' boolean rule: a number that is neither 0 nor 1
+# (ValueError), and an array of the wrong kind, str or object (TypeError).
+_NOT_01 = "{} must hold only booleans or exactly 0 and 1: "
+_WRONG_KIND = "{} must hold booleans or the numbers 0 and 1, not dtype "
+
+
 # ------------------------------------------------------------------ episode_start / stamps
 
 
@@ -183,9 +189,33 @@ def test_episode_start_of_the_wrong_shape_names_the_envs(ppo: SB3PolicyAdapter, 
         ppo.act(_obs(1), ["e0"], episode_start=bad)
 
 
-@pytest.mark.parametrize("bad", [[0.5], ["yes"], [None], [np.nan], [2]])
-def test_episode_start_that_is_not_boolean_is_refused(ppo: SB3PolicyAdapter, bad: Any) -> None:
-    with pytest.raises(ValueError, match="episode_start must hold booleans"):
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        (
+            [0.5],
+            ValueError,
+            _NOT_01.format("episode_start") + "element [0] ('e0') = 0.5 is neither; got [0.5]",
+        ),
+        (
+            [np.nan],
+            ValueError,
+            _NOT_01.format("episode_start") + "element [0] ('e0') = nan is neither; got [nan]",
+        ),
+        (
+            [2],
+            ValueError,
+            _NOT_01.format("episode_start") + "element [0] ('e0') = 2 is neither; got [2]",
+        ),
+        # a str or object array is the wrong kind of thing, not a bad number
+        (["yes"], TypeError, _WRONG_KIND.format("episode_start") + " <U3; got ['yes']"),
+        ([None], TypeError, _WRONG_KIND.format("episode_start") + " object; got [None]"),
+    ],
+)
+def test_episode_start_that_is_not_boolean_is_refused(
+    ppo: SB3PolicyAdapter, bad: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=re.escape(f"{message} [rule boolean]")):
         ppo.act(_obs(1), ["e0"], episode_start=bad)
 
 
@@ -251,16 +281,51 @@ def test_action_masks_of_the_wrong_shape_say_the_expected_shape(
 
 
 def test_an_all_zero_mask_names_the_env(maskable: SB3PolicyAdapter) -> None:
-    with pytest.raises(ValueError, match=re.escape("action mask for env 'a' allows no action")):
+    refusal = re.escape("action_masks['a'] allows no action of Discrete(3)")
+    with pytest.raises(ValueError, match=f"(?s){refusal}.*{re.escape('[rule no-legal-action]')}"):
         maskable.act(np.zeros((2, 2), np.float32), ["a", "b"], action_masks=[[0, 0, 0], [0, 1, 1]])
 
 
-@pytest.mark.parametrize("bad", [np.nan, 0.5, "1"])
-def test_non_boolean_masks_are_refused(maskable: SB3PolicyAdapter, bad: Any) -> None:
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        (
+            np.nan,
+            ValueError,
+            _NOT_01.format("action_masks")
+            + "element [0, 0] ('a') = nan is neither; got [[nan, 1, 1], [0, 1, 1]]",
+        ),
+        (
+            0.5,
+            ValueError,
+            _NOT_01.format("action_masks")
+            + "element [0, 0] ('a') = 0.5 is neither; got [[0.5, 1, 1], [0, 1, 1]]",
+        ),
+        # a str in the mask is the wrong kind of thing, not a bad number
+        (
+            "1",
+            TypeError,
+            _WRONG_KIND.format("action_masks") + " <U21; got [['1', 1, 1], [0, 1, 1]]",
+        ),
+    ],
+)
+def test_non_boolean_masks_are_refused(
+    maskable: SB3PolicyAdapter, bad: Any, error: type[Exception], message: str
+) -> None:
     masks = np.array([[1, 1, 1], [0, 1, 1]], dtype=object)
     masks[0, 0] = bad
-    with pytest.raises(ValueError, match="action_masks must hold booleans"):
+    with pytest.raises(error, match=re.escape(f"{message} [rule action-mask]")):
         maskable.act(np.zeros((2, 2), np.float32), ["a", "b"], action_masks=masks.tolist())
+
+
+def test_float_masks_of_exactly_0_and_1_are_read_as_booleans(maskable: SB3PolicyAdapter) -> None:
+    # float 0.0/1.0 masks are accepted by design (rule boolean); the response keeps a bool copy
+    masks = np.array([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    got = maskable.predict(np.zeros((2, 2), np.float32), ["a", "b"], action_masks=masks)
+    assert [int(r.action) for r in got] == [2, 0]
+    for response, row in zip(got, masks, strict=True):
+        assert response.action_mask.dtype == np.bool_
+        np.testing.assert_array_equal(response.action_mask, row.astype(bool))
 
 
 def test_masks_given_to_a_model_without_masking_are_refused(ppo: SB3PolicyAdapter) -> None:
@@ -352,12 +417,25 @@ def test_add_replay_step_refuses_an_unbatched_next_observation(sac2: SB3PolicyAd
         add_replay_step(model, obs, responses, obs[0], [1.0, 1.0], [False, False], [{}, {}])
 
 
-@pytest.mark.parametrize("bad", [["no", False], [2, 0]])
-def test_add_rollout_step_refuses_non_boolean_dones(ppo2: SB3PolicyAdapter, bad: Any) -> None:
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        # a str array is the wrong kind of thing, not a bad number
+        (["no", False], TypeError, _WRONG_KIND.format("dones") + " <U5; got ['no', False]"),
+        (
+            [2, 0],
+            ValueError,
+            _NOT_01.format("dones") + "element [0] ('a') = 2 is neither; got [2, 0]",
+        ),
+    ],
+)
+def test_add_rollout_step_refuses_non_boolean_dones(
+    ppo2: SB3PolicyAdapter, bad: Any, error: type[Exception], message: str
+) -> None:
     model: Any = ppo2.model
     obs = start_training(model, 100)
     responses = ppo2.act(obs, ["a", "b"], episode_start=[True, True])
-    with pytest.raises(ValueError, match="dones"):
+    with pytest.raises(error, match=re.escape(f"{message} [rule boolean]")):
         add_rollout_step(model, obs, responses, [1.0, 1.0], bad, [{}, {}])
 
 

@@ -141,7 +141,13 @@ def test_episode_start_that_is_not_boolean_is_refused_by_add_rollout_step() -> N
     obs = start_training(model, 100)
     response = SB3PolicyAdapter(model).act(obs, ["e0"])[0]
     bad = PolicyResponse(**{**vars(response), "episode_start": "no"})
-    with pytest.raises(ValueError, match=re.escape("episode_start must hold booleans (or 0/1)")):
+    with pytest.raises(
+        TypeError,  # a str is the wrong kind of thing, not a bad number
+        match=re.escape(
+            "episode_start must hold booleans or the numbers 0 and 1, not dtype <U2; got ['no']"
+            " [rule boolean]"
+        ),
+    ):
         add_rollout_step(model, obs, [bad], [1.0], [False], [{}])
 
 

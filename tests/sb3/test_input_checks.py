@@ -30,7 +30,13 @@ def test_finish_rollout_refuses_an_unbatched_observation(ppo2: SB3PolicyAdapter)
     add_rollout_step(model, obs, responses, [1.0, 1.0], [False, False], [{}, {}])
     with pytest.raises(ValueError, match=re.escape("new_observation must have shape (2, 4)")):
         finish_rollout(model, obs[0], [False, False])
-    with pytest.raises(ValueError, match=re.escape("not booleans for env(s) {0: 2}")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "dones must hold only booleans or exactly 0 and 1: element [0] (0) = 2 is neither;"
+            " got [2, 0] [rule boolean]"
+        ),
+    ):
         finish_rollout(model, obs, [2, 0])
     finish_rollout(model, obs, np.array([0.0, 1.0]))  # 0/1 floats are booleans
 
@@ -47,7 +53,10 @@ def test_nan_rows_are_named_and_infinities_kept(ppo2: SB3PolicyAdapter) -> None:
 
 
 def test_negative_per_env_stamp_names_the_env(ppo2: SB3PolicyAdapter) -> None:
-    with pytest.raises(ValueError, match=re.escape("ts_env_sent_ns for env 'b' must be a non-")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape("env 'b' ts_env_sent_ns must not be negative; got -1 [rule timestamp]"),
+    ):
         ppo2.act(np.zeros((2, 4), np.float32), ["a", "b"], ts_env_sent_ns=[1, -1])
 
 
