@@ -177,7 +177,7 @@ def test_nan_observation_is_refused_naming_the_env() -> None:
 # The two refusals of rlightning.rules' boolean rule: a number that is neither 0 nor 1
 # (ValueError), and an array of the wrong kind, str or object (TypeError).
 _NOT_01 = "{} must hold only booleans or exactly 0 and 1: "
-_WRONG_KIND = "{} must hold booleans or the numbers 0 and 1, not dtype "
+_WRONG_KIND = "{} must hold booleans or the numbers 0 and 1, not dtype"
 
 
 # ------------------------------------------------------------------ episode_start / stamps
