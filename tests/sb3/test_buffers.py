@@ -373,3 +373,25 @@ def test_add_replay_step_refuses_a_terminal_observation_of_another_shape():
         add_replay_step(
             model, obs, responses, new_obs, rewards, dones, infos, env_ids=ids, update_model=False
         )
+
+
+def test_episode_start_that_is_not_boolean_is_refused_by_add_rollout_step() -> None:
+    from stable_baselines3 import PPO
+
+    from rlightning import PolicyResponse
+    from rlightning_sb3 import SB3PolicyAdapter, add_rollout_step, start_training
+
+    model = PPO(
+        "MlpPolicy", "CartPole-v1", n_steps=4, batch_size=4, policy_kwargs={"net_arch": [8]}
+    )
+    obs = start_training(model, 100)
+    response = SB3PolicyAdapter(model).act(obs, ["e0"])[0]
+    bad = PolicyResponse(**{**vars(response), "episode_start": "no"})
+    with pytest.raises(
+        TypeError,  # a str is the wrong kind of thing, not a bad number
+        match=re.escape(
+            "episode_start must hold booleans or the numbers 0 and 1, not dtype <U2; got ['no']"
+            " [rule boolean]"
+        ),
+    ):
+        add_rollout_step(model, obs, [bad], [1.0], [False], [{}])
