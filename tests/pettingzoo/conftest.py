@@ -78,3 +78,20 @@ def _one_torch_thread() -> None:
         import torch
 
         torch.set_num_threads(1)
+
+
+# ----------------------------------------------------------------------- MPE simple_spread, reset
+
+
+@pytest.fixture
+def spread(simple_spread: ModuleType) -> Any:
+    env = simple_spread.parallel_env(continuous_actions=False)
+    env.reset(seed=0)
+    return env
+
+
+@pytest.fixture
+def spread_box(simple_spread: ModuleType) -> Any:
+    env = simple_spread.parallel_env(continuous_actions=True)
+    env.reset(seed=0)
+    return env

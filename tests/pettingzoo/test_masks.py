@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -247,3 +248,76 @@ def test_sample_response_refuses_a_non_env() -> None:
         TypeError, match=re.escape("env must be a PettingZoo AECEnv or ParallelEnv, got dict")
     ):
         sample_response({"agents": ["a"]})
+
+
+# ----------------------------------------------------------- malformed masks and agents that wait
+
+
+def _tictactoe_observation() -> tuple[Any, Any, dict[str, Any]]:
+    env = tictactoe_v3.env()
+    env.reset(seed=0)
+    agent = env.agent_selection
+    return env, agent, dict(env.observe(agent))
+
+
+@pytest.mark.parametrize("mask", [np.ones(8, np.int8), np.full(9, 0.5), np.ones((3, 3), np.int8)])
+def test_sample_response_refuses_a_malformed_mask_naming_the_agent(mask: Any) -> None:
+    env, agent, obs = _tictactoe_observation()
+    obs["action_mask"] = mask
+    with pytest.raises(ValueError, match=re.escape(f"action mask of agent '{agent}'")):
+        sample_response(env, "g", {agent: obs})
+
+
+def test_an_all_zero_mask_means_the_agent_waits() -> None:
+    """No legal action: the action is None (never a made-up move)."""
+    env, agent, obs = _tictactoe_observation()
+    obs["action_mask"] = np.zeros(9, np.int8)
+    assert sample_response(env, "g", {agent: obs}).action == {agent: None}
+
+
+def test_sampled_actions_respect_a_one_hot_mask() -> None:
+    env, agent, obs = _tictactoe_observation()
+    for legal in range(9):
+        obs["action_mask"] = np.eye(9, dtype=np.int8)[legal]
+        assert sample_response(env, "g", {agent: obs}).action[agent] == legal
+
+
+def test_parallel_env_with_masked_observations_refuses_to_sample_blind() -> None:
+    from pettingzoo.utils.conversions import turn_based_aec_to_parallel
+
+    env = turn_based_aec_to_parallel(tictactoe_v3.env())
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="carry action masks"):
+        sample_response(env, "g")
+
+
+@pytest.mark.torch
+def test_respond_refuses_a_non_binary_mask_for_maskable_ppo(make_sb3: Callable[..., Any]) -> None:
+    sb3_contrib = pytest.importorskip("sb3_contrib")
+    env, agent, obs = _tictactoe_observation()
+    model = make_sb3(
+        sb3_contrib.MaskablePPO,
+        "MultiInputPolicy",
+        env.observation_space(agent),
+        env.action_space(agent),
+    )
+    obs["action_mask"] = np.full(9, 0.5)
+    with pytest.raises(ValueError, match=re.escape(f"'{agent}'")):
+        respond(env, {agent: obs}, {agent: model}, "g")
+
+
+@pytest.mark.torch
+def test_respond_names_the_agent_of_a_mask_of_the_wrong_length(
+    make_sb3: Callable[..., Any],
+) -> None:
+    sb3_contrib = pytest.importorskip("sb3_contrib")
+    env, agent, obs = _tictactoe_observation()
+    model = make_sb3(
+        sb3_contrib.MaskablePPO,
+        "MultiInputPolicy",
+        env.observation_space(agent),
+        env.action_space(agent),
+    )
+    obs["action_mask"] = np.ones(5, np.int8)
+    with pytest.raises(ValueError, match=re.escape(f"'{agent}'")):
+        respond(env, {agent: obs}, {agent: model}, "g")
