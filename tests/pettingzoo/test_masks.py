@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import logging
+import pickle
 import re
 from collections.abc import Callable
 from types import ModuleType
@@ -321,3 +323,42 @@ def test_respond_names_the_agent_of_a_mask_of_the_wrong_length(
     obs["action_mask"] = np.ones(5, np.int8)
     with pytest.raises(ValueError, match=re.escape(f"'{agent}'")):
         respond(env, {agent: obs}, {agent: model}, "g")
+
+
+# -------------------------------------------------------------- sample_response's own constructor
+
+
+class _Str(str):
+    pass
+
+
+@pytest.mark.parametrize("env_id", [None, "", "env-0", _Str("sub")])
+def test_sample_response_equals_constructed_response(
+    many_agent_env: Callable[[int], Any], env_id: Any
+) -> None:
+    env = many_agent_env(3)
+    for agent in env.agents:
+        env.action_space(agent).seed(1)
+    got = sample_response(env, env_id)
+    want = MultiAgentPolicyResponse(env_id, action=dict(got.action))
+    assert got == want and repr(got) == repr(want)
+    assert list(vars(got)) == list(vars(want))
+    assert pickle.loads(pickle.dumps(got)) == want
+    assert copy.deepcopy(got) == want and copy.copy(got) == want
+    assert got.to_bytes() == want.to_bytes()
+    with pytest.raises(ValueError, match="would shadow"):
+        got.numpy = 1
+    with pytest.raises(TypeError):
+        got.action = [1]
+
+
+@pytest.mark.parametrize("env_id", [b"env", 1, 1.0])
+def test_sample_response_bad_env_id_raises(
+    many_agent_env: Callable[[int], Any], env_id: Any
+) -> None:
+    env = many_agent_env(2)
+    with pytest.raises(TypeError):
+        sample_response(env, env_id)
+    env.agents = []
+    with pytest.raises(TypeError):
+        sample_response(env, env_id)

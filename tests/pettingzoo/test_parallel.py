@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -433,3 +434,16 @@ def test_errors_name_the_right_env_when_several_mpe_envs_exist(
     simple_adversary.parallel_env().reset(seed=0)
     with pytest.raises(ValueError, match="simple_spread"):
         to_parallel_actions(_ma({"agent_0": 1}), spread)
+
+
+# -------------------------------------------------------------------------------- a malformed env
+
+
+def test_duplicate_live_agent_does_not_hide_an_inactive_action(
+    many_agent_env: Callable[[int], Any],
+) -> None:
+    env = many_agent_env(2)
+    env.agents = ["agent_0", "agent_0"]  # a malformed env; the extra action must not vanish
+    response = MultiAgentPolicyResponse("e0", action={"agent_0": 1, "agent_1": 2})
+    with pytest.raises(ValueError, match=re.escape("[rule no-inactive-action]")):
+        to_parallel_actions(response, env)
