@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
-from stable_baselines3 import PPO, SAC
+from stable_baselines3 import DQN, PPO, SAC
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
@@ -422,3 +422,18 @@ def maskable_adapter() -> SB3PolicyAdapter:
         "MlpPolicy", "RLTiny-flat-discrete-v0", n_steps=8, seed=0, policy_kwargs={"net_arch": [4]}
     )
     return SB3PolicyAdapter(model)
+
+
+@pytest.fixture
+def cartpole2() -> Callable[[str], BaseAlgorithm]:
+    """Factory of fresh tiny models on 2 CartPole envs (seed 0, CPU): ``cartpole2("ppo")``
+    (n_steps=4) or ``cartpole2("dqn")`` (learning_starts=0, buffer_size=50)."""
+
+    def make(algo: str) -> BaseAlgorithm:
+        env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+        kwargs: dict[str, Any] = {"seed": 0, "device": "cpu", "policy_kwargs": {"net_arch": [8]}}
+        if algo == "ppo":
+            return PPO("MlpPolicy", env, n_steps=4, batch_size=8, **kwargs)
+        return DQN("MlpPolicy", env, learning_starts=0, buffer_size=50, **kwargs)
+
+    return make

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import pickle
 import re
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -438,63 +439,6 @@ def test_off_policy_checks_but_ignores_episode_start() -> None:
         adapter.act(batch, IDS, episode_start=[True])
 
 
-# ------------------------------------------------------ env ids remembered from the previous call
-
-
-TWO_IDS = ["a", "b"]
-
-
-def _cartpole_ppo2() -> PPO:
-    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
-    return PPO(
-        "MlpPolicy",
-        env,
-        n_steps=4,
-        batch_size=8,
-        seed=0,
-        device="cpu",
-        policy_kwargs={"net_arch": [8]},
-    )
-
-
-def _cartpole_dqn2() -> DQN:
-    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
-    return DQN(
-        "MlpPolicy",
-        env,
-        learning_starts=0,
-        buffer_size=50,
-        seed=0,
-        device="cpu",
-        policy_kwargs={"net_arch": [8]},
-    )
-
-
-@pytest.mark.parametrize("make", [_cartpole_ppo2, _cartpole_dqn2], ids=["ppo", "dqn"])
-@pytest.mark.parametrize("method", ["act", "predict"])
-@pytest.mark.parametrize("rows", [3, 1])
-def test_a_batch_whose_rows_differ_from_the_repeated_env_ids_is_refused(
-    make: Any, method: str, rows: int
-) -> None:
-    model = make()
-    adapter = SB3PolicyAdapter(model)
-    obs = model.get_env().reset()
-    adapter.act(obs, TWO_IDS)  # the ids are now cached
-    other = np.concatenate([obs, obs])[:rows]
-    msg = f"env_ids has 2 ids but the observation batch has {rows} rows"
-    with pytest.raises(ValueError, match=re.escape(msg)):
-        getattr(adapter, method)(other, list(TWO_IDS))
-
-
-def test_the_same_batch_with_fresh_ids_is_refused_as_expected() -> None:
-    # Control for the test above: without the cached ids the check runs.
-    model = _cartpole_ppo2()
-    obs = model.get_env().reset()
-    msg = "env_ids has 2 ids but the observation batch has 3 rows"
-    with pytest.raises(ValueError, match=re.escape(msg)):
-        SB3PolicyAdapter(model).act(np.concatenate([obs, obs[:1]]), TWO_IDS)
-
-
 def test_action_masks_are_copied_so_reusing_the_array_changes_no_response() -> None:
     from sb3_contrib import MaskablePPO
 
@@ -506,6 +450,39 @@ def test_action_masks_are_copied_so_reusing_the_array_changes_no_response() -> N
     response = adapter.act(np.zeros((1, 4), np.float32), ["e0"], action_masks=masks)[0]
     masks[0, 0] = False  # the caller refills its array for the next step
     assert response.action_mask.tolist() == [True, True]
+
+
+# ------------------------------------------------------ env ids remembered from the previous call
+
+
+TWO_IDS = ["a", "b"]
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+@pytest.mark.parametrize("method", ["act", "predict"])
+@pytest.mark.parametrize("rows", [3, 1])
+def test_a_batch_whose_rows_differ_from_the_repeated_env_ids_is_refused(
+    cartpole2: Callable[[str], Any], algo: str, method: str, rows: int
+) -> None:
+    model = cartpole2(algo)
+    adapter = SB3PolicyAdapter(model)
+    obs = model.get_env().reset()
+    adapter.act(obs, TWO_IDS)  # the ids are now cached
+    other = np.concatenate([obs, obs])[:rows]
+    msg = f"env_ids has 2 ids but the observation batch has {rows} rows"
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        getattr(adapter, method)(other, list(TWO_IDS))
+
+
+def test_the_same_batch_with_fresh_ids_is_refused_as_expected(
+    cartpole2: Callable[[str], Any],
+) -> None:
+    # Control for the test above: without the cached ids the check runs.
+    model = cartpole2("ppo")
+    obs = model.get_env().reset()
+    msg = "env_ids has 2 ids but the observation batch has 3 rows"
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        SB3PolicyAdapter(model).act(np.concatenate([obs, obs[:1]]), TWO_IDS)
 
 
 # ---------------------- the per-step shortcuts: eval mode checked, env ids checks reused, one env

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -175,19 +176,6 @@ def test_the_stacked_response_equals_one_built_by_the_constructor(ppo3: PPO) -> 
 TWO_IDS = ["a", "b"]
 
 
-def _cartpole_ppo2() -> PPO:
-    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
-    return PPO(
-        "MlpPolicy",
-        env,
-        n_steps=4,
-        batch_size=8,
-        seed=0,
-        device="cpu",
-        policy_kwargs={"net_arch": [8]},
-    )
-
-
 def _constructed(model: PPO, **changes: Any) -> tuple[Any, PolicyResponse]:
     """A batch as a transport would rebuild it: ResponseBatch(stacked) from act's fields."""
     adapter = SB3PolicyAdapter(model)
@@ -199,8 +187,10 @@ def _constructed(model: PPO, **changes: Any) -> tuple[Any, PolicyResponse]:
     return obs, PolicyResponse(None, **fields)
 
 
-def test_add_rollout_step_refuses_short_columns_of_a_constructed_batch() -> None:
-    model = _cartpole_ppo2()
+def test_add_rollout_step_refuses_short_columns_of_a_constructed_batch(
+    cartpole2: Callable[[str], Any],
+) -> None:
+    model = cartpole2("ppo")
     obs, stacked = _constructed(model, value=th.tensor([0.25]), log_prob=th.tensor([-0.5]))
     stacked.episode_start = PerEnv([True])
     with pytest.raises(ValueError, match="value"):
@@ -209,9 +199,9 @@ def test_add_rollout_step_refuses_short_columns_of_a_constructed_batch() -> None
         )
 
 
-def test_the_per_env_path_refuses_the_same_short_columns() -> None:
+def test_the_per_env_path_refuses_the_same_short_columns(cartpole2: Callable[[str], Any]) -> None:
     # Control: the same batch, split, is refused (unbind names the field).
-    model = _cartpole_ppo2()
+    model = cartpole2("ppo")
     obs, stacked = _constructed(model, value=th.tensor([0.25]), log_prob=th.tensor([-0.5]))
     with pytest.raises(ValueError, match=re.escape("field 'value' is a tensor of shape (1,)")):
         add_rollout_step(
@@ -220,24 +210,28 @@ def test_the_per_env_path_refuses_the_same_short_columns() -> None:
 
 
 @pytest.mark.parametrize("ids", [["a", "a"], [None, None]], ids=["repeated", "none"])
-def test_env_actions_refuses_repeated_env_ids_of_a_constructed_batch(ids: list[Any]) -> None:
-    model = _cartpole_ppo2()
+def test_env_actions_refuses_repeated_env_ids_of_a_constructed_batch(
+    cartpole2: Callable[[str], Any], ids: list[Any]
+) -> None:
+    model = cartpole2("ppo")
     _, stacked = _constructed(model, env_ids=ids)
     adapter = SB3PolicyAdapter(model)
     with pytest.raises(ValueError, match=re.escape("several responses for env id(s)")):
         adapter.env_actions(ResponseBatch(stacked))
 
 
-def test_env_actions_per_env_path_refuses_repeated_env_ids() -> None:
+def test_env_actions_per_env_path_refuses_repeated_env_ids(cartpole2: Callable[[str], Any]) -> None:
     # Control: the split batch is refused.
-    model = _cartpole_ppo2()
+    model = cartpole2("ppo")
     _, stacked = _constructed(model, env_ids=["a", "a"])
     with pytest.raises(ValueError, match=re.escape("several responses for env id(s) ['a']")):
         SB3PolicyAdapter(model).env_actions(list(ResponseBatch(stacked)))
 
 
-def test_add_rollout_step_refuses_repeated_env_ids_of_a_constructed_batch() -> None:
-    model = _cartpole_ppo2()
+def test_add_rollout_step_refuses_repeated_env_ids_of_a_constructed_batch(
+    cartpole2: Callable[[str], Any],
+) -> None:
+    model = cartpole2("ppo")
     obs, stacked = _constructed(model, env_ids=["a", "a"])
     with pytest.raises(ValueError, match=re.escape("several responses for env id(s) ['a']")):
         add_rollout_step(
