@@ -78,3 +78,29 @@ def _one_torch_thread() -> None:
         import torch
 
         torch.set_num_threads(1)
+
+
+# ----------------------------------------------------------------------- MPE simple_spread, reset
+
+
+@pytest.fixture
+def spread(simple_spread: ModuleType) -> Any:
+    env = simple_spread.parallel_env(continuous_actions=False)
+    env.reset(seed=0)
+    return env
+
+
+@pytest.fixture
+def spread_box(simple_spread: ModuleType) -> Any:
+    env = simple_spread.parallel_env(continuous_actions=True)
+    env.reset(seed=0)
+    return env
+
+
+@pytest.fixture
+def many_agent_env() -> Callable[[int], Any]:
+    """``benchmarks/cases_adapters.py``'s many-agent env factory: ``many_agent_env(n)`` is reset,
+    with ``n`` agents of ``Discrete(5)`` actions (a test may replace ``env._act[agent]``)."""
+    from benchmarks.cases_adapters import make_many_agent_env
+
+    return make_many_agent_env

@@ -203,3 +203,60 @@ def test_after_the_game_ended_every_entry_point_says_call_reset(game: ModuleType
         respond(env, {agent: env.observe(agent)}, {agent: lambda o: 0}, "g")
     env.reset(seed=1)  # and reset() makes it playable again
     assert sample_response(env, "g").agent_ids == [env.agent_selection]
+
+
+# ------------------------------------------------------------------- refusals that name the agent
+
+
+def _ma(actions: dict[Any, Any], **fields: Any) -> MultiAgentPolicyResponse:
+    return MultiAgentPolicyResponse("env-0", action=actions, **fields)
+
+
+def _finished_tictactoe() -> Any:
+    env = tictactoe_v3.env()
+    env.reset(seed=0)
+    for agent in env.agent_iter():
+        env.action_space(agent).seed(0)
+        env.step(aec_action(sample_response(env, "g"), env))
+    assert env.agents == []
+    return env
+
+
+def test_aec_illegal_move_is_named_before_the_game_punishes_it() -> None:
+    env = tictactoe_v3.env()
+    env.reset(seed=0)
+    env.step(4)
+    agent = env.agent_selection
+    with pytest.raises(ValueError, match=re.escape(f"action 4 for agent '{agent}' is illegal")):
+        aec_action(_ma({agent: 4}), env)
+
+
+def test_aec_action_ignores_other_agents_entries() -> None:
+    env = tictactoe_v3.env()
+    env.reset(seed=0)
+    agent = env.agent_selection
+    assert aec_action(_ma({agent: np.int64(0), "someone_else": 99}), env) == 0
+
+
+def test_aec_action_outside_the_space_is_named() -> None:
+    env = tictactoe_v3.env()
+    env.reset(seed=0)
+    agent = env.agent_selection
+    with pytest.raises(ValueError, match=re.escape("9 is outside [0, 8]")):
+        aec_action(_ma({agent: 9}), env)
+
+
+def test_aec_action_after_the_game_ended_says_so() -> None:
+    env = _finished_tictactoe()
+    agent = env.agent_selection
+    with pytest.raises(ValueError, match=r"(?i)reset|no (live )?agents|ended|over"):
+        aec_action(_ma({agent: 0}), env)
+
+
+def test_sample_response_after_the_game_ended_gives_no_action() -> None:
+    env = _finished_tictactoe()
+    try:
+        response = sample_response(env, "g")
+    except ValueError:
+        return
+    assert response.action == {}

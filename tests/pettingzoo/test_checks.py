@@ -8,9 +8,11 @@ comparisons; these tests compare it, under hypothesis, with ``space.contains`` a
 
 from __future__ import annotations
 
+import gc
 import inspect
 import re
 import warnings
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -298,3 +300,77 @@ def test_to_parallel_actions_fast_path_is_gymnasium_contains(data: st.DataObject
                 ValueError, match=re.escape(f"action for agent 'b' is not in {space}")
             ):
                 to_parallel_actions(response, env)
+
+
+# ------------------------------------------------------- the checker cache of to_parallel_actions
+
+
+class _EqMeta(type):
+    """A metaclass defining ``__eq__`` only: Python then sets ``__hash__ = None``, so the
+    *classes* it makes are unhashable (their instances are ordinary objects)."""
+
+    def __eq__(cls, other: object) -> bool:
+        return cls is other
+
+
+class _Unhashable(metaclass=_EqMeta):
+    """An action whose ``type()`` cannot be a dict key."""
+
+
+@pytest.mark.parametrize(
+    "space",
+    [spaces.Discrete(5), spaces.Box(-1.0, 1.0, (2,), np.float32), spaces.MultiDiscrete([2, 2])],
+    ids=["Discrete", "Box", "MultiDiscrete"],
+)
+def test_unhashable_action_type_is_a_value_error(
+    many_agent_env: Callable[[int], Any], space: spaces.Space[Any]
+) -> None:
+    env = many_agent_env(1)
+    env._act["agent_0"] = space
+    response = MultiAgentPolicyResponse("e0", action={"agent_0": _Unhashable()})
+    with pytest.raises(ValueError, match=re.escape("[rule action-in-space]")):
+        to_parallel_actions(response, env)
+
+
+def test_discrete_checker_unhashable_type_is_false() -> None:
+    space = spaces.Discrete(5)
+    assert space.contains(_Unhashable()) is False
+    assert make_checker(space)(_Unhashable()) is False
+
+
+def test_checker_cache_survives_env_id_reuse(many_agent_env: Callable[[int], Any]) -> None:
+    # Envs created and dropped in a loop reuse addresses; each must be checked against its own
+    # space, never a cached table of a dead env at the same id().
+    for i in range(120):
+        env = many_agent_env(1)
+        n = 1 + i % 5
+        env._act["agent_0"] = spaces.Discrete(n, start=-(i % 3))
+        start = -(i % 3)
+        for value in range(start - 1, start + 6):
+            response = MultiAgentPolicyResponse(None, action={"agent_0": value})
+            if start <= value < start + n:
+                assert to_parallel_actions(response, env) == {"agent_0": value}
+            else:
+                with pytest.raises(ValueError, match=re.escape("[rule action-in-space]")):
+                    to_parallel_actions(response, env)
+        del env
+        if i % 40 == 0:
+            gc.collect()
+
+
+def test_space_replaced_between_steps_is_rechecked(many_agent_env: Callable[[int], Any]) -> None:
+    env = many_agent_env(1)
+    ok = MultiAgentPolicyResponse(None, action={"agent_0": 4})
+    assert to_parallel_actions(ok, env) == {"agent_0": 4}
+    env._act["agent_0"] = spaces.Discrete(4)  # a new object: the cached table must not be used
+    with pytest.raises(ValueError, match=re.escape("[rule action-in-space]")):
+        to_parallel_actions(ok, env)
+    if "dtype" not in inspect.signature(spaces.Discrete.__init__).parameters:
+        return  # gymnasium 1.0 (pz-lowest): Discrete is int64 only, the uint8 part cannot run
+    env._act["agent_0"] = spaces.Discrete(3, start=2, dtype=np.uint8)
+    assert to_parallel_actions(ok, env) == {"agent_0": 4}
+    for bad in (np.int64(4), True, np.bool_(True), 4.0, np.array(4, dtype=np.int16)):
+        response = MultiAgentPolicyResponse(None, action={"agent_0": bad})
+        assert env._act["agent_0"].contains(bad) is False
+        with pytest.raises(ValueError, match=re.escape("[rule action-in-space]")):
+            to_parallel_actions(response, env)

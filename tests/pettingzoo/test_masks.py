@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import logging
+import pickle
 import re
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -247,3 +250,115 @@ def test_sample_response_refuses_a_non_env() -> None:
         TypeError, match=re.escape("env must be a PettingZoo AECEnv or ParallelEnv, got dict")
     ):
         sample_response({"agents": ["a"]})
+
+
+# ----------------------------------------------------------- malformed masks and agents that wait
+
+
+def _tictactoe_observation() -> tuple[Any, Any, dict[str, Any]]:
+    env = tictactoe_v3.env()
+    env.reset(seed=0)
+    agent = env.agent_selection
+    return env, agent, dict(env.observe(agent))
+
+
+@pytest.mark.parametrize("mask", [np.ones(8, np.int8), np.full(9, 0.5), np.ones((3, 3), np.int8)])
+def test_sample_response_refuses_a_malformed_mask_naming_the_agent(mask: Any) -> None:
+    env, agent, obs = _tictactoe_observation()
+    obs["action_mask"] = mask
+    with pytest.raises(ValueError, match=re.escape(f"action mask of agent '{agent}'")):
+        sample_response(env, "g", {agent: obs})
+
+
+def test_an_all_zero_mask_means_the_agent_waits() -> None:
+    """No legal action: the action is None (never a made-up move)."""
+    env, agent, obs = _tictactoe_observation()
+    obs["action_mask"] = np.zeros(9, np.int8)
+    assert sample_response(env, "g", {agent: obs}).action == {agent: None}
+
+
+def test_sampled_actions_respect_a_one_hot_mask() -> None:
+    env, agent, obs = _tictactoe_observation()
+    for legal in range(9):
+        obs["action_mask"] = np.eye(9, dtype=np.int8)[legal]
+        assert sample_response(env, "g", {agent: obs}).action[agent] == legal
+
+
+def test_parallel_env_with_masked_observations_refuses_to_sample_blind() -> None:
+    from pettingzoo.utils.conversions import turn_based_aec_to_parallel
+
+    env = turn_based_aec_to_parallel(tictactoe_v3.env())
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="carry action masks"):
+        sample_response(env, "g")
+
+
+@pytest.mark.torch
+def test_respond_refuses_a_non_binary_mask_for_maskable_ppo(make_sb3: Callable[..., Any]) -> None:
+    sb3_contrib = pytest.importorskip("sb3_contrib")
+    env, agent, obs = _tictactoe_observation()
+    model = make_sb3(
+        sb3_contrib.MaskablePPO,
+        "MultiInputPolicy",
+        env.observation_space(agent),
+        env.action_space(agent),
+    )
+    obs["action_mask"] = np.full(9, 0.5)
+    with pytest.raises(ValueError, match=re.escape(f"'{agent}'")):
+        respond(env, {agent: obs}, {agent: model}, "g")
+
+
+@pytest.mark.torch
+def test_respond_names_the_agent_of_a_mask_of_the_wrong_length(
+    make_sb3: Callable[..., Any],
+) -> None:
+    sb3_contrib = pytest.importorskip("sb3_contrib")
+    env, agent, obs = _tictactoe_observation()
+    model = make_sb3(
+        sb3_contrib.MaskablePPO,
+        "MultiInputPolicy",
+        env.observation_space(agent),
+        env.action_space(agent),
+    )
+    obs["action_mask"] = np.ones(5, np.int8)
+    with pytest.raises(ValueError, match=re.escape(f"'{agent}'")):
+        respond(env, {agent: obs}, {agent: model}, "g")
+
+
+# -------------------------------------------------------------- sample_response's own constructor
+
+
+class _Str(str):
+    pass
+
+
+@pytest.mark.parametrize("env_id", [None, "", "env-0", _Str("sub")])
+def test_sample_response_equals_constructed_response(
+    many_agent_env: Callable[[int], Any], env_id: Any
+) -> None:
+    env = many_agent_env(3)
+    for agent in env.agents:
+        env.action_space(agent).seed(1)
+    got = sample_response(env, env_id)
+    want = MultiAgentPolicyResponse(env_id, action=dict(got.action))
+    assert got == want and repr(got) == repr(want)
+    assert list(vars(got)) == list(vars(want))
+    assert pickle.loads(pickle.dumps(got)) == want
+    assert copy.deepcopy(got) == want and copy.copy(got) == want
+    assert got.to_bytes() == want.to_bytes()
+    with pytest.raises(ValueError, match="would shadow"):
+        got.numpy = 1
+    with pytest.raises(TypeError):
+        got.action = [1]
+
+
+@pytest.mark.parametrize("env_id", [b"env", 1, 1.0])
+def test_sample_response_bad_env_id_raises(
+    many_agent_env: Callable[[int], Any], env_id: Any
+) -> None:
+    env = many_agent_env(2)
+    with pytest.raises(TypeError):
+        sample_response(env, env_id)
+    env.agents = []
+    with pytest.raises(TypeError):
+        sample_response(env, env_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -305,3 +306,144 @@ def test_env_names_survive_mpe2s_shared_metadata(
     spread.reset(seed=0)
     with pytest.raises(ValueError, match=re.escape(f"{cls.__module__}.{cls.__qualname__} (")):
         to_parallel_actions(MultiAgentPolicyResponse("e", action={"agent_0": 1}), spread)
+
+
+# -------------------------------------------------- refusals that name the agent, space and value
+
+
+def _ma(actions: dict[Any, Any], **fields: Any) -> MultiAgentPolicyResponse:
+    return MultiAgentPolicyResponse("env-0", action=actions, **fields)
+
+
+def test_a_single_missing_live_agent_is_named(spread: Any) -> None:
+    with pytest.raises(ValueError, match=re.escape("no action for live agent(s) ['agent_2']")):
+        to_parallel_actions(_ma({"agent_0": 1, "agent_1": 1}), spread)
+
+
+def test_action_for_an_agent_that_is_not_live_is_named(spread: Any) -> None:
+    actions = {a: 1 for a in spread.agents} | {"ghost": 1}
+    with pytest.raises(ValueError, match=re.escape("action(s) for agent(s) ['ghost']")):
+        to_parallel_actions(_ma(actions), spread)
+
+
+def test_drop_inactive_reports_the_dropped_agents(spread: Any) -> None:
+    actions = {a: 1 for a in spread.agents} | {"ghost": 1}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", InactiveAgentActionWarning)
+        out = to_parallel_actions(_ma(actions), spread, drop_inactive=True)
+    assert list(out) == spread.agents
+    dropped = [w.message for w in caught if isinstance(w.message, InactiveAgentActionWarning)]
+    assert [w.agents for w in dropped] == [("ghost",)]
+
+
+def test_agent_ids_of_the_wrong_type_are_reported_as_missing_agents(spread: Any) -> None:
+    with pytest.raises(ValueError, match=re.escape("got actions for [0, 1, 2]")):
+        to_parallel_actions(_ma({0: 1, 1: 1, 2: 1}), spread)
+
+
+def test_numpy_str_agent_ids_find_their_agents(spread: Any) -> None:
+    out = to_parallel_actions(_ma({np.str_(a): 1 for a in spread.agents}), spread)
+    assert list(out) == spread.agents and all(type(a) is str for a in out)
+
+
+def test_a_single_agent_response_is_a_type_error(spread: Any) -> None:
+    with pytest.raises(TypeError, match="MultiAgentPolicyResponse, got PolicyResponse"):
+        to_parallel_actions(PolicyResponse("env-0", action=1), spread)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("action", "fragment"),
+    [
+        (7, "7 is outside [0, 4]"),
+        (-1, "-1 is outside [0, 4]"),
+        (2**70, "outside [0, 4]"),
+        (1.0, "it is a float"),
+        (np.bool_(True), "it is a bool"),
+        (np.array([1]), "ndarray of shape (1,)"),
+        ("1", "it is a str"),
+        (None, "it is a NoneType"),
+    ],
+)
+def test_discrete_actions_outside_the_space_name_agent_space_and_value(
+    spread: Any, action: Any, fragment: str
+) -> None:
+    actions = {a: 1 for a in spread.agents} | {"agent_1": action}
+    with pytest.raises(ValueError, match=re.escape(fragment)) as info:
+        to_parallel_actions(_ma(actions), spread)
+    assert "agent 'agent_1'" in str(info.value) and "Discrete(5)" in str(info.value)
+
+
+@pytest.mark.parametrize("action", [np.int64(4), np.uint8(0), 3])
+def test_numpy_and_python_ints_are_valid_discrete_actions(spread: Any, action: Any) -> None:
+    out = to_parallel_actions(_ma({a: action for a in spread.agents}), spread)
+    assert all(v is action for v in out.values())
+
+
+@pytest.mark.torch
+def test_a_tensor_action_is_refused_with_a_hint(spread: Any) -> None:
+    torch = pytest.importorskip("torch")
+    actions = {a: torch.tensor(1) for a in spread.agents}
+    with pytest.raises(ValueError, match=re.escape("convert with response.numpy()")):
+        to_parallel_actions(_ma(actions), spread)
+
+
+@pytest.mark.parametrize(
+    ("action", "fragment"),
+    [
+        (np.full(5, np.nan, np.float32), "element [0] is NaN"),
+        (np.full(5, np.inf, np.float32), "is above high"),
+        (np.zeros(5, np.float64), "dtype float64 cannot be cast safely"),
+        (np.zeros(3, np.float32), "shape (3,) is not the space's shape (5,)"),
+        (np.array([object()] * 5), "dtype object"),
+    ],
+)
+def test_box_actions_outside_the_space_are_named(
+    spread_box: Any, action: Any, fragment: str
+) -> None:
+    actions = {a: np.zeros(5, np.float32) for a in spread_box.agents} | {"agent_2": action}
+    with pytest.raises(ValueError, match=re.escape(fragment)) as info:
+        to_parallel_actions(_ma(actions), spread_box)
+    assert "agent 'agent_2'" in str(info.value)
+
+
+def test_per_agent_field_keyed_by_other_agents_names_both(spread: Any) -> None:
+    with pytest.raises(ValueError, match=re.escape("missing ['b'], extra ['c']")):
+        from_parallel_actions({"a": 0, "b": 1}, "e", log_prob={"a": 0.0, "c": 1.0})
+
+
+def test_per_agent_field_that_is_not_a_mapping_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="'log_prob' must be a mapping"):
+        from_parallel_actions({"a": 0}, "e", log_prob=[0.0])  # type: ignore[arg-type]
+
+
+def test_a_per_agent_field_named_action_cannot_replace_the_actions() -> None:
+    with pytest.raises((TypeError, ValueError), match="action"):
+        from_parallel_actions({"a": 1}, "e", action={"a": 99})
+
+
+def test_per_agent_stamps_are_refused_as_in_from_agents() -> None:
+    with pytest.raises(ValueError, match="ts_env_sent_ns"):
+        from_parallel_actions({"a": 1, "b": 1}, "e", ts_env_sent_ns={"a": 5, "b": 6})
+
+
+def test_errors_name_the_right_env_when_several_mpe_envs_exist(
+    simple_spread: ModuleType, simple_adversary: ModuleType
+) -> None:
+    spread = simple_spread.parallel_env()
+    spread.reset(seed=0)
+    simple_adversary.parallel_env().reset(seed=0)
+    with pytest.raises(ValueError, match="simple_spread"):
+        to_parallel_actions(_ma({"agent_0": 1}), spread)
+
+
+# -------------------------------------------------------------------------------- a malformed env
+
+
+def test_duplicate_live_agent_does_not_hide_an_inactive_action(
+    many_agent_env: Callable[[int], Any],
+) -> None:
+    env = many_agent_env(2)
+    env.agents = ["agent_0", "agent_0"]  # a malformed env; the extra action must not vanish
+    response = MultiAgentPolicyResponse("e0", action={"agent_0": 1, "agent_1": 2})
+    with pytest.raises(ValueError, match=re.escape("[rule no-inactive-action]")):
+        to_parallel_actions(response, env)

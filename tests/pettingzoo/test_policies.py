@@ -260,3 +260,24 @@ def test_recurrent_policies_are_refused(simple_spread: ModuleType, make_sb3: Any
     )
     with pytest.raises(TypeError, match=re.escape("RecurrentPPO has a recurrent policy")):
         respond(env, observations, dict.fromkeys(env.agents, model))
+
+
+# ------------------------------------------------------------ refusals that name the agent or env
+
+
+def test_respond_with_a_policy_missing_names_the_agents(spread: Any) -> None:
+    with pytest.raises(ValueError, match=re.escape("no entry for acting agent(s) ['agent_1'")):
+        respond(spread, {a: None for a in spread.agents}, {"agent_0": lambda o: 0})
+
+
+def test_respond_with_a_non_callable_policy_is_a_type_error(spread: Any) -> None:
+    obs = {a: None for a in spread.agents}
+    with pytest.raises(TypeError, match="policy for agent 'agent_0' must be an SB3 model"):
+        respond(spread, obs, {a: 5 for a in spread.agents})
+
+
+def test_respond_refuses_a_response_for_another_env(spread: Any) -> None:
+    obs = {a: None for a in spread.agents}
+    policies = {a: (lambda o: PolicyResponse("other", action=1)) for a in spread.agents}
+    with pytest.raises(ValueError, match=re.escape("returned env_id='other', expected 'env-0'")):
+        respond(spread, obs, policies, "env-0")

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
+from gymnasium import spaces
 from pettingzoo.butterfly import pistonball_v6
 from pettingzoo.classic import tictactoe_v3
 from pettingzoo.utils.conversions import turn_based_aec_to_parallel
 
 from rlightning import PolicyResponse
 from rlightning.testing import check_multi_agent_policy_response
-from rlightning_pettingzoo import SharedPolicyAdapter, to_parallel_actions
+from rlightning_pettingzoo import (
+    SharedPolicyAdapter,
+    respond,
+    to_parallel_actions,
+)
 
 pytestmark = pytest.mark.torch
 
@@ -252,8 +258,6 @@ def test_a_malformed_observation_names_its_agent(
 ) -> None:
     from stable_baselines3 import PPO
 
-    from rlightning_pettingzoo import respond
-
     env = simple_spread.parallel_env()
     observations, _ = env.reset(seed=0)
     space = env.observation_space("agent_0")
@@ -285,3 +289,49 @@ def test_every_agent_with_the_same_wrong_shape_names_the_first(
     with pytest.raises(ValueError, match=re.escape("observation of agent 'agent_0'")) as info:
         SharedPolicyAdapter(model).act(env, observations)
     assert "Unexpected observation shape" in str(info.value.__cause__)
+
+
+# ---------------------------------------------------------- refusals that name the agent or space
+
+
+@pytest.mark.torch
+def test_shared_policy_on_heterogeneous_agents_names_both_spaces(
+    simple_adversary: ModuleType, make_sb3: Callable[..., Any]
+) -> None:
+    from stable_baselines3 import PPO
+
+    env = simple_adversary.parallel_env()
+    observations, _ = env.reset(seed=0)
+    model = make_sb3(
+        PPO, "MlpPolicy", env.observation_space("agent_0"), env.action_space("agent_0")
+    )
+    with pytest.raises(ValueError, match="not homogeneous") as info:
+        SharedPolicyAdapter(model).act(env, observations)
+    assert "(10,)" in str(info.value) and "(8,)" in str(info.value)
+
+
+@pytest.mark.torch
+def test_shared_policy_with_a_model_of_another_observation_space_names_it(
+    spread: Any, make_sb3: Callable[..., Any]
+) -> None:
+    from stable_baselines3 import PPO
+
+    space = spaces.Box(-1, 1, (10,), np.float32)
+    model = make_sb3(PPO, "MlpPolicy", space, spread.action_space("agent_0"))
+    observations = {a: np.zeros(18, np.float32) for a in spread.agents}
+    with pytest.raises(ValueError, match="'agent_0'"):
+        SharedPolicyAdapter(model).act(spread, observations)
+
+
+@pytest.mark.torch
+def test_shared_policy_names_the_agent_with_a_malformed_observation(
+    spread: Any, make_sb3: Callable[..., Any]
+) -> None:
+    from stable_baselines3 import PPO
+
+    space = spread.observation_space("agent_0")
+    model = make_sb3(PPO, "MlpPolicy", space, spread.action_space("agent_0"))
+    observations = {a: np.zeros(18, np.float32) for a in spread.agents}
+    observations["agent_1"] = np.zeros(17, np.float32)
+    with pytest.raises(ValueError, match="'agent_1'"):
+        SharedPolicyAdapter(model).act(spread, observations)

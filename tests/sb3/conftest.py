@@ -23,7 +23,9 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
+from stable_baselines3 import DQN, PPO, SAC
 from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
 
 from rlightning_sb3 import (
@@ -358,3 +360,80 @@ def tiny() -> SimpleNamespace:
 
 
 Factory = Callable[[], BaseAlgorithm]
+
+
+# ----------------------------------------------------- small adapters, built once per test module
+# Each builds its own policy_kwargs: SB3 adds keys (use_sde) to the dict it is given.
+
+
+@pytest.fixture(scope="module")
+def ppo1_adapter() -> SB3PolicyAdapter:
+    env = make_vec_env("CartPole-v1", n_envs=1, seed=0)
+    return SB3PolicyAdapter(
+        PPO("MlpPolicy", env, n_steps=8, batch_size=8, seed=0, policy_kwargs={"net_arch": [8]})
+    )
+
+
+@pytest.fixture(scope="module")
+def ppo2_adapter() -> SB3PolicyAdapter:
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    return SB3PolicyAdapter(
+        PPO("MlpPolicy", env, n_steps=4, batch_size=8, seed=0, policy_kwargs={"net_arch": [8]})
+    )
+
+
+@pytest.fixture(scope="module")
+def sac2_adapter() -> SB3PolicyAdapter:
+    env = make_vec_env("Pendulum-v1", n_envs=2, seed=0)
+    return SB3PolicyAdapter(
+        SAC("MlpPolicy", env, learning_starts=0, seed=0, policy_kwargs={"net_arch": [8]})
+    )
+
+
+@pytest.fixture(scope="module")
+def dict_ppo_adapter() -> SB3PolicyAdapter:
+    env = make_vec_env("RLTiny-dict-discrete-v0", n_envs=1, seed=0)  # tests/sb3/conftest.py
+    return SB3PolicyAdapter(
+        PPO(
+            "MultiInputPolicy",
+            env,
+            n_steps=8,
+            batch_size=8,
+            seed=0,
+            policy_kwargs={"net_arch": [8]},
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def recurrent_adapter() -> SB3PolicyAdapter:
+    sb3_contrib = pytest.importorskip("sb3_contrib")
+    kwargs = {"lstm_hidden_size": 4, "net_arch": [4]}
+    model = sb3_contrib.RecurrentPPO(
+        "MlpLstmPolicy", "CartPole-v1", n_steps=8, seed=0, policy_kwargs=kwargs
+    )
+    return SB3PolicyAdapter(model)
+
+
+@pytest.fixture(scope="module")
+def maskable_adapter() -> SB3PolicyAdapter:
+    sb3_contrib = pytest.importorskip("sb3_contrib")
+    model = sb3_contrib.MaskablePPO(
+        "MlpPolicy", "RLTiny-flat-discrete-v0", n_steps=8, seed=0, policy_kwargs={"net_arch": [4]}
+    )
+    return SB3PolicyAdapter(model)
+
+
+@pytest.fixture
+def cartpole2() -> Callable[[str], BaseAlgorithm]:
+    """Factory of fresh tiny models on 2 CartPole envs (seed 0, CPU): ``cartpole2("ppo")``
+    (n_steps=4) or ``cartpole2("dqn")`` (learning_starts=0, buffer_size=50)."""
+
+    def make(algo: str) -> BaseAlgorithm:
+        env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+        kwargs: dict[str, Any] = {"seed": 0, "device": "cpu", "policy_kwargs": {"net_arch": [8]}}
+        if algo == "ppo":
+            return PPO("MlpPolicy", env, n_steps=4, batch_size=8, **kwargs)
+        return DQN("MlpPolicy", env, learning_starts=0, buffer_size=50, **kwargs)
+
+    return make

@@ -5,8 +5,10 @@ from __future__ import annotations
 import copy
 import pickle
 import re
+from collections.abc import Callable
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
@@ -14,6 +16,7 @@ from gymnasium import spaces
 from stable_baselines3 import A2C, DQN, PPO, SAC, TD3
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.noise import NormalActionNoise
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.utils import obs_as_tensor
 
 from rlightning import PolicyResponse
@@ -167,7 +170,13 @@ def test_default_episode_start_and_reset_state(tiny: Any) -> None:
     assert [r.episode_start for r in adapter.act(batch, IDS)] == [True] * 3
     with pytest.raises(ValueError, match=re.escape("episode_start must have shape (3,)")):
         adapter.act(batch, IDS, episode_start=[True, False])
-    with pytest.raises(ValueError, match=re.escape("episode_start must hold booleans (or 0/1)")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "episode_start must hold only booleans or exactly 0 and 1: element [0] ('e0') = 0.5"
+            " is neither; got [0.5, 0, 1] [rule boolean]"
+        ),
+    ):
         adapter.act(batch, IDS, episode_start=[0.5, 0, 1])
 
 
@@ -367,19 +376,32 @@ def test_maskable_actions_respect_the_masks(maskable: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    ("masks", "message"),
+    ("masks", "message", "rule"),
     [
-        (np.ones((3, 4), bool), "action_masks must have shape (3, 5) (one mask of 5 per env"),
+        (
+            np.ones((3, 4), bool),
+            "action_masks must have shape (3, 5), not (3, 4); got array(shape=(3, 4), dtype=bool);"
+            " expected one row of 5 0/1 entries for MultiDiscrete([3 2]) per row"
+            " ['e0', 'e1', 'e2'] (sb3-contrib's flat layout)",
+            "[rule action-mask]",
+        ),
         (
             np.array([[1, 1, 1, 1, 1], [0, 0, 0, 1, 1], [1, 1, 1, 1, 1]], bool),
-            "action mask for env 'e1' allows no action in mask entries [0:3]",
+            "action_masks['e1'] allows no value in dimension 0 of MultiDiscrete([3 2])"
+            " (flat entries [0:3]), so no action",
+            "[rule no-legal-action]",
         ),
-        (np.full((3, 5), 2), "action_masks must hold booleans (or 0/1)"),
+        (
+            np.full((3, 5), 2),
+            "action_masks must hold only booleans or exactly 0 and 1: element [0, 0] ('e0') = 2"
+            " is neither",
+            "[rule action-mask]",
+        ),
     ],
 )
-def test_maskable_mask_errors(maskable: Any, masks: Any, message: str) -> None:
+def test_maskable_mask_errors(maskable: Any, masks: Any, message: str, rule: str) -> None:
     batch = maskable.get_env().reset()
-    with pytest.raises(ValueError, match=re.escape(message)):
+    with pytest.raises(ValueError, match=f"(?s){re.escape(message)}.*{re.escape(rule)}"):
         SB3PolicyAdapter(maskable).act(batch, IDS, action_masks=masks)
 
 
@@ -415,3 +437,157 @@ def test_off_policy_checks_but_ignores_episode_start() -> None:
     assert all("episode_start" not in r.to_dict() for r in responses)
     with pytest.raises(ValueError, match=re.escape("episode_start must have shape (3,)")):
         adapter.act(batch, IDS, episode_start=[True])
+
+
+def test_action_masks_are_copied_so_reusing_the_array_changes_no_response() -> None:
+    from sb3_contrib import MaskablePPO
+
+    from rlightning_sb3 import SB3PolicyAdapter
+
+    model = MaskablePPO("MlpPolicy", "CartPole-v1", n_steps=4, batch_size=4, seed=0)
+    adapter = SB3PolicyAdapter(model)
+    masks = np.ones((1, 2), dtype=bool)
+    response = adapter.act(np.zeros((1, 4), np.float32), ["e0"], action_masks=masks)[0]
+    masks[0, 0] = False  # the caller refills its array for the next step
+    assert response.action_mask.tolist() == [True, True]
+
+
+# ------------------------------------------------------ env ids remembered from the previous call
+
+
+TWO_IDS = ["a", "b"]
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+@pytest.mark.parametrize("method", ["act", "predict"])
+@pytest.mark.parametrize("rows", [3, 1])
+def test_a_batch_whose_rows_differ_from_the_repeated_env_ids_is_refused(
+    cartpole2: Callable[[str], Any], algo: str, method: str, rows: int
+) -> None:
+    model = cartpole2(algo)
+    adapter = SB3PolicyAdapter(model)
+    obs = model.get_env().reset()
+    adapter.act(obs, TWO_IDS)  # the ids are now cached
+    other = np.concatenate([obs, obs])[:rows]
+    msg = f"env_ids has 2 ids but the observation batch has {rows} rows"
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        getattr(adapter, method)(other, list(TWO_IDS))
+
+
+def test_the_same_batch_with_fresh_ids_is_refused_as_expected(
+    cartpole2: Callable[[str], Any],
+) -> None:
+    # Control for the test above: without the cached ids the check runs.
+    model = cartpole2("ppo")
+    obs = model.get_env().reset()
+    msg = "env_ids has 2 ids but the observation batch has 3 rows"
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        SB3PolicyAdapter(model).act(np.concatenate([obs, obs[:1]]), TWO_IDS)
+
+
+# ---------------------- the per-step shortcuts: eval mode checked, env ids checks reused, one env
+
+
+ON_POLICY_ORDER = ["env_id", "action", "buffer_action", "value", "log_prob", "episode_start"]
+
+
+class DropoutExtractor(BaseFeaturesExtractor):
+    """Flatten + heavy dropout: the policy's outputs depend on train vs eval mode."""
+
+    def __init__(self, observation_space: gym.spaces.Box) -> None:
+        super().__init__(observation_space, features_dim=int(np.prod(observation_space.shape)))
+        self.flatten = th.nn.Flatten()
+        self.dropout = th.nn.Dropout(p=0.9)
+
+    def forward(self, observations: th.Tensor) -> th.Tensor:
+        return self.dropout(self.flatten(observations))
+
+
+def _cartpole_ppo(n_envs: int = 3, **policy_kwargs: Any) -> PPO:
+    env = make_vec_env("CartPole-v1", n_envs=n_envs, seed=0)
+    return PPO(
+        "MlpPolicy", env, n_steps=8, seed=0, policy_kwargs={"net_arch": [16], **policy_kwargs}
+    )
+
+
+def test_act_runs_in_eval_mode_after_any_switch_to_training() -> None:
+    model = _cartpole_ppo(features_extractor_class=DropoutExtractor)
+    policy = model.policy
+    batch = model.get_env().reset()
+    policy.set_training_mode(False)
+    with th.no_grad():
+        expected = policy.predict_values(obs_as_tensor(batch, model.device)).flatten()
+    adapter = SB3PolicyAdapter(model)
+    ids = ["e0", "e1", "e2"]
+
+    def values() -> th.Tensor:
+        return th.stack([r.value for r in adapter.act(batch, ids)])
+
+    assert th.equal(values(), expected)
+    policy.set_training_mode(True)  # as model.train() leaves it
+    assert th.equal(values(), expected)
+    assert not any(m.training for m in policy.modules())
+    policy.features_extractor.train()  # one submodule only
+    assert th.equal(values(), expected)
+    assert not policy.features_extractor.training
+    policy.train()
+    assert th.equal(values(), expected)
+    with th.no_grad():  # the policy's training-mode output does differ (dropout active)
+        policy.set_training_mode(True)
+        th.manual_seed(0)
+        trained = policy.predict_values(obs_as_tensor(batch, model.device)).flatten()
+    assert not th.equal(trained, expected)
+
+
+@pytest.mark.parametrize("n_envs", [1, 3])
+def test_field_order_and_kinds_are_the_same_for_one_env_and_many(n_envs: int) -> None:
+    model = _cartpole_ppo(n_envs)
+    batch = model.get_env().reset()
+    adapter = SB3PolicyAdapter(model)
+    ids = [f"e{i}" for i in range(n_envs)]
+    th.manual_seed(0)
+    responses = adapter.act(batch, ids, ts_env_sent_ns=7)
+    th.manual_seed(0)
+    with th.no_grad():
+        actions, values, log_probs = model.policy(obs_as_tensor(batch, model.device))
+    for i, r in enumerate(responses):
+        assert list(vars(r)) == [*ON_POLICY_ORDER, "ts_env_sent_ns"]
+        assert type(r.action) is np.int64
+        assert r.action == actions[i].item()
+        assert r.buffer_action.shape == (1,)
+        assert r.buffer_action.dtype == np.int64
+        for name, expected in (("value", values.flatten()[i]), ("log_prob", log_probs[i])):
+            tensor = getattr(r, name)
+            assert tensor.shape == ()
+            assert tensor.dtype == th.float32
+            assert th.equal(tensor, expected)
+        assert r.episode_start is True
+        assert r.ts_env_sent_ns == 7
+    predicted = adapter.predict(batch, ids)
+    assert all(list(vars(r)) == ["env_id", "action"] for r in predicted)
+    assert all(type(r.action) is np.int64 for r in predicted)
+
+
+def test_env_ids_list_changed_in_place_is_checked_again() -> None:
+    model = _cartpole_ppo()
+    batch = model.get_env().reset()
+    adapter = SB3PolicyAdapter(model)
+    ids = ["a", "b", "c"]
+    adapter.act(batch, ids)
+    assert [r.episode_start for r in adapter.act(batch, ids)] == [False, False, False]
+    ids[1] = "z"  # a new env id in the same list object: it starts an episode
+    responses = adapter.act(batch, ids)
+    assert [r.env_id for r in responses] == ["a", "z", "c"]
+    assert [r.episode_start for r in responses] == [False, True, False]
+    ids[2] = "a"
+    with pytest.raises(ValueError, match=re.escape("env_ids repeats ['a']")):
+        adapter.act(batch, ids)
+    ids[2] = 3  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match=re.escape("env_ids[2] must be a str, got int 3")):
+        adapter.act(batch, ids)
+    ids[2] = "c"
+    assert [r.episode_start for r in adapter.act(batch, ids)] == [False, False, False]
+    adapter.reset_state("b")  # not in the batch: nothing changes for it
+    adapter.reset_state("z")
+    assert [r.episode_start for r in adapter.act(batch, ids)] == [False, True, False]
+    assert [r.episode_start for r in adapter.act(batch, ("a", "z", "c"))] == [False] * 3

@@ -117,20 +117,33 @@ def test_maskable_masks_for_a_subset_of_rows(maskable: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    ("rows", "message"),
+    ("rows", "message", "rule"),
     [
-        ([None, None], "action_masks must have one row (or None) per env: 3 for"),
-        ([None, np.ones(4, bool), None], "action mask for env 'e1' must have shape (5,)"),
-        ([None, None, np.full(5, 2)], "action mask for env 'e2' must hold booleans (or 0/1)"),
+        ([None, None], "action_masks must have one row (or None) per env: 3 for", ""),
+        (
+            [None, np.ones(4, bool), None],
+            "action_masks['e1'] must have shape (5,), not (4,)",
+            "[rule action-mask]",
+        ),
+        (
+            [None, None, np.full(5, 2)],
+            "action_masks['e2'] must hold only booleans or exactly 0 and 1: element [0] = 2"
+            " is neither",
+            "[rule action-mask]",
+        ),
         (
             [None, np.array([0, 0, 0, 1, 1]), None],
-            "action mask for env 'e1' allows no action in mask entries [0:3]",
+            "action_masks['e1'] allows no value in dimension 0 of MultiDiscrete([3 2])"
+            " (flat entries [0:3]), so no action",
+            "[rule no-legal-action]",
         ),
     ],
 )
-def test_maskable_per_row_mask_errors(maskable: Any, rows: list[Any], message: str) -> None:
+def test_maskable_per_row_mask_errors(
+    maskable: Any, rows: list[Any], message: str, rule: str
+) -> None:
     batch = maskable.get_env().reset()
-    with pytest.raises(ValueError, match=re.escape(message)):
+    with pytest.raises(ValueError, match=f"(?s){re.escape(message)}.*{re.escape(rule)}"):
         SB3PolicyAdapter(maskable).act(batch, IDS, action_masks=rows)
 
 

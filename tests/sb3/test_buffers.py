@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch as th
-from stable_baselines3 import PPO, SAC
+from stable_baselines3 import DQN, PPO, SAC
 from stable_baselines3.common.env_util import make_vec_env
 
 from rlightning import PolicyResponse
@@ -223,3 +223,175 @@ def test_rewards_that_are_not_real_numbers_are_refused(rewards: Any) -> None:
     responses = SB3PolicyAdapter(model).act(obs, IDS)
     with pytest.raises(TypeError, match=re.escape("rewards must be real numbers")):
         add_rollout_step(model, obs, responses, rewards, np.zeros(2, bool), [{}, {}])
+
+
+# ------------------------------------------------------------------- refusals that name the input
+
+
+# The two refusals of rlightning.rules' boolean rule: a number that is neither 0 nor 1
+# (ValueError), and an array of the wrong kind, str or object (TypeError).
+_NOT_01 = "{} must hold only booleans or exactly 0 and 1: "
+
+
+_WRONG_KIND = "{} must hold booleans or the numbers 0 and 1, not dtype"
+
+
+def test_add_rollout_step_refuses_an_unbatched_observation(ppo2_adapter: SB3PolicyAdapter) -> None:
+    model: Any = ppo2_adapter.model
+    obs = start_training(model, 100)
+    responses = ppo2_adapter.act(obs, ["a", "b"], episode_start=[True, True])
+    with pytest.raises(ValueError, match="observation"):
+        add_rollout_step(model, obs[0], responses, [1.0, 1.0], [False, False], [{}, {}])
+
+
+def test_add_replay_step_refuses_an_unbatched_next_observation(
+    sac2_adapter: SB3PolicyAdapter,
+) -> None:
+    model: Any = sac2_adapter.model
+    obs = start_training(model, 100)
+    responses = sac2_adapter.act(obs, ["a", "b"])
+    with pytest.raises(ValueError, match="observation"):
+        add_replay_step(model, obs, responses, obs[0], [1.0, 1.0], [False, False], [{}, {}])
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        # a str array is the wrong kind of thing, not a bad number
+        (["no", False], TypeError, _WRONG_KIND.format("dones") + " <U5; got ['no', False]"),
+        (
+            [2, 0],
+            ValueError,
+            _NOT_01.format("dones") + "element [0] ('a') = 2 is neither; got [2, 0]",
+        ),
+    ],
+)
+def test_add_rollout_step_refuses_non_boolean_dones(
+    ppo2_adapter: SB3PolicyAdapter, bad: Any, error: type[Exception], message: str
+) -> None:
+    model: Any = ppo2_adapter.model
+    obs = start_training(model, 100)
+    responses = ppo2_adapter.act(obs, ["a", "b"], episode_start=[True, True])
+    with pytest.raises(error, match=re.escape(f"{message} [rule boolean]")):
+        add_rollout_step(model, obs, responses, [1.0, 1.0], bad, [{}, {}])
+
+
+def test_add_rollout_step_refuses_non_dict_infos(ppo2_adapter: SB3PolicyAdapter) -> None:
+    model: Any = ppo2_adapter.model
+    obs = start_training(model, 100)
+    responses = ppo2_adapter.act(obs, ["a", "b"], episode_start=[True, True])
+    infos: Any = ["x", {}]
+    with pytest.raises((TypeError, ValueError), match="infos"):
+        add_rollout_step(model, obs, responses, [1.0, 1.0], [True, False], infos)
+
+
+def test_add_replay_step_refuses_buffer_actions_outside_the_scaled_range(
+    sac2_adapter: SB3PolicyAdapter,
+) -> None:
+    model: Any = sac2_adapter.model
+    obs = start_training(model, 100)
+    good = sac2_adapter.act(obs, ["a", "b"])
+    bad = PolicyResponse("a", buffer_action=np.array([5.0], np.float32))
+    with pytest.raises(ValueError, match="'a'"):
+        add_replay_step(model, obs, [bad, good[1]], obs, [1.0, 1.0], [False, False], [{}, {}])
+
+
+def test_add_rollout_step_with_predict_responses_names_the_missing_field(
+    ppo2_adapter: SB3PolicyAdapter,
+) -> None:
+    model: Any = ppo2_adapter.model
+    obs = start_training(model, 100)
+    responses = ppo2_adapter.predict(obs, ["a", "b"])
+    with pytest.raises(ValueError, match=re.escape("env 'a' has no 'buffer_action' field")):
+        add_rollout_step(model, obs, responses, [1.0, 1.0], [False, False], [{}, {}])
+
+
+def test_add_rollout_step_with_rewards_of_the_wrong_shape(ppo2_adapter: SB3PolicyAdapter) -> None:
+    model: Any = ppo2_adapter.model
+    obs = start_training(model, 100)
+    responses = ppo2_adapter.act(obs, ["a", "b"], episode_start=[True, True])
+    with pytest.raises(ValueError, match=re.escape("rewards must have shape (2,)")):
+        add_rollout_step(model, obs, responses, [1.0], [False, False], [{}, {}])
+
+
+def test_add_rollout_step_stores_edited_0d_tensor_values(ppo2_adapter: SB3PolicyAdapter) -> None:
+    model: Any = ppo2_adapter.model
+    obs = start_training(model, 100)
+    responses = [
+        PolicyResponse(r.env_id, **{**r.to_dict(), "value": th.zeros(())})
+        for r in ppo2_adapter.act(obs, ["a", "b"], episode_start=[True, True])
+    ]
+    add_rollout_step(model, obs, responses, [1.0, 1.0], [False, False], [{}, {}])
+    assert model.rollout_buffer.values[model.rollout_buffer.pos - 1].tolist() == [0.0, 0.0]
+
+
+@pytest.fixture(scope="module")
+def one_step_ppo2() -> SB3PolicyAdapter:
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    return SB3PolicyAdapter(
+        PPO("MlpPolicy", env, n_steps=1, batch_size=2, seed=0, policy_kwargs={"net_arch": [8]})
+    )
+
+
+def test_finish_rollout_refuses_an_unbatched_observation(one_step_ppo2: SB3PolicyAdapter) -> None:
+    model: Any = one_step_ppo2.model
+    obs = start_training(model, 100)
+    responses = one_step_ppo2.act(obs, ["a", "b"], episode_start=[True, True])
+    add_rollout_step(model, obs, responses, [1.0, 1.0], [False, False], [{}, {}])
+    with pytest.raises(ValueError, match=re.escape("new_observation must have shape (2, 4)")):
+        finish_rollout(model, obs[0], [False, False])
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "dones must hold only booleans or exactly 0 and 1: element [0] (0) = 2 is neither;"
+            " got [2, 0] [rule boolean]"
+        ),
+    ):
+        finish_rollout(model, obs, [2, 0])
+    finish_rollout(model, obs, np.array([0.0, 1.0]))  # 0/1 floats are booleans
+
+
+def test_add_replay_step_refuses_a_terminal_observation_of_another_shape():
+    import gymnasium as gym
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from rlightning_sb3 import SB3PolicyAdapter, add_replay_step
+
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    model = DQN("MlpPolicy", env, learning_starts=10, seed=0, device="cpu")
+    adapter = SB3PolicyAdapter(model)
+    ids = ["a", "b"]
+    obs = env.reset()
+    responses = adapter.act(obs, ids)
+    new_obs, rewards, _, infos = env.step(adapter.env_actions(responses, ids))
+    dones = np.array([True, False])
+    infos = [dict(infos[0], terminal_observation=np.float32(0.5)), infos[1]]
+    assert isinstance(env.observation_space, gym.spaces.Box)
+    with pytest.raises(
+        ValueError, match=re.escape("terminal_observation'] of env 'a' has shape (), expected (4,)")
+    ):
+        add_replay_step(
+            model, obs, responses, new_obs, rewards, dones, infos, env_ids=ids, update_model=False
+        )
+
+
+def test_episode_start_that_is_not_boolean_is_refused_by_add_rollout_step() -> None:
+    from stable_baselines3 import PPO
+
+    from rlightning import PolicyResponse
+    from rlightning_sb3 import SB3PolicyAdapter, add_rollout_step, start_training
+
+    model = PPO(
+        "MlpPolicy", "CartPole-v1", n_steps=4, batch_size=4, policy_kwargs={"net_arch": [8]}
+    )
+    obs = start_training(model, 100)
+    response = SB3PolicyAdapter(model).act(obs, ["e0"])[0]
+    bad = PolicyResponse(**{**vars(response), "episode_start": "no"})
+    with pytest.raises(
+        TypeError,  # a str is the wrong kind of thing, not a bad number
+        match=re.escape(
+            "episode_start must hold booleans or the numbers 0 and 1, not dtype <U2; got ['no']"
+            " [rule boolean]"
+        ),
+    ):
+        add_rollout_step(model, obs, [bad], [1.0], [False], [{}])

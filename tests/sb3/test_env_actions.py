@@ -135,3 +135,69 @@ def test_errors_name_the_ids(
 ) -> None:
     with pytest.raises(error, match=re.escape(message)):
         adapter.env_actions(responses, env_ids)
+
+
+# --------------------------------------------------------------------- refusals that name the env
+
+
+def _obs(n: int) -> np.ndarray:
+    return np.zeros((n, 4), np.float32)
+
+
+def test_env_actions_of_a_stacked_response_is_not_taken_as_one_env(
+    ppo1_adapter: SB3PolicyAdapter,
+) -> None:
+    responses = [PolicyResponse("a", action=np.int64(1)), PolicyResponse("b", action=np.int64(0))]
+    batch = PolicyResponse.stack(responses)
+    try:
+        got = ppo1_adapter.env_actions([batch])
+    except (TypeError, ValueError):
+        return
+    np.testing.assert_array_equal(got, [1, 0])
+
+
+@pytest.mark.parametrize("bad", [None, "left"])
+def test_env_actions_refuses_non_numeric_actions_naming_the_env(
+    ppo1_adapter: SB3PolicyAdapter, bad: Any
+) -> None:
+    responses = [PolicyResponse("good", action=np.int64(1)), PolicyResponse("bad", action=bad)]
+    with pytest.raises((TypeError, ValueError), match="'bad'"):
+        ppo1_adapter.env_actions(responses)
+
+
+def test_env_actions_with_mixed_dtypes_is_refused(ppo1_adapter: SB3PolicyAdapter) -> None:
+    responses = [PolicyResponse("a", action=np.int64(1)), PolicyResponse("b", action=1.5)]
+    with pytest.raises((TypeError, ValueError), match="'b'"):
+        ppo1_adapter.env_actions(responses)
+
+
+def test_env_actions_without_an_action_names_the_env(ppo1_adapter: SB3PolicyAdapter) -> None:
+    with pytest.raises(ValueError, match=re.escape("response for env 'a' has no action field")):
+        ppo1_adapter.env_actions([PolicyResponse("a", x=1)])
+
+
+def test_env_actions_of_another_env_set_names_both_sides(ppo1_adapter: SB3PolicyAdapter) -> None:
+    responses = [PolicyResponse("x", action=1), PolicyResponse("y", action=0)]
+    with pytest.raises(ValueError, match=re.escape("without a response: ['a', 'b']")) as info:
+        ppo1_adapter.env_actions(responses, ["a", "b"])
+    assert "['x', 'y']" in str(info.value)
+
+
+def test_env_actions_with_env_ids_of_another_length_says_both(
+    ppo1_adapter: SB3PolicyAdapter,
+) -> None:
+    responses = [PolicyResponse("a", action=1)]
+    with pytest.raises(ValueError, match="env_ids has 2 ids but there are 1 responses"):
+        ppo1_adapter.env_actions(responses, ["a", "b"])
+
+
+def test_env_actions_with_duplicate_responses_names_the_id(ppo1_adapter: SB3PolicyAdapter) -> None:
+    responses = [PolicyResponse("a", action=1), PolicyResponse("a", action=0)]
+    with pytest.raises(ValueError, match=re.escape("several responses for env id(s) ['a']")):
+        ppo1_adapter.env_actions(responses)
+
+
+def test_env_actions_of_ragged_actions_names_the_shapes(ppo1_adapter: SB3PolicyAdapter) -> None:
+    responses = [PolicyResponse("a", action=[1, 2]), PolicyResponse("b", action=[1])]
+    with pytest.raises(ValueError, match=re.escape("'a': (2,), 'b': (1,)")):
+        ppo1_adapter.env_actions(responses)

@@ -236,7 +236,13 @@ def test_bad_timestamps() -> None:
     model = _ppo()
     obs = model.get_env().reset()
     adapter = SB3PolicyAdapter(model)
-    with pytest.raises(TypeError, match=re.escape("ts_env_sent_ns for env 'b' must be an int")):
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "env 'b' ts_env_sent_ns must be an int of nanoseconds since the epoch"
+            " (time.time_ns()); got 2.5 [rule timestamp]"
+        ),
+    ):
         adapter.predict(obs, ["a", "b", "c"], ts_env_sent_ns=[1, 2.5, 3])
     with pytest.raises(ValueError, match=re.escape("ts_env_sent_ns has 2 stamps but there are 3")):
         adapter.predict(obs, ["a", "b", "c"], ts_env_sent_ns=[1, 2])

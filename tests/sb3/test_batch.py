@@ -1,9 +1,15 @@
-"""act()/predict() answer a batch with a ResponseBatch; the helpers read it without splitting it."""
+"""ResponseBatch in the SB3 adapter: act()/predict() answer one, the helpers read it unsplit.
+
+A batch rebuilt from its fields (as a transport would) is checked as strictly as the per-env
+responses it splits into.
+"""
 
 from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,7 +18,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecEnv
 
-from rlightning import PolicyResponse, ResponseBatch
+from rlightning import PerEnv, PolicyResponse, ResponseBatch
 from rlightning_sb3 import SB3PolicyAdapter, add_rollout_step, start_training
 
 IDS = ["a", "b", "c"]
@@ -162,3 +168,72 @@ def test_the_stacked_response_equals_one_built_by_the_constructor(ppo3: PPO) -> 
     assert type(stacked) is PolicyResponse
     assert list(vars(stacked)) == list(vars(rebuilt))
     assert stacked == rebuilt and repr(stacked) == repr(rebuilt)
+
+
+# ------------------------------------------ a batch rebuilt from its fields, as a transport would
+
+
+TWO_IDS = ["a", "b"]
+
+
+def _constructed(model: PPO, **changes: Any) -> tuple[Any, PolicyResponse]:
+    """A batch as a transport would rebuild it: ResponseBatch(stacked) from act's fields."""
+    adapter = SB3PolicyAdapter(model)
+    obs = start_training(model, 100)
+    stacked = adapter.act(obs, TWO_IDS).stacked
+    assert stacked is not None
+    fields = {k: v for k, v in stacked.__dict__.items() if k != "env_id"}
+    fields.update(changes)
+    return obs, PolicyResponse(None, **fields)
+
+
+def test_add_rollout_step_refuses_short_columns_of_a_constructed_batch(
+    cartpole2: Callable[[str], Any],
+) -> None:
+    model = cartpole2("ppo")
+    obs, stacked = _constructed(model, value=th.tensor([0.25]), log_prob=th.tensor([-0.5]))
+    stacked.episode_start = PerEnv([True])
+    with pytest.raises(ValueError, match="value"):
+        add_rollout_step(
+            model, obs, ResponseBatch(stacked), np.zeros(2), np.zeros(2, bool), [{}, {}]
+        )
+
+
+def test_the_per_env_path_refuses_the_same_short_columns(cartpole2: Callable[[str], Any]) -> None:
+    # Control: the same batch, split, is refused (unbind names the field).
+    model = cartpole2("ppo")
+    obs, stacked = _constructed(model, value=th.tensor([0.25]), log_prob=th.tensor([-0.5]))
+    with pytest.raises(ValueError, match=re.escape("field 'value' is a tensor of shape (1,)")):
+        add_rollout_step(
+            model, obs, list(ResponseBatch(stacked)), np.zeros(2), np.zeros(2, bool), [{}, {}]
+        )
+
+
+@pytest.mark.parametrize("ids", [["a", "a"], [None, None]], ids=["repeated", "none"])
+def test_env_actions_refuses_repeated_env_ids_of_a_constructed_batch(
+    cartpole2: Callable[[str], Any], ids: list[Any]
+) -> None:
+    model = cartpole2("ppo")
+    _, stacked = _constructed(model, env_ids=ids)
+    adapter = SB3PolicyAdapter(model)
+    with pytest.raises(ValueError, match=re.escape("several responses for env id(s)")):
+        adapter.env_actions(ResponseBatch(stacked))
+
+
+def test_env_actions_per_env_path_refuses_repeated_env_ids(cartpole2: Callable[[str], Any]) -> None:
+    # Control: the split batch is refused.
+    model = cartpole2("ppo")
+    _, stacked = _constructed(model, env_ids=["a", "a"])
+    with pytest.raises(ValueError, match=re.escape("several responses for env id(s) ['a']")):
+        SB3PolicyAdapter(model).env_actions(list(ResponseBatch(stacked)))
+
+
+def test_add_rollout_step_refuses_repeated_env_ids_of_a_constructed_batch(
+    cartpole2: Callable[[str], Any],
+) -> None:
+    model = cartpole2("ppo")
+    obs, stacked = _constructed(model, env_ids=["a", "a"])
+    with pytest.raises(ValueError, match=re.escape("several responses for env id(s) ['a']")):
+        add_rollout_step(
+            model, obs, ResponseBatch(stacked), np.zeros(2), np.zeros(2, bool), [{}, {}]
+        )
