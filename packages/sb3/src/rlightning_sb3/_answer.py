@@ -43,7 +43,7 @@ def answer(
     if not vectorized:
         return PolicyResponse(ids[0], **fields)
     # The field names are the adapter's own (none is reserved) and env_id is None, so the
-    # stacked response skips the constructor's checks (tests/sb3/test_response_batch_sb3.py
+    # stacked response skips the constructor's checks (tests/sb3/test_batch.py
     # pins that the result equals the constructor's).
     data: dict[str, Any] = {"env_ids": list(ids)}
     data.update(fields)
