@@ -19,7 +19,13 @@ from typing import Any
 
 from pettingzoo import ParallelEnv
 from rlightning import MultiAgentPolicyResponse
-from rlightning.rules import STAMP_FIELDS, check_action_mask, describe, space_violation
+from rlightning.rules import (
+    STAMP_FIELDS,
+    MaskLayout,
+    check_action_mask,
+    describe,
+    space_violation,
+)
 from rlightning_pettingzoo._checks import _CACHES as _CHECKER_CACHES
 from rlightning_pettingzoo._checks import cache_entry, checker_cache
 from rlightning_pettingzoo._envs import describe_env, require_parallel
@@ -191,7 +197,7 @@ def _waits(space: Any, masks: Any, agent: Any) -> bool:
     if not isinstance(masks, dict) or masks.get(agent) is None:
         return False
     mask = masks[agent]
-    layout = "gymnasium" if isinstance(mask, tuple) else "flat"
+    layout: MaskLayout = "gymnasium" if isinstance(mask, tuple) else "flat"
     subject = f"response.action_mask[{agent!r}]"
     return check_action_mask(space, mask, subject=subject, layout=layout, allow_empty=True) is None
 

@@ -114,9 +114,10 @@ def per_env_bools(
         if default is None:
             raise ValueError(f"{name} is None and no default was given")
         return default
-    if len(ids) == 1 and np.shape(value) == ():
-        value = np.reshape(value, (1,))
-    return as_bools(value, name, shape=(len(ids),), labels=ids)
+    given: Any = value
+    if len(ids) == 1 and np.shape(given) == ():
+        given = np.reshape(given, (1,))
+    return as_bools(given, name, shape=(len(ids),), labels=ids)
 
 
 def per_env_stamps(value: object, ids: Sequence[str]) -> list[int] | None:
