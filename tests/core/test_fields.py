@@ -1,4 +1,4 @@
-"""Field helpers of the core (``rlightning._fields``): building a response from checked fields."""
+"""``rlightning._fields``: building a response from fields that were already checked."""
 
 from __future__ import annotations
 
@@ -6,13 +6,12 @@ import numpy as np
 import pytest
 
 from rlightning import MultiAgentPolicyResponse, PolicyResponse
+from rlightning._fields import response_from_checked
 
 
 @pytest.mark.parametrize("env_id", [None, "", "env-0"])
 def test_response_from_checked_equals_the_constructor(env_id: str | None) -> None:
-    # The adapters' per-step paths build responses with this helper instead of __init__.
-    from rlightning._fields import response_from_checked
-
+    # The adapters' per-step paths build responses with this function instead of __init__.
     fields = {"action": {"a": np.int64(1)}, "log_prob": {"a": -0.5}}
     for cls in (PolicyResponse, MultiAgentPolicyResponse):
         built = response_from_checked(cls, env_id, fields)
