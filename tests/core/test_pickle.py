@@ -10,12 +10,15 @@ import copy
 import pickle
 import time
 import warnings
+from collections import namedtuple
 from typing import Any
 
 import numpy as np
 import pytest
 
 from rlightning import MultiAgentPolicyResponse, PerEnv, PolicyResponse
+
+Hidden = namedtuple("Hidden", ["h", "c"])
 
 
 def _address(buffer: pickle.PickleBuffer) -> int:
@@ -197,6 +200,37 @@ def test_numpy_only_responses_take_the_plain_path() -> None:
     data, buffers = _dumps_oob(response)
     assert len(buffers) == 1
     assert b"_restore_wrapped" not in data
+
+
+# ------------------------------------------------------------------ in band: round trips, copies
+@pytest.mark.parametrize("protocol", [pickle.DEFAULT_PROTOCOL, 5])
+def test_pickle_round_trip(protocol):
+    r = MultiAgentPolicyResponse(
+        "env-3",
+        action={"a": np.int64(1), "b": np.int64(0)},
+        value={"a": np.float32(0.1), "b": np.float32(0.2)},
+        state=Hidden(np.zeros(3), np.ones(3)),
+        ts_env_sent_ns=123,
+    )
+    back = pickle.loads(pickle.dumps(r, protocol=protocol))
+    assert type(back) is MultiAgentPolicyResponse
+    assert back == r
+    assert back.env_id == "env-3"
+    assert type(back.state) is Hidden
+
+
+def test_copy_and_deepcopy():
+    a = np.zeros(3)
+    r = PolicyResponse("e", action=a, d={"k": [1]})
+    shallow = copy.copy(r)
+    deep = copy.deepcopy(r)
+    assert shallow == r == deep
+    assert type(shallow) is type(deep) is PolicyResponse
+    assert shallow is not r
+    assert shallow.action is a
+    assert deep.action is not a
+    deep.d["k"].append(2)
+    assert r.d == {"k": [1]}
 
 
 # ------------------------------------------------------------------ cycles, subclasses, dtypes

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import copy
 import pickle
+from collections import OrderedDict, namedtuple
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 
-from rlightning import PolicyResponse
+from rlightning import MultiAgentPolicyResponse, PolicyResponse
+
+Hidden = namedtuple("Hidden", ["h", "c"])
 
 
 def _torch() -> ModuleType:
@@ -40,6 +43,46 @@ def _self_referential_dict() -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------- equality
+def test_equality_compares_class_env_id_fields():
+    a = PolicyResponse("e", action=np.array([1, 2]), value=np.float32(0.5))
+    assert a == PolicyResponse("e", action=np.array([1, 2]), value=np.float32(0.5))
+    assert a != PolicyResponse("f", action=np.array([1, 2]), value=np.float32(0.5))
+    assert a != PolicyResponse("e", action=np.array([1, 3]), value=np.float32(0.5))
+    assert a != PolicyResponse("e", action=np.array([1, 2], dtype=np.int32), value=np.float32(0.5))
+    assert a != PolicyResponse("e", action=np.array([[1, 2]]), value=np.float32(0.5))
+    assert a != PolicyResponse("e", action=np.array([1, 2]))
+    assert a != MultiAgentPolicyResponse("e", action={"x": 1})
+    assert a != {"action": np.array([1, 2])}
+
+
+def test_equality_never_raises_ambiguous_truth_value():
+    a = PolicyResponse("e", action=np.ones((2, 2)))
+    b = PolicyResponse("e", action=np.ones((2, 2)))
+    assert (a == b) is True
+    assert (a != b) is False
+
+
+def test_equality_nan_and_nested_types():
+    a = PolicyResponse("e", x=np.array([np.nan, 1.0]), y=float("nan"), h=Hidden(np.zeros(1), [1]))
+    b = PolicyResponse("e", x=np.array([np.nan, 1.0]), y=float("nan"), h=Hidden(np.zeros(1), [1]))
+    assert a == b
+    assert PolicyResponse("e", h=(1, 2)) != PolicyResponse("e", h=[1, 2])
+    assert PolicyResponse("e", h=Hidden(1, 2)) != PolicyResponse("e", h=(1, 2))
+
+
+def test_equality_with_object_arrays_and_custom_eq():
+    class Weird:
+        def __eq__(self, other):
+            raise RuntimeError("cannot compare")
+
+    w = Weird()
+    assert PolicyResponse("e", x=w) == PolicyResponse("e", x=w)  # same object
+    assert PolicyResponse("e", x=Weird()) != PolicyResponse("e", x=Weird())
+    objs = np.array([np.zeros(2), np.ones(3)], dtype=object)
+    objs2 = np.array([np.zeros(2), np.ones(3)], dtype=object)
+    assert PolicyResponse("e", x=objs) == PolicyResponse("e", x=objs2)
+
+
 def test_eq_with_plain_simplenamespace() -> None:
     response = PolicyResponse("env-0", action=1)
     plain = SimpleNamespace(env_id="env-0", action=1)
@@ -120,6 +163,27 @@ def test_eq_never_raises_on_tensor_layouts(make: Any) -> None:
 
 
 # -------------------------------------------------------------------------------------------- repr
+def test_repr_summarises_big_arrays_and_shows_small_ones():
+    r = PolicyResponse("e", action=np.array([1, 2]), obs=np.zeros((64, 64), dtype=np.float32))
+    text = repr(r)
+    assert text == (
+        "PolicyResponse(env_id='e', action=array([1, 2], dtype=int64), "
+        "obs=array(shape=(64, 64), dtype=float32))"
+    )
+    assert len(repr(PolicyResponse("e", obs=np.zeros(10**6)))) < 100
+
+
+def test_repr_nested_containers():
+    r = PolicyResponse(
+        None, state=Hidden(h=np.zeros(100), c=[1]), d=OrderedDict(a=1), t=(1,), text="x" * 500
+    )
+    text = repr(r)
+    assert "state=Hidden(h=array(shape=(100,), dtype=float64), c=[1])" in text
+    assert "d=OrderedDict({'a': 1})" in text
+    assert "t=(1,)" in text
+    assert len(text) < 300
+
+
 @pytest.mark.parametrize("make", [_self_referential_list, _self_referential_dict])
 def test_repr_of_self_referential_container(make: Any) -> None:
     text = repr(PolicyResponse("env-0", x=make()))
