@@ -1,16 +1,24 @@
-"""Zero-copy pickling: protocol 5 out-of-band buffers alias the response's own memory."""
+"""Pickling and copying responses (``rlightning._pickle``).
+
+Protocol 5 out-of-band buffers alias the response's own memory; cycles, user subclasses, str
+subclasses as env ids and exotic tensor dtypes survive pickle, copy and deepcopy.
+"""
 
 from __future__ import annotations
 
 import copy
 import pickle
+import time
 import warnings
+from collections import namedtuple
 from typing import Any
 
 import numpy as np
 import pytest
 
 from rlightning import MultiAgentPolicyResponse, PerEnv, PolicyResponse
+
+Hidden = namedtuple("Hidden", ["h", "c"])
 
 
 def _address(buffer: pickle.PickleBuffer) -> int:
@@ -192,3 +200,100 @@ def test_numpy_only_responses_take_the_plain_path() -> None:
     data, buffers = _dumps_oob(response)
     assert len(buffers) == 1
     assert b"_restore_wrapped" not in data
+
+
+# ------------------------------------------------------------------ in band: round trips, copies
+@pytest.mark.parametrize("protocol", [pickle.DEFAULT_PROTOCOL, 5])
+def test_pickle_round_trip(protocol):
+    r = MultiAgentPolicyResponse(
+        "env-3",
+        action={"a": np.int64(1), "b": np.int64(0)},
+        value={"a": np.float32(0.1), "b": np.float32(0.2)},
+        state=Hidden(np.zeros(3), np.ones(3)),
+        ts_env_sent_ns=123,
+    )
+    back = pickle.loads(pickle.dumps(r, protocol=protocol))
+    assert type(back) is MultiAgentPolicyResponse
+    assert back == r
+    assert back.env_id == "env-3"
+    assert type(back.state) is Hidden
+
+
+def test_copy_and_deepcopy():
+    a = np.zeros(3)
+    r = PolicyResponse("e", action=a, d={"k": [1]})
+    shallow = copy.copy(r)
+    deep = copy.deepcopy(r)
+    assert shallow == r == deep
+    assert type(shallow) is type(deep) is PolicyResponse
+    assert shallow is not r
+    assert shallow.action is a
+    assert deep.action is not a
+    deep.d["k"].append(2)
+    assert r.d == {"k": [1]}
+
+
+# ------------------------------------------------------------------ cycles, subclasses, dtypes
+def test_pickle_and_deepcopy_of_cyclic_response() -> None:
+    direct = PolicyResponse("env-0", action=1)
+    direct.me = direct
+    restored = pickle.loads(pickle.dumps(direct))
+    assert restored.me is restored
+    copied = copy.deepcopy(direct)
+    assert copied.me is copied
+    nested = PolicyResponse("env-0", action=1)
+    nested.info = {"response": nested}
+    restored = pickle.loads(pickle.dumps(nested))
+    assert restored.info["response"] is restored
+    copied = copy.deepcopy(nested)
+    assert copied.info["response"] is copied
+
+
+class _Stamped(PolicyResponse):
+    """A user subclass whose __init__ records when the response was made."""
+
+    def __init__(self, env_id: str | None, **data: Any) -> None:
+        super().__init__(env_id, **data)
+        self.created_ns = time.time_ns()
+
+
+class _Fixed(PolicyResponse):
+    """A user subclass with a fixed constructor signature."""
+
+    def __init__(self, env_id: str | None, action: Any, value: float = 0.0) -> None:
+        super().__init__(env_id, action=action, value=value)
+
+
+def test_user_subclass_pickle_and_copy_keep_fields() -> None:
+    stamped = _Stamped("env-0", action=1)
+    stamped.created_ns = 123
+    assert pickle.loads(pickle.dumps(stamped)).created_ns == 123
+    assert copy.copy(stamped).created_ns == 123
+    assert copy.deepcopy(stamped) == stamped
+    fixed = _Fixed("env-0", 1, 2.0)
+    fixed.extra = 3
+    assert pickle.loads(pickle.dumps(fixed)) == fixed
+
+
+class EnvName(str):
+    """A user's str subclass used as an env id."""
+
+
+def test_env_id_str_subclass_survives_pickle() -> None:
+    response = PolicyResponse(EnvName("env-0"), action=1)
+    restored = pickle.loads(pickle.dumps(response))
+    assert type(restored.env_id) is EnvName and restored == response
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    "dtype_name", ["uint16", "uint32", "uint64", "complex32", "float8_e4m3fn", "float8_e5m2"]
+)
+def test_pickle_keeps_exotic_dtypes(dtype_name: str) -> None:
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    response = PolicyResponse("env-0", x=torch.arange(3).to(dtype))
+    restored = pickle.loads(pickle.dumps(response, protocol=5))
+    assert restored.x.dtype == dtype
+    assert restored == response

@@ -372,3 +372,78 @@ def test_unbind_inverts_stack_for_any_structure(responses: list[PolicyResponse])
     stacked = PolicyResponse.stack(responses)
     assert stacked.env_ids == [r.env_id for r in responses]
     assert stacked.unbind() == responses
+
+
+# ------------------------------------------------------------------------ unusual input
+def test_stack_of_an_empty_list_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="at least one response"):
+        PolicyResponse.stack([])
+
+
+def test_stack_of_mixed_classes_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="one class"):
+        PolicyResponse.stack(
+            [PolicyResponse("a", action=1), MultiAgentPolicyResponse("b", action={"x": 1})]
+        )
+
+
+def test_stack_keeps_none_and_str_env_ids_in_order() -> None:
+    batch = PolicyResponse.stack([PolicyResponse("a", action=1), PolicyResponse(None, action=2)])
+    assert list(batch.env_ids) == ["a", None]
+    assert [r.env_id for r in batch.unbind()] == ["a", None]
+
+
+def test_stack_refuses_arrays_of_different_byte_order_naming_the_env() -> None:
+    with pytest.raises(ValueError, match=re.escape("field 'v' has dtype >i4 for env 'a'")):
+        PolicyResponse.stack(
+            [
+                PolicyResponse("a", v=np.arange(2, dtype=">i4")),
+                PolicyResponse("b", v=np.arange(2, dtype="<i4")),
+            ]
+        )
+
+
+def test_stack_of_a_stacked_response_is_refused() -> None:
+    batch = PolicyResponse.stack([PolicyResponse("a", action=1)])
+    with pytest.raises(ValueError, match="already has a field 'env_ids'"):
+        PolicyResponse.stack([batch, batch])
+
+
+def test_stack_of_a_self_referencing_field_is_a_value_error() -> None:
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    with pytest.raises(ValueError, match="'x'"):
+        PolicyResponse.stack([PolicyResponse("a", x=cycle), PolicyResponse("b", x=cycle)])
+
+
+def test_unbind_of_a_self_referencing_field_is_a_value_error() -> None:
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    with pytest.raises(ValueError, match="'x'"):
+        PolicyResponse(None, env_ids=["a"], x=cycle).unbind()
+
+
+def test_unbind_of_a_response_that_was_never_stacked_is_refused() -> None:
+    response = PolicyResponse("env-7", action=np.arange(3))
+    with pytest.raises(ValueError, match="env-7"):
+        response.unbind()
+
+
+def test_unbind_with_env_ids_of_the_wrong_length_names_the_field() -> None:
+    with pytest.raises(ValueError, match=re.escape("field 'x'")):
+        PolicyResponse(None, env_ids=["a", "b"], x=np.arange(3)).unbind()
+
+
+def test_unbind_with_non_str_env_ids_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="env_ids"):
+        PolicyResponse(None, env_ids=[1, 2], x=np.arange(2)).unbind()
+
+
+def test_multi_agent_stack_with_other_agents_names_the_field() -> None:
+    with pytest.raises(ValueError, match=re.escape("field 'action' has keys ['x']")):
+        MultiAgentPolicyResponse.stack(
+            [
+                MultiAgentPolicyResponse("a", action={"x": 1}),
+                MultiAgentPolicyResponse("b", action={"y": 1}),
+            ]
+        )

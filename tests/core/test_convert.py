@@ -1,14 +1,17 @@
-"""Regression tests for the conversion fast paths: ``numpy()``, ``cpu()``, ``to()``.
+"""Conversions of a response's fields: ``numpy()``, ``cpu()``, ``to()`` (``rlightning._convert``).
 
 Each fast path skips work a value does not need; these tests pin that it gives exactly what the
-general path gives, keeps objects that need no change as the very same objects, and still
-refuses bad input with the same errors.
+general path gives, keeps objects that need no change as the very same objects, keeps the
+container types (and their attributes) it rebuilds, and refuses bad input with an error naming
+the field, leaving the response unchanged.
 """
 
 from __future__ import annotations
 
 import collections
+import pickle
 import re
+from collections import namedtuple
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -269,3 +272,133 @@ def test_cpu_in_a_fresh_process_does_not_skip_tensors_before_the_type_is_cached(
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+# ---------------------------------------------------- unusual values and failed conversions
+def _self_referential_list() -> list[Any]:
+    cycle: list[Any] = [1]
+    cycle.append(cycle)
+    return cycle
+
+
+Base = namedtuple("Base", ["x", "y"])
+
+
+class _Tagged(Base):
+    """A namedtuple subclass with an extra instance attribute."""
+
+    tag: str
+
+    def __new__(cls, x: Any, y: Any, tag: str = "default") -> _Tagged:
+        self = super().__new__(cls, x, y)
+        self.tag = tag
+        return self
+
+
+@pytest.mark.torch
+def test_numpy_keeps_namedtuple_subclass_attributes() -> None:
+    response = PolicyResponse("env-0", v=_Tagged(torch.ones(2), 1, tag="important"))
+    try:
+        response.numpy()
+    except TypeError as exc:  # refusing, naming the field, is acceptable; dropping is not
+        refusal = str(exc)
+    else:
+        refusal = ""
+    if refusal:
+        assert "'v'" in refusal
+        return
+    assert isinstance(response.v.x, np.ndarray)
+    assert response.v.tag == "important"
+
+
+@pytest.mark.torch
+def test_conversions_on_self_referential_field() -> None:
+    for convert in ("numpy", "cpu"):
+        response = PolicyResponse("env-0", x=_self_referential_list())
+        try:
+            getattr(response, convert)()
+        except ValueError as exc:  # a clear error naming the field is acceptable
+            refusal = str(exc)
+        else:
+            refusal = ""
+        assert not refusal or "'x'" in refusal
+
+
+@pytest.mark.torch
+def test_failed_numpy_leaves_response_unchanged() -> None:
+    response = PolicyResponse("env-0", a=torch.ones(2), b=torch.zeros(3).to_sparse())
+    with pytest.raises(TypeError, match="'b'"):
+        response.numpy()
+    assert isinstance(response.a, torch.Tensor)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("kind", ["meta", "nested", "float4"])
+def test_numpy_unconvertible_tensor_is_type_error(kind: str) -> None:
+    if kind == "meta":
+        value = torch.zeros(3, device="meta")
+    elif kind == "nested":
+        value = torch.nested.nested_tensor([torch.zeros(2), torch.zeros(3)])
+    else:
+        if not hasattr(torch, "float4_e2m1fn_x2"):
+            pytest.skip("torch has no float4_e2m1fn_x2")
+        value = torch.zeros(3, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+    with pytest.raises(TypeError, match="'x'"):
+        PolicyResponse("env-0", x=value).numpy()
+
+
+@pytest.mark.torch
+def test_to_cuda_without_a_gpu_names_the_field() -> None:
+    if torch.cuda.is_available():  # a CPU-only build and a CUDA build without a GPU both refuse
+        pytest.skip("a GPU is visible, so moving to 'cuda' succeeds and there is no error to test")
+    response = PolicyResponse("env-0", x=torch.ones(2))
+    with pytest.raises(RuntimeError, match="'x'"):
+        response.to("cuda")
+
+
+@pytest.mark.torch
+def test_dict_and_list_subclasses_with_required_init_args_survive_numpy() -> None:
+
+    class Owned(dict[str, Any]):
+        def __init__(self, owner: str, **items: Any) -> None:
+            super().__init__(**items)
+            self.owner = owner
+
+    class Named(list[Any]):
+        def __init__(self, items: list[Any], name: str) -> None:
+            super().__init__(items)
+            self.name = name
+
+    response = PolicyResponse(
+        "env-0", d=Owned("me", t=torch.ones(2)), l=Named([torch.ones(1)], "n")
+    )
+    response.numpy()
+    assert type(response.d) is Owned and response.d.owner == "me"
+    assert isinstance(response.d["t"], np.ndarray)
+    assert type(response.l) is Named and response.l.name == "n"
+    assert isinstance(response.l[0], np.ndarray)
+
+
+@pytest.mark.torch
+def test_tensor_edge_cases_through_numpy_pickle_eq() -> None:
+    values = {
+        "grad": torch.ones(3, requires_grad=True) * 2,
+        "noncontig": torch.arange(12.0).reshape(3, 4).t(),
+        "expanded": torch.zeros(1).expand(5),
+        "conj": torch.tensor([1 + 1j]).conj(),
+        "bool": torch.tensor([True, False]),
+        "nan_bf16": torch.tensor([float("nan")], dtype=torch.bfloat16),
+        "empty": torch.zeros(0, 3),
+        "scalar": torch.tensor(1.5),
+    }
+    response = PolicyResponse("env-0", **values)
+    assert pickle.loads(pickle.dumps(response)) == response
+    response.numpy()
+    for name, tensor in values.items():
+        assert isinstance(getattr(response, name), np.ndarray), name
+        np.testing.assert_array_equal(
+            getattr(response, name),
+            tensor.detach().resolve_conj().float().numpy()
+            if tensor.dtype == torch.bfloat16
+            else tensor.detach().resolve_conj().numpy(),
+        )

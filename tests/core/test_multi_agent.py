@@ -1,0 +1,268 @@
+"""MultiAgentPolicyResponse (``rlightning.types._multi_agent``): per-agent fields by agent id.
+
+Construction and reserved names, ``make_example`` over a dict of spaces, ``for_agent`` (split one
+agent's response off) and ``from_agents`` (merge per-agent responses), with non-str agent ids.
+"""
+
+from __future__ import annotations
+
+import collections
+import pickle
+import re
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from rlightning import MultiAgentPolicyResponse, PolicyResponse
+
+_DISCRETE = gym.spaces.Discrete(4, start=1)
+_BOX = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+
+
+# ---------------------------------------------------------------- construction & reserved names
+def test_multi_agent_action_must_be_dict():
+    with pytest.raises(TypeError, match=re.escape("MultiAgentPolicyResponse needs action=")):
+        MultiAgentPolicyResponse("e")
+    with pytest.raises(
+        TypeError, match=re.escape("action must be a dict keyed by agent id, got list")
+    ):
+        MultiAgentPolicyResponse("e", action=[1, 2])
+    r = MultiAgentPolicyResponse("e", action={"a": 1})
+    with pytest.raises(TypeError, match="action must be a dict"):
+        r.action = np.array([1])
+
+
+def test_multi_agent_action_checks() -> None:
+    with pytest.raises(TypeError, match=re.escape("MultiAgentPolicyResponse needs action=")):
+        MultiAgentPolicyResponse("e", value=1)
+    with pytest.raises(TypeError, match=re.escape("must be a dict keyed by agent id, got list")):
+        MultiAgentPolicyResponse("e", action=[1, 2])
+    od = collections.OrderedDict(a=1)
+    assert MultiAgentPolicyResponse("e", action=od).action is od
+
+
+def test_multi_agent_reserved_names_include_its_members():
+    for name in ("for_agent", "from_agents", "agent_ids", "is_per_agent"):
+        with pytest.raises(ValueError, match=re.escape(repr(name))):
+            MultiAgentPolicyResponse("e", action={"a": 1}, **{name: 1})
+    # ... which the single-agent class does not reserve
+    assert PolicyResponse("e", agent_ids=[1]).agent_ids == [1]
+
+
+def test_reserved_names_include_members_of_subclasses() -> None:
+    with pytest.raises(ValueError, match=re.escape("'agent_ids' would shadow")):
+        MultiAgentPolicyResponse("e", action={"a": 1}, agent_ids=[1])
+
+
+def test_multi_agent_reserved_names_and_bad_action_assignment() -> None:
+    with pytest.raises(ValueError, match="agent_ids"):
+        MultiAgentPolicyResponse("env-0", action={"a": 1}, agent_ids=["a"])
+    response = MultiAgentPolicyResponse("env-0", action={"a": 1})
+    with pytest.raises(ValueError, match="agent_ids"):
+        response.agent_ids = ["b"]  # type: ignore[misc]
+    with pytest.raises(TypeError, match="dict keyed by agent id"):
+        response.action = [1]
+    assert response.agent_ids == ["a"]
+
+
+# ---------------------------------------------------------------- make_example
+def test_multi_agent_make_example():
+    spaces = {"a": _DISCRETE, "b": _BOX}
+    r = MultiAgentPolicyResponse.make_example(spaces, "e", value={"a": 1.0, "b": 2.0})
+    assert type(r) is MultiAgentPolicyResponse
+    assert r.agent_ids == ["a", "b"]
+    assert all(spaces[a].contains(r.action[a]) for a in spaces)
+    assert MultiAgentPolicyResponse.make_example(spaces).env_id is None
+
+
+def test_multi_agent_make_example_errors():
+    with pytest.raises(TypeError, match=re.escape("action_spaces must be a dict")):
+        MultiAgentPolicyResponse.make_example([_BOX])
+    with pytest.raises(ValueError, match=re.escape("action_spaces is empty")):
+        MultiAgentPolicyResponse.make_example({})
+    with pytest.raises(TypeError, match=re.escape("action_spaces['b'] must be a gymnasium.Space")):
+        MultiAgentPolicyResponse.make_example({"a": _BOX, "b": "Box"})
+
+
+# ---------------------------------------------------------------- for_agent
+def test_for_agent_splits_per_agent_fields_and_shares_the_rest():
+    shared = np.arange(4)
+    r = MultiAgentPolicyResponse(
+        "e",
+        action={"a": 1, "b": 2},
+        log_prob={"a": -0.1, "b": -0.2},
+        team={"red": 1},  # a dict, but not keyed by the agents: shared
+        shared=shared,
+        ts_env_sent_ns=7,
+    )
+    a = r.for_agent("a")
+    assert type(a) is PolicyResponse
+    assert a == PolicyResponse(
+        "e", action=1, log_prob=-0.1, team={"red": 1}, shared=shared, ts_env_sent_ns=7
+    )
+    assert a.shared is shared
+    assert r.is_per_agent("log_prob") and r.is_per_agent("action")
+    assert not r.is_per_agent("team") and not r.is_per_agent("shared")
+    with pytest.raises(
+        KeyError, match=re.escape("agent 'c' has no action in this response; agents: ['a', 'b']")
+    ):
+        r.for_agent("c")
+    with pytest.raises(KeyError, match="has no field 'nope'"):
+        r.is_per_agent("nope")
+
+
+def test_for_agent_unhashable_id_is_a_clear_error() -> None:
+    response = MultiAgentPolicyResponse("env-0", action={"a": 1, "b": 2})
+    with pytest.raises((TypeError, KeyError), match="agent"):
+        response.for_agent(["a"])
+
+
+# ---------------------------------------------------------------- from_agents
+def test_from_agents_is_inverse_of_for_agent():
+    shared = np.arange(4)
+    r = MultiAgentPolicyResponse(
+        "e",
+        action={"a": 1, "b": 2},
+        value={"a": 0.1, "b": 0.2},
+        shared=shared,
+        ts_env_sent_ns=10**12,
+    )
+    parts = {agent: r.for_agent(agent) for agent in r.agent_ids}
+    back = MultiAgentPolicyResponse.from_agents("e", parts, shared=["shared"])
+    assert back == r
+    assert back.shared is shared
+    assert back.ts_env_sent_ns == 10**12  # stamps are shared whenever they are equal
+    # without shared=, the field is per-agent: every agent keeps its own entry
+    per_agent = MultiAgentPolicyResponse.from_agents("e", parts)
+    assert per_agent.is_per_agent("shared")
+    assert per_agent.for_agent("b") == parts["b"]
+
+
+def test_from_agents_makes_every_unshared_field_per_agent():
+    parts = {"x": PolicyResponse(None, action=0, v=1.5), "y": PolicyResponse(None, action=0, v=1.5)}
+    r = MultiAgentPolicyResponse.from_agents("e", parts)
+    assert r.action == {"x": 0, "y": 0}  # action is always per-agent
+    assert r.v == {"x": 1.5, "y": 1.5}
+    assert r.env_id == "e"
+    assert MultiAgentPolicyResponse.from_agents("e", parts, shared="v").v == 1.5
+
+
+def test_from_agents_errors():
+    with pytest.raises(ValueError, match="responses is empty"):
+        MultiAgentPolicyResponse.from_agents("e", {})
+    with pytest.raises(TypeError, match="responses must be a mapping"):
+        MultiAgentPolicyResponse.from_agents("e", [PolicyResponse("e", action=1)])
+    with pytest.raises(
+        TypeError,
+        match=re.escape("response for agent 'a' must be a single-agent PolicyResponse, got int"),
+    ):
+        MultiAgentPolicyResponse.from_agents("e", {"a": 1})
+    with pytest.raises(
+        ValueError,
+        match=re.escape("response for agent 'a' has env_id='other', expected 'e' or None"),
+    ):
+        MultiAgentPolicyResponse.from_agents("e", {"a": PolicyResponse("other", action=1)})
+    parts = {"a": PolicyResponse("e", action=1, v=1), "b": PolicyResponse("e", action=1)}
+    with pytest.raises(ValueError, match=re.escape("field 'v' is missing for agent(s) ['b']")):
+        MultiAgentPolicyResponse.from_agents("e", parts)
+    with pytest.raises(ValueError, match=re.escape("no response has an action; agents: ['a']")):
+        MultiAgentPolicyResponse.from_agents("e", {"a": PolicyResponse("e", v=1)})
+    two = {"a": PolicyResponse("e", action=1, v=1), "b": PolicyResponse("e", action=2, v=2)}
+    with pytest.raises(
+        ValueError,
+        match=re.escape("shared field 'v' differs between agents: agent(s) ['b'] differ"),
+    ):
+        MultiAgentPolicyResponse.from_agents("e", two, shared=["v"])
+    with pytest.raises(ValueError, match=re.escape("shared names 'action'")):
+        MultiAgentPolicyResponse.from_agents("e", two, shared=["action"])
+    with pytest.raises(ValueError, match=re.escape("shared names field(s) ['w'] that no agent")):
+        MultiAgentPolicyResponse.from_agents("e", two, shared=["w"])
+    stamped = {
+        "a": PolicyResponse("e", action=1, ts_policy_sent_ns=10),
+        "b": PolicyResponse("e", action=1, ts_policy_sent_ns=11),
+    }
+    with pytest.raises(ValueError, match=re.escape("shared field 'ts_policy_sent_ns' differs")):
+        MultiAgentPolicyResponse.from_agents("e", stamped)
+
+
+def test_from_agents_keeps_timing_stamps_usable() -> None:
+    sent = time.time_ns()
+    # Each agent's response carries the same stamp, as distinct int objects (as after a transport).
+    responses = {
+        agent: PolicyResponse(
+            "env-0",
+            action=i,
+            ts_env_sent_ns=int(str(sent)),
+            ts_policy_sent_ns=int(str(sent + 10**9)),
+        )
+        for i, agent in enumerate(["a", "b"])
+    }
+    merged = MultiAgentPolicyResponse.from_agents("env-0", responses)
+    assert merged.compute_sent_latency(sent + 2 * 10**9) == pytest.approx(2.0)
+    assert merged.compute_policy_latency(sent + 2 * 10**9) == pytest.approx(1.0)
+
+
+def test_from_agents_structure_does_not_depend_on_int_identity() -> None:
+    literal = MultiAgentPolicyResponse.from_agents(
+        "env-0",
+        {
+            "a": PolicyResponse(None, action=0, value=300),
+            "b": PolicyResponse(None, action=1, value=300),
+        },
+    )
+    computed = MultiAgentPolicyResponse.from_agents(
+        "env-0",
+        {
+            "a": PolicyResponse(None, action=0, value=int("300")),
+            "b": PolicyResponse(None, action=1, value=int("300")),
+        },
+    )
+    assert literal == computed
+
+
+def test_from_agents_round_trip_with_shared_agent_keyed_dict() -> None:
+    scores = {"a": 1.0, "b": 2.0}  # the same object in both agents' responses: a shared field
+    responses = {
+        "a": PolicyResponse("env-0", action=0, scores=scores),
+        "b": PolicyResponse("env-0", action=1, scores=scores),
+    }
+    try:
+        merged = MultiAgentPolicyResponse.from_agents("env-0", responses)
+    except ValueError as exc:  # refusing the ambiguity, naming the field, is acceptable too
+        refusal = str(exc)
+    else:
+        refusal = ""
+    if refusal:
+        assert "scores" in refusal
+        return
+    assert merged.for_agent("a") == responses["a"]
+    assert merged.for_agent("b") == responses["b"]
+
+
+def test_from_agents_refuses_multi_agent_responses() -> None:
+    inner = MultiAgentPolicyResponse("env-0", action={"x": 1})
+    with pytest.raises(TypeError, match="'a'"):
+        MultiAgentPolicyResponse.from_agents("env-0", {"a": inner})
+
+
+def test_from_agents_error_messages_are_accurate() -> None:
+    with pytest.raises(ValueError, match="action") as missing:
+        MultiAgentPolicyResponse.from_agents(
+            "env-0", {"a": PolicyResponse(None, x=1), "b": PolicyResponse(None, x=2)}
+        )
+    assert "action" in str(missing.value)
+    assert "present for others" not in str(missing.value)
+    with pytest.raises(ValueError, match="env-1") as env:
+        MultiAgentPolicyResponse.from_agents(None, {"a": PolicyResponse("env-1", action=1)})
+    assert "'env-1'" in str(env.value)
+    assert "None (or None)" not in str(env.value)
+
+
+def test_non_string_agent_ids_round_trip() -> None:
+    responses = {0: PolicyResponse(None, action=1), ("team", 1): PolicyResponse(None, action=2)}
+    merged = MultiAgentPolicyResponse.from_agents("env-0", responses)
+    assert merged.agent_ids == [0, ("team", 1)]
+    assert merged.for_agent(("team", 1)).action == 2
+    assert pickle.loads(pickle.dumps(merged)) == merged
