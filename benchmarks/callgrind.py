@@ -31,6 +31,7 @@ Usage (from the repository root)::
     python -m benchmarks.callgrind                    # R=300, n_envs 1 and 64, with the profile
     python -m benchmarks.callgrind --smoke            # R=5, n_envs=1: the code path, seconds
     python -m benchmarks.callgrind --merge benchmarks/results.json   # and re-render the docs
+    python -m benchmarks.callgrind --section counts.json --merge benchmarks/results.json
 
 Without valgrind the full mode stops with an error saying how to install it; ``--smoke`` then
 runs the worker without valgrind (every region, no counts) so the code path is still tested.
@@ -100,11 +101,20 @@ def _loop(call: Callable[[Any], object], obs: Any, calls: int) -> None:
         call(obs)
 
 
-def _region(call: Callable[[Any], object], obs: Any, calls: int) -> None:
+def _region(call: Callable[[Any], object], obs: Any, calls: int, counted: bool = True) -> None:
+    """One region: ``calls`` calls of ``call(obs)``, then a dump.
+
+    ``counted`` runs the whole loop inside the toggle marker; otherwise only what runs inside a
+    marker of its own (a wrapped function, see :func:`_counted`) is counted. The markers toggle,
+    so a marker inside a counted loop would switch counting off.
+    """
     gc.collect()
     gc.disable()
     try:
-        operator.call(_loop, call, obs, calls)
+        if counted:
+            operator.call(_loop, call, obs, calls)
+        else:
+            _loop(call, obs, calls)
     finally:
         gc.enable()
     _dump()
@@ -234,7 +244,8 @@ def worker(n_envs: int, calls: int, profile_steps: int, out: Path, instr_on: boo
     each round (2), kind and implementation, a loop of ``calls`` calls and a loop of 0 calls;
     then, when ``profile_steps`` > 0, a calibration region (``profile_steps`` x 50 calls of an
     empty function through the wrapper) and one region of ``profile_steps`` adapter calls per
-    rlightning function per kind.
+    rlightning function per kind, each after a ``"warm-up"`` region (calls through the
+    wrapper, which are counted) that the driver leaves out.
     """
     import torch
 
@@ -272,11 +283,13 @@ def worker(n_envs: int, calls: int, profile_steps: int, out: Path, instr_on: boo
 
         def empties(_obs: Any) -> None:
             for _ in range(n_empty):
-                empty(_obs, n_envs, key=None)
+                empty(_obs, n_envs)  # positional, as the adapter's own calls mostly are
 
-        empties(obs)
+        empties(obs)  # warm-up: counted, so it gets a region of its own (left out)
+        _dump()
+        regions.append({"role": "warm-up"})
         tally[0] = 0
-        _region(empties, obs, 1)
+        _region(empties, obs, 1, counted=False)
         regions.append({"role": "calibration", "wrapped_calls": tally[0]})
         for kind in KINDS:
             for code, per_call in sorted(found[kind].items(), key=lambda kv: _function_name(kv[0])):
@@ -300,8 +313,10 @@ def worker(n_envs: int, calls: int, profile_steps: int, out: Path, instr_on: boo
 
                     for _ in range(5):
                         step(obs)
+                    _dump()  # the warm-up ran inside the wrapper: counted, left out
+                    regions.append({"role": "warm-up"})
                     tally[0] = 0
-                    _region(step, obs, profile_steps)
+                    _region(step, obs, profile_steps, counted=False)
                 entry.update(bindings=bindings, wrapped_calls=tally[0])
                 regions.append(entry)
     out.write_text(json.dumps({"n_envs": n_envs, "calls": calls, "regions": regions}))
@@ -427,16 +442,19 @@ def summarise(payload: dict[str, Any]) -> dict[str, Any]:
                 )
             else:
                 rounds = _per_call(regions, kind, impl, calls)
+                # Two counts of the same work differ a little (the allocators' state: pymalloc's
+                # pools, glibc's malloc_consolidate): the figure is their mean.
+                mean = sum(rounds) / len(rounds)
                 row.update(
                     status="ok",
-                    ir_per_call=rounds[0],
+                    ir_per_call=mean,
                     ir_per_call_rounds=rounds,
-                    ir_spread=abs(rounds[1] - rounds[0]) / rounds[0],
+                    ir_spread=abs(rounds[1] - rounds[0]) / mean,
                 )
                 if impl == "floor":
-                    floors[kind] = rounds[0]
+                    floors[kind] = mean
                 else:
-                    row["overhead"] = rounds[0] / floors[kind] - 1.0
+                    row["overhead"] = mean / floors[kind] - 1.0
                     row["overhead_rounds"] = [
                         a / b - 1.0
                         for a, b in zip(
@@ -585,6 +603,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write the instructions section here (JSON)")
     parser.add_argument("--merge", type=Path, help="results file to merge into (and render)")
     parser.add_argument("--keep", type=Path, help="keep the round-0 callgrind files here")
+    parser.add_argument(
+        "--section", type=Path, help="merge this --out file instead of counting again"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--calls", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--profile-steps", type=int, default=0, help=argparse.SUPPRESS)
@@ -594,11 +615,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker(args.n_envs[0], args.calls, args.profile_steps, args.regions, args.instr_on)
         return 0
-    try:
-        section = measure(args.smoke, tuple(args.n_envs) if args.n_envs else None, args.keep)
-    except RuntimeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    if args.section is not None:
+        section = json.loads(args.section.read_text())
+    else:
+        try:
+            section = measure(args.smoke, tuple(args.n_envs) if args.n_envs else None, args.keep)
+        except RuntimeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
     print_instructions(section)
     if args.out is not None:
         args.out.write_text(json.dumps(section, indent=1) + "\n")
