@@ -41,6 +41,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -135,16 +136,21 @@ def _sources() -> dict[str, str]:
             continue
         path = Path(str(module.__file__)).resolve()
         folder = path.parent
-        git = ["git", "-C", str(folder)]
-        head = subprocess.run(
-            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-        )
-        dirty = subprocess.run(
-            [*git, "status", "--porcelain", "--", "."], capture_output=True, text=True, check=False
-        )
-        commit = head.stdout.strip()
-        if commit and dirty.stdout.strip():
-            commit += "+dirty"
+        commit = ""
+        if shutil.which("git") is not None:  # without git the page names no commit
+            git = ["git", "-C", str(folder)]
+            head = subprocess.run(
+                [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+            )
+            dirty = subprocess.run(
+                [*git, "status", "--porcelain", "--", "."],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            commit = head.stdout.strip()
+            if commit and dirty.stdout.strip():
+                commit += "+dirty"
         where = portable_path(path.parent)
         out[name] = f"{where} @ {commit}" if commit else where
     return out
