@@ -117,6 +117,108 @@ def _model(n_envs: int) -> Any:
     return _MODELS[n_envs]
 
 
+def sb3_observation(n_envs: int) -> Any:
+    """The observation batch item 6 feeds every implementation: ``(n_envs, 4)`` float32.
+
+    Args:
+        n_envs: Number of envs (rows).
+
+    Returns:
+        Rows sampled from the model's observation space, seeded (the same batch every time).
+    """
+    space = _model(n_envs).observation_space
+    space.seed(0)
+    return np.stack([space.sample() for _ in range(n_envs)])
+
+
+def sb3_call(kind: str, impl: str, n_envs: int) -> Callable[[Any], object]:
+    """One step of item 6 for ``impl``: a function of the observation batch.
+
+    The timed rows (:func:`adapter_benches`) and the instruction counts
+    (``benchmarks.callgrind``) call these same functions, so both measure the same work.
+
+    Args:
+        kind: ``"predict"`` or ``"act"``.
+        impl: ``"floor"`` (``model.predict``, or one step of SB3's ``collect_rollouts`` for
+            ``act``), ``"bare_batch"`` (``act`` only) or ``"rlightning"``.
+        n_envs: Number of envs of the CartPole PPO model (built once per ``n_envs``).
+
+    Returns:
+        ``call(obs)`` doing one step on a ``(n_envs, 4)`` batch.
+
+    Raises:
+        ImportError: stable-baselines3 or rlightning_sb3 is not importable.
+    """
+    import torch
+    from gymnasium import spaces
+    from stable_baselines3.common.utils import obs_as_tensor
+
+    model = _model(n_envs)
+    env_ids = [f"env-{i}" for i in range(n_envs)]
+    policy, device, action_space = model.policy, model.device, model.action_space
+    if impl == "floor" and kind == "predict":
+
+        def call(o: Any) -> object:
+            return model.predict(o, deterministic=False)
+
+    elif impl == "floor":
+
+        def call(o: Any) -> object:
+            # One step of OnPolicyAlgorithm.collect_rollouts, less env.step and the buffer.
+            with torch.no_grad():
+                actions, _values, _log_probs = policy(obs_as_tensor(o, device))
+            actions = actions.cpu().numpy()
+            clipped_actions = actions
+            if isinstance(action_space, spaces.Box):
+                if policy.squash_output:
+                    clipped_actions = policy.unscale_action(clipped_actions)
+                else:
+                    clipped_actions = np.clip(actions, action_space.low, action_space.high)
+            if isinstance(action_space, spaces.Discrete):
+                actions = actions.reshape(-1, 1)
+            return clipped_actions, actions
+
+    elif impl == "bare_batch":
+        # Not an anchor: the act floor plus the least an adapter answering with responses must
+        # do -- one stacked PolicyResponse (env ids, actions, buffer actions, values, log-probs,
+        # episode starts) wrapped in a ResponseBatch -- with no input checked. The structural
+        # floor of act's contract, to show what is left for the checks.
+        from rlightning import PerEnv, PolicyResponse, ResponseBatch
+
+        def call(o: Any) -> object:
+            with torch.no_grad():
+                actions, values, log_probs = policy(obs_as_tensor(o, device))
+            actions = actions.cpu().numpy()
+            if isinstance(action_space, spaces.Box):
+                np.clip(actions, action_space.low, action_space.high)
+            buffer = (
+                actions.reshape(-1, 1) if isinstance(action_space, spaces.Discrete) else actions
+            )
+            return ResponseBatch.trusted(
+                PolicyResponse(
+                    None,
+                    env_ids=list(env_ids),
+                    action=actions,
+                    buffer_action=buffer,
+                    value=values.flatten(),
+                    log_prob=log_probs,
+                    episode_start=PerEnv([False] * n_envs),
+                )
+            )
+
+    elif impl == "rlightning":
+        from rlightning_sb3 import SB3PolicyAdapter
+
+        method = getattr(SB3PolicyAdapter(model), kind)
+
+        def call(o: Any) -> object:
+            return method(o, env_ids)
+
+    else:
+        raise ValueError(f"no item-6 implementation {impl!r} for {kind!r}")
+    return call
+
+
 def _sb3_bench(case: str, impl: str) -> Bench:
     kind, n_part = case.split(".", 1)[1].split("_n")
     n_envs = int(n_part)
@@ -126,84 +228,14 @@ def _sb3_bench(case: str, impl: str) -> Bench:
         if reason is not None:
             return skipped(case, impl, reason)
     try:
-        model = _model(n_envs)
+        call = sb3_call(kind, impl, n_envs)
+        obs = sb3_observation(n_envs)
     except ImportError as exc:
         return skipped(case, impl, f"stable-baselines3 is not importable here ({exc})")
-    import torch
-    from stable_baselines3.common.utils import obs_as_tensor
 
-    space = model.observation_space
-    space.seed(0)
-    obs = np.stack([space.sample() for _ in range(n_envs)])
-    env_ids = [f"env-{i}" for i in range(n_envs)]
-    run: Callable[[list[Any]], None]
-    if impl == "floor" and kind == "predict":
-
-        def run(items: list[Any]) -> None:
-            for o in items:
-                model.predict(o, deterministic=False)
-
-    elif impl == "floor":
-        from gymnasium import spaces
-
-        policy, device, action_space = model.policy, model.device, model.action_space
-
-        def run(items: list[Any]) -> None:
-            # One step of OnPolicyAlgorithm.collect_rollouts, less env.step and the buffer.
-            for o in items:
-                with torch.no_grad():
-                    actions, _values, _log_probs = policy(obs_as_tensor(o, device))
-                actions = actions.cpu().numpy()
-                if isinstance(action_space, spaces.Box):
-                    if policy.squash_output:
-                        policy.unscale_action(actions)
-                    else:
-                        np.clip(actions, action_space.low, action_space.high)
-                if isinstance(action_space, spaces.Discrete):
-                    actions = actions.reshape(-1, 1)
-
-    elif impl == "bare_batch":
-        # Not an anchor: the act floor plus the least an adapter answering with responses must
-        # do -- one stacked PolicyResponse (env ids, actions, buffer actions, values, log-probs,
-        # episode starts) wrapped in a ResponseBatch -- with no input checked. The structural
-        # floor of act's contract, to show what is left for the checks.
-        from gymnasium import spaces
-
-        from rlightning import PerEnv, PolicyResponse, ResponseBatch
-
-        policy, device, action_space = model.policy, model.device, model.action_space
-
-        def run(items: list[Any]) -> None:
-            for o in items:
-                with torch.no_grad():
-                    actions, values, log_probs = policy(obs_as_tensor(o, device))
-                actions = actions.cpu().numpy()
-                if isinstance(action_space, spaces.Box):
-                    np.clip(actions, action_space.low, action_space.high)
-                buffer = (
-                    actions.reshape(-1, 1) if isinstance(action_space, spaces.Discrete) else actions
-                )
-                ResponseBatch.trusted(
-                    PolicyResponse(
-                        None,
-                        env_ids=list(env_ids),
-                        action=actions,
-                        buffer_action=buffer,
-                        value=values.flatten(),
-                        log_prob=log_probs,
-                        episode_start=PerEnv([False] * n_envs),
-                    )
-                )
-
-    else:
-        from rlightning_sb3 import SB3PolicyAdapter
-
-        adapter = SB3PolicyAdapter(model)
-        method = getattr(adapter, kind)
-
-        def run(items: list[Any]) -> None:
-            for o in items:
-                method(o, env_ids)
+    def run(items: list[Any]) -> None:
+        for o in items:
+            call(o)
 
     return Bench(case=case, impl=impl, prepare=lambda n: [obs] * n, run=run, max_n=5_000)
 

@@ -98,7 +98,7 @@ CASE_IMPLS: dict[str, tuple[str, ...]] = {
     "1.build": ("floor", "dict", "py_init", "rlightning", "tensordict", "batch"),
     "2.numpy": ("floor", "rlightning", "tensordict", "batch"),
     "2.cpu": ("floor", "rlightning", "tensordict", "batch"),
-    "3.build": ("floor", "rlightning", "tensordict", "batch"),
+    "3.build": ("floor", "py_init", "rlightning", "tensordict", "batch"),
     "3.numpy": ("floor", "rlightning", "pytree", "tensordict", "batch"),
     "3.cpu": ("floor", "rlightning", "pytree", "tensordict", "batch"),
     "4.cpu": ("floor", "rlightning"),

@@ -71,7 +71,7 @@ def _fmt_target_value(target: dict[str, Any]) -> str:
 def _fmt_limit(target: dict[str, Any]) -> str:
     unit, limit = target["unit"], target["limit"]
     if unit == "fraction":
-        return f"{limit:.0%}"
+        return f"{limit * 100:g}%"
     if unit == "bytes":
         return f"{limit:.0f} B"
     if unit == "x":
@@ -99,6 +99,11 @@ def print_summary(results: dict[str, Any]) -> None:
             f"{row['case']:<24} {_label(row):<36} {fmt_time(row['median_s']):>10}{per} "
             f"{_fmt_ratio(ratio):>8}"
         )
+    if results.get("instructions"):
+        from benchmarks.callgrind import print_instructions
+
+        print("\ninstructions (callgrind):")
+        print_instructions(results["instructions"])
     print("\ntargets:")
     for target in results.get("targets", []):
         print(
@@ -224,6 +229,68 @@ def before_after_table(results: dict[str, Any], baseline: dict[str, Any] | None)
     return "\n".join(lines)
 
 
+def instruction_tables(section: dict[str, Any] | None) -> str:
+    """Item 6's instruction counts (callgrind) and where the adapter's instructions go."""
+    if not section:
+        return (
+            "Instruction counts: not measured in this run (`python -m benchmarks.run "
+            "--callgrind`, or `python -m benchmarks.callgrind --merge benchmarks/results.json`, "
+            "needs valgrind)."
+        )
+    meta = section["meta"]
+    lines = [
+        f"Instructions per call, counted with callgrind ({meta.get('valgrind') or 'no valgrind'}, "
+        f"Python {meta['python']}, {meta['date_utc']}, {meta['mode']} mode): a loop of "
+        f"{meta['calls']} calls minus the same loop of 0 calls, over {meta['calls']}; each "
+        'region counted twice, the figure is the mean of the two ("spread": how far the two '
+        "counts differ; the allocators' state moves them a little).",
+        "",
+        "| case | implementation | instructions per call | over the floor | each round | spread |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for row in section["rows"]:
+        label = IMPL_LABELS.get(row["impl"], row["impl"])
+        if row["status"] != "ok":
+            lines.append(f"| `{row['case']}` | {label} | skipped: {row['reason']} | | | |")
+            continue
+        over = f"{row['overhead']:+.2%}" if "overhead" in row else ""
+        rounds = " / ".join(f"{v:+.2%}" for v in row.get("overhead_rounds", []))
+        lines.append(
+            f"| `{row['case']}` | {label} | {row['ir_per_call']:,.0f} | {over} | {rounds} | "
+            f"{row['ir_spread']:.3%} |"
+        )
+    profile = [e for e in section.get("profile", []) if e["status"] == "ok"]
+    if profile:
+        lines += [
+            "",
+            "Where the adapter's instructions go: each rlightning function one adapter call runs,"
+            " counted alone with its callees (inclusive), per adapter call, and as a share of the"
+            f" floor's instructions ({meta['profile_steps']} adapter calls per function; the "
+            "public method's own row is the whole call). The forward pass itself sits inside the "
+            "function that calls it. The cost of the wrapper that isolates a function is measured "
+            "on an empty function and subtracted; values within a few hundred instructions of zero "
+            "are below that resolution.",
+            "",
+            "| kind | n_envs | function | calls per step | instructions per step | of the floor |",
+            "|---|---:|---|---:|---:|---:|",
+        ]
+        for e in profile:
+            lines.append(
+                f"| {e['kind']} | {e['n_envs']} | `{e['function']}` | "
+                f"{e['wrapped_calls_per_step']:g} | {e['ir_per_step']:,.0f} | "
+                f"{e['of_floor']:.2%} |"
+            )
+    missing = [e for e in section.get("profile", []) if e["status"] != "ok"]
+    if missing:
+        lines += [
+            "",
+            "Not measured (no binding to wrap): "
+            + ", ".join(f"`{e['function']}` ({e['kind']})" for e in missing)
+            + ".",
+        ]
+    return "\n".join(lines)
+
+
 def write_docs(results: dict[str, Any], docs: Path, baseline: dict[str, Any] | None = None) -> None:
     """Write ``performance.md`` and ``performance.png`` into ``docs``.
 
@@ -238,6 +305,7 @@ def write_docs(results: dict[str, Any], docs: Path, baseline: dict[str, Any] | N
     docs.mkdir(parents=True, exist_ok=True)
     write_chart(results, docs / "performance.png")
     tables = {item: "\n".join(_results_table(results["rows"], item)) for item in ITEM_TITLES}
+    tables[6] += "\n\n" + instruction_tables(results.get("instructions"))
     targets = ["| item | case | target | limit | measured | met |", "|---|---|---|---:|---:|---|"]
     for t in results.get("targets", []):
         targets.append(

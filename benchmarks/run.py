@@ -5,6 +5,8 @@ Usage (from the repository root)::
     python -m benchmarks.run                     # full run: results.json, docs page and chart
     python -m benchmarks.run --smoke --out X     # seconds: every row, few repeats, no docs
     python -m benchmarks.run --render-only       # rewrite the docs from benchmarks/results.json
+    python -m benchmarks.run --callgrind         # also item 6's instruction counts (valgrind)
+    python -m benchmarks.run --cases 1.build --update   # re-measure cases into results.json
     python -m benchmarks.run --anchor-python /path/to/venv/bin/python
 
 Anchors whose library is not importable in this interpreter (Tianshou's ``Batch`` pins its own
@@ -16,8 +18,19 @@ were skipped. (Tianshou 2.0.1 installs beside gymnasium 1.4, so one environment 
 installed measures all rows in one process; ``benchmarks/requirements-anchors.txt`` makes a
 separate anchor environment where that is not so.)
 
+``--callgrind`` adds item 6's instruction counts (``benchmarks.callgrind``: valgrind's
+callgrind, adapter overhead over the floor in instructions, and where it goes); it stops with an
+error when valgrind is not installed. ``--update`` re-measures only ``--cases`` and replaces
+their rows in the existing results file (the page then says which rows were re-measured when).
+Targets are evaluated again from the rows whenever the page is written, so ``--render-only``
+shows the current targets.
+
+Paths written into the results file and the page are relative to the repository (a path outside
+it is shortened to its last parts).
+
 Exit status: 0, or 1 when a row the results must have is missing (every case and
-implementation has a row, measured or saying why it was skipped).
+implementation has a row, measured or saying why it was skipped), or valgrind is missing for
+``--callgrind``.
 """
 
 from __future__ import annotations
@@ -28,6 +41,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -90,6 +104,26 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def portable_path(path: str | Path) -> str:
+    """``path`` relative to the repository, or its last parts when outside it (no absolute path).
+
+    A path under ``site-packages`` keeps what follows ``site-packages``; a path into another
+    checkout of this repository keeps its part inside the repository; any other keeps its last
+    two parts (``bin/python3.11``).
+    """
+    resolved = Path(path).resolve() if Path(path).exists() else Path(path)
+    with contextlib.suppress(ValueError):
+        return resolved.relative_to(ROOT).as_posix() or "."
+    parts = resolved.parts
+    if "site-packages" in parts:
+        return "site-packages/" + "/".join(parts[parts.index("site-packages") + 1 :])
+    for i in range(1, len(parts) - 1):  # another checkout of this repository: its inner path
+        inner = Path(*parts[i:])
+        if len(inner.parts) > 1 and (ROOT / inner).exists():
+            return inner.as_posix()
+    return "/".join(parts[-2:])
+
+
 def _sources() -> dict[str, str]:
     """Where each rlightning package was imported from, with its git commit (and "+dirty")."""
     import importlib
@@ -102,17 +136,23 @@ def _sources() -> dict[str, str]:
             continue
         path = Path(str(module.__file__)).resolve()
         folder = path.parent
-        git = ["git", "-C", str(folder)]
-        head = subprocess.run(
-            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-        )
-        dirty = subprocess.run(
-            [*git, "status", "--porcelain", "--", "."], capture_output=True, text=True, check=False
-        )
-        commit = head.stdout.strip()
-        if commit and dirty.stdout.strip():
-            commit += "+dirty"
-        out[name] = f"{path.parent} @ {commit}" if commit else str(path.parent)
+        commit = ""
+        if shutil.which("git") is not None:  # without git the page names no commit
+            git = ["git", "-C", str(folder)]
+            head = subprocess.run(
+                [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+            )
+            dirty = subprocess.run(
+                [*git, "status", "--porcelain", "--", "."],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            commit = head.stdout.strip()
+            if commit and dirty.stdout.strip():
+                commit += "+dirty"
+        where = portable_path(path.parent)
+        out[name] = f"{where} @ {commit}" if commit else where
     return out
 
 
@@ -207,6 +247,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     delegated.setdefault(case, set()).add(impl)
 
     started = time.time()
+    instructions = None
+    if args.callgrind and not args.rows_json:
+        from benchmarks import callgrind
+
+        instructions = callgrind.measure(smoke=args.smoke)  # first: fails fast without valgrind
+        callgrind.print_instructions(instructions)
     rows = measure_cases(cases, impls, repeats, target_s, process)
     anchor_meta: dict[str, Any] | None = None
     if delegated:
@@ -232,21 +278,60 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "gpu": gpu_name(),
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
-        "executable": sys.executable,
+        "executable": portable_path(sys.executable),
         "versions": _versions(),
         "sources": _sources(),
         "openblas_env": {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS")},
-        "command": "python -m benchmarks.run " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.run "
+        + " ".join(portable_path(a) if os.path.isabs(a) else a for a in sys.argv[1:]),
     }
     if args.note:
         meta["note"] = args.note
     if anchor_meta is not None:
         meta["anchor_process"] = anchor_meta
     results: dict[str, Any] = {"meta": meta, "rows": rows}
+    if instructions is not None:
+        results["instructions"] = instructions
     if not args.rows_json:
         from benchmarks.targets import evaluate
 
-        results["targets"] = evaluate(rows)
+        results["targets"] = evaluate(rows, instructions)
+    return results
+
+
+def _updated(
+    previous: dict[str, Any], fresh: dict[str, Any], args: argparse.Namespace
+) -> dict[str, Any]:
+    """``previous`` with the rows of the cases in ``fresh`` replaced (and its instructions)."""
+    cases = {row["case"] for row in fresh["rows"]}
+    kept = [row for row in previous["rows"] if row["case"] not in cases]
+    order = {case: i for i, case in enumerate(_specs())}
+    rows = sorted(kept + fresh["rows"], key=lambda r: order.get(r["case"], len(order)))
+    meta = dict(previous["meta"])
+    updates = list(meta.get("updates", []))
+    updates.append(
+        {
+            "date_utc": fresh["meta"]["date_utc"],
+            "cases": sorted(cases, key=lambda c: order.get(c, len(order))),
+            "command": fresh["meta"]["command"],
+            "sources": fresh["meta"]["sources"],
+            "instructions": "instructions" in fresh,
+        }
+    )
+    meta["updates"] = updates
+    meta["executable"] = portable_path(meta["executable"])
+    if "anchor_process" in meta:
+        anchors = dict(meta["anchor_process"])
+        anchors["executable"] = portable_path(anchors["executable"])
+        meta["anchor_process"] = anchors
+    meta["sources"] = {
+        name: portable_path(where.split(" @ ")[0])
+        + (f" @ {where.split(' @ ')[1]}" if " @ " in where else "")
+        for name, where in meta.get("sources", {}).items()
+    }
+    results = {**previous, "meta": meta, "rows": rows}
+    if "instructions" in fresh:
+        results["instructions"] = fresh["instructions"]
     return results
 
 
@@ -275,22 +360,42 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="measure nothing: rewrite the docs page and chart from the --out results file",
     )
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="also count item 6's instructions with valgrind's callgrind (needs valgrind)",
+    )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="measure only --cases and replace their rows in the existing --out results file",
+    )
     parser.add_argument("--rows-json", help=argparse.SUPPRESS)  # anchor-interpreter mode
     args = parser.parse_args(argv)
 
+    out = args.out or (ROOT / "benchmarks" / "results.json")
     if args.render_only:
-        results = json.loads((args.out or ROOT / "benchmarks" / "results.json").read_text())
+        results = json.loads(out.read_text())
     else:
-        results = run(args)
+        try:
+            results = run(args)
+        except RuntimeError as exc:  # valgrind missing for --callgrind, or its worker failing
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        if args.update:
+            results = _updated(json.loads(out.read_text()), results, args)
+    if not args.rows_json:
+        from benchmarks.targets import evaluate
+
+        results["targets"] = evaluate(results["rows"], results.get("instructions"))
     if args.rows_json:
         Path(args.rows_json).write_text(json.dumps(results))
         return 0
     have = {(row["case"], row["impl"]) for row in results["rows"]}
     missing = [pair for pair in expected_rows() if pair not in have]
-    if missing and not args.cases and not args.impls:
+    if missing and (args.update or not (args.cases or args.impls)):
         print(f"error: rows missing from the results: {missing}", file=sys.stderr)
         return 1
-    out = args.out or (ROOT / "benchmarks" / "results.json")
     if not args.render_only:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(results, indent=1) + "\n")

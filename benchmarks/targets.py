@@ -6,6 +6,9 @@ anchor measured in the anchor interpreter (another process) is compared through 
 own floor: rlightning's ratio to its floor divided by the anchor's ratio to the floor measured
 beside it, so a difference between the two processes' speed does not count for or against
 either.
+
+Item 6's instruction targets (adapter overhead counted with callgrind, see
+``benchmarks.callgrind``) are read from the results' ``instructions`` section.
 """
 
 from __future__ import annotations
@@ -16,6 +19,12 @@ from benchmarks import cases_adapters
 from benchmarks._harness import paired_ratio
 
 ANCHORS = ("tensordict", "batch")
+
+#: Build + ``to_dict()`` over the reference row "a Python ``__init__`` that checks nothing"
+#: (``py_init``), measured in the same rounds. The earlier target of 2x the bare
+#: ``SimpleNamespace`` floor is withdrawn: the reference row alone is about 2x that floor (see
+#: docs/decisions.md, "Performance targets").
+BUILD_OVER_PY_INIT = 1.25
 
 
 def find(rows: list[dict[str, Any]], case: str, impl: str) -> dict[str, Any] | None:
@@ -72,8 +81,23 @@ def _check(
     }
 
 
-def evaluate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def ratio_to_impl(rows: list[dict[str, Any]], case: str, impl: str, ref: str) -> float | None:
+    """``impl``'s time over ``ref``'s in ``case``, round by round (None when either is missing)."""
+    ours, theirs = find(rows, case, impl), find(rows, case, ref)
+    if ours is None or theirs is None:
+        return None
+    return paired_ratio(ours, theirs)
+
+
+def evaluate(
+    rows: list[dict[str, Any]], instructions: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Check every target of the issue that this run's rows can answer.
+
+    Args:
+        rows: The time rows.
+        instructions: The ``instructions`` section (callgrind counts of item 6), or None when
+            they were not counted (their targets then say "not measured").
 
     Returns:
         One dict per target: ``item``, ``case``, ``target`` (in words), ``value``, ``limit``,
@@ -85,12 +109,14 @@ def evaluate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row = find(rows, case, "rlightning")
         return None if row is None else ratio_to_floor(rows, row)
 
-    build = "build+to_dict <= 2x SimpleNamespace floor"
-    out.append(_check(1, "1.build", build, rl_floor("1.build"), 2.0))
+    build = "build+to_dict <= 1.25x a Python __init__ that checks nothing"
+    for case in ("1.build", "3.build"):
+        value = ratio_to_impl(rows, case, "rlightning", "py_init")
+        what = build if case == "1.build" else "nested " + build
+        out.append(_check(int(case[0]), case, what, value, BUILD_OVER_PY_INIT))
     for case in ("2.numpy", "2.cpu", "3.numpy", "3.cpu"):
         item = int(case[0])
         out.append(_check(item, case, "<= 1.2x raw per-tensor calls", rl_floor(case), 1.2))
-    out.append(_check(3, "3.build", "nested " + build, rl_floor("3.build"), 2.0))
     for case in ("1.build", "2.numpy", "2.cpu", "3.build", "3.numpy", "3.cpu"):
         for anchor in ANCHORS:
             out.append(
@@ -153,6 +179,9 @@ def evaluate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "fraction",
                 )
             )
+    from benchmarks.callgrind import targets as instruction_targets
+
+    out.extend(instruction_targets(instructions))
     per_agent: dict[int, float] = {}
     for n in cases_adapters.N_AGENTS:
         row = find(rows, f"7.pz_n{n}", "rlightning")

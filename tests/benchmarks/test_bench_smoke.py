@@ -114,3 +114,82 @@ def test_report_renders_from_the_smoke_results(results: dict, tmp_path: Path) ->
         assert f"`{case}`" in page
     png = (tmp_path / "performance.png").read_bytes()
     assert png.startswith(b"\x89PNG")
+
+
+@pytest.fixture(scope="module")
+def instructions(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    # Under valgrind when it is installed (R=5, n_envs=1, two adapter calls per profiled
+    # function); without it the same worker runs every region natively and the rows say why
+    # they have no counts, so the code path is exercised either way.
+    out = tmp_path_factory.mktemp("callgrind") / "instructions.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.callgrind", "--smoke", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_instruction_rows_cover_predict_and_act(instructions: dict) -> None:
+    from benchmarks.callgrind import CALLS_SMOKE, IMPLS, KINDS, valgrind_path
+
+    rows = instructions["rows"]
+    assert {(r["kind"], r["impl"], r["n_envs"]) for r in rows} == {
+        (kind, impl, 1) for kind in KINDS for impl in IMPLS
+    }
+    assert all(r["calls"] == CALLS_SMOKE for r in rows)
+    if valgrind_path() is None:
+        assert all(r["status"] == "skipped" and r["reason"] for r in rows)
+        assert instructions["meta"]["valgrind"] is None
+        return
+    for row in rows:
+        assert row["status"] == "ok", row
+        assert row["ir_per_call"] > 10_000  # a forward pass of PPO's MLP, at least
+        assert len(row["ir_per_call_rounds"]) == 2
+        if row["impl"] == "rlightning":
+            floor = next(r for r in rows if r["kind"] == row["kind"] and r["impl"] == "floor")
+            assert row["overhead"] == pytest.approx(row["ir_per_call"] / floor["ir_per_call"] - 1)
+
+
+def test_instruction_profile_names_the_adapter_functions(instructions: dict) -> None:
+    from benchmarks.callgrind import valgrind_path
+
+    if valgrind_path() is None:
+        assert instructions["profile"] == []  # no counts to attribute
+        return
+    measured = {(e["kind"], e["function"]) for e in instructions["profile"] if e["status"] == "ok"}
+    assert ("predict", "rlightning_sb3.adapter.SB3PolicyAdapter.predict") in measured
+    assert ("act", "rlightning_sb3.adapter.SB3PolicyAdapter.act") in measured
+    for entry in instructions["profile"]:
+        if entry["status"] == "ok":
+            assert entry["wrapped_calls_per_step"] >= 1
+            assert math.isfinite(entry["ir_per_step"])
+            if entry["function"].startswith("rlightning_sb3.adapter."):
+                # the whole public call holds the forward pass: more than the floor's half
+                assert entry["of_floor"] > 0.5, entry
+
+
+def test_instruction_targets_are_evaluated(instructions: dict, tmp_path: Path) -> None:
+    from benchmarks.callgrind import LIMITS, valgrind_path
+    from benchmarks.report import instruction_tables
+    from benchmarks.targets import evaluate
+
+    targets = [t for t in evaluate([], instructions) if "instructions" in t["target"]]
+    assert {(t["case"], t["limit"]) for t in targets} == {
+        (f"6.{kind}_n{n}", limit) for (kind, n), limit in LIMITS.items()
+    }
+    for target in targets:
+        measured = valgrind_path() is not None and target["case"].endswith("_n1")
+        assert (target["value"] is not None) is measured
+        if measured:
+            assert target["met"] is (target["value"] <= target["limit"])
+    table = instruction_tables(instructions)
+    assert "`6.predict_n1`" in table
+    assert "`6.act_n1`" in table

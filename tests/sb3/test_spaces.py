@@ -7,6 +7,7 @@ and comes out with the model space's shape.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -28,8 +29,12 @@ FITS: list[tuple[str, spaces.Space[Any], spaces.Space[Any]]] = [
     ("channel-first image", IMAGE, IMAGE),
     ("channel-last image of a channel-first model", IMAGE_LAST, IMAGE),
     ("discrete", spaces.Discrete(5), spaces.Discrete(5)),
-    ("discrete of another dtype", spaces.Discrete(5, dtype=np.int32), spaces.Discrete(5)),
     ("multidiscrete", spaces.MultiDiscrete([2, 3]), spaces.MultiDiscrete([2, 3])),
+    (
+        "multidiscrete of another dtype",
+        spaces.MultiDiscrete([2, 3], dtype=np.int32),
+        spaces.MultiDiscrete([2, 3]),
+    ),
     ("multibinary", spaces.MultiBinary(3), spaces.MultiBinary(3)),
     (
         "dict",
@@ -37,6 +42,10 @@ FITS: list[tuple[str, spaces.Space[Any], spaces.Space[Any]]] = [
         spaces.Dict({"img": IMAGE, "a": FLAT}),
     ),
 ]
+if "dtype" in inspect.signature(spaces.Discrete).parameters:  # gymnasium >= 1.1
+    FITS.append(
+        ("discrete of another dtype", spaces.Discrete(5, dtype=np.int32), spaces.Discrete(5))
+    )
 
 MISMATCHES: list[tuple[spaces.Space[Any], spaces.Space[Any], str]] = [
     (spaces.Box(-1, 1, (18,)), spaces.Box(-1, 1, (10,)), "shape (18,) is not the model's (10,)"),
