@@ -216,7 +216,8 @@ def test_valid_response_passes() -> None:
         ),
         (
             {"action": 1, "log_prob": np.float32("nan")},
-            "response.log_prob must not be NaN; got np.float32(nan) [rule scalar-field]",
+            # repr(np.float32("nan")) is "np.float32(nan)" under numpy 2, "nan" under numpy 1.x
+            f"response.log_prob must not be NaN; got {np.float32('nan')!r} [rule scalar-field]",
         ),
         (
             {"action": 1, "ts_env_sent_ns": 1.5},
