@@ -51,7 +51,7 @@ def test_tox_tests_both_ends_of_the_tested_range() -> None:
     assert _tox_pins("testenv:pz-lowest", "deps") == ["1.24.4"]
     assert _tox_pins("base", "test_deps") == [PETTINGZOO_HIGHEST_TESTED]
     assert PETTINGZOO_SUPPORTED.startswith(">=1.24.4,")
-    assert PETTINGZOO_TESTED == f">=1.24.4,<={PETTINGZOO_HIGHEST_TESTED}"
+    assert f">=1.24.4,<={PETTINGZOO_HIGHEST_TESTED}" == PETTINGZOO_TESTED
     assert rlightning_pettingzoo.PETTINGZOO_TESTED == PETTINGZOO_TESTED
 
 
