@@ -7,6 +7,7 @@ these. Nothing here imports torch.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,18 @@ from rlightning._torch import tensor_type
 def _is_tensor(value: object) -> bool:
     tensor = tensor_type()
     return tensor is not None and isinstance(value, tensor)
+
+
+def _as_box_array(value: Any, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+    """``np.asarray(value, dtype=dtype)``, refusing an out-of-range Python int on numpy 1.x too.
+
+    numpy 2 raises OverflowError for ``np.asarray(-1, dtype=np.uint8)``; numpy 1.24 to 1.26 only
+    warn (DeprecationWarning) and wrap it to 255, which would let -1 pass as a legal uint8
+    action. The warning is raised here, so both numpy lines refuse the value.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        return np.asarray(value, dtype=dtype)
 
 
 def _contains(space: spaces.Space[Any], value: Any) -> bool:
@@ -32,8 +45,8 @@ def _contains(space: spaces.Space[Any], value: Any) -> bool:
     """
     if isinstance(space, spaces.Box) and not isinstance(value, np.ndarray):
         try:
-            value = np.asarray(value, dtype=space.dtype)
-        except (TypeError, ValueError, OverflowError):
+            value = _as_box_array(value, space.dtype)
+        except (TypeError, ValueError, OverflowError, DeprecationWarning):
             return False
     elif isinstance(space, spaces.Tuple):
         if isinstance(value, (list, np.ndarray)):
@@ -62,8 +75,8 @@ def _first_index(mask: np.ndarray[Any, Any]) -> tuple[int, ...]:
 def _box_reason(space: spaces.Box, value: Any) -> str:
     if not isinstance(value, np.ndarray):
         try:
-            value = np.asarray(value, dtype=space.dtype)
-        except (TypeError, ValueError, OverflowError):
+            value = _as_box_array(value, space.dtype)
+        except (TypeError, ValueError, OverflowError, DeprecationWarning):
             return f"it cannot be converted to a {space.dtype} array"
     if not np.can_cast(value.dtype, space.dtype):
         return (
