@@ -62,7 +62,7 @@ def test_classifiers_name_exactly_the_pythons_tested() -> None:
 def test_default_python_is_the_one_running_the_tests_here() -> None:
     """Environments without base_python run on the Python that runs tox (CI's python3)."""
     running = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    assert compat_table.DEFAULT_PYTHON == running
+    assert running == compat_table.DEFAULT_PYTHON
 
 
 def test_every_versions_environment_pins_what_it_claims() -> None:
