@@ -185,7 +185,8 @@ def _installs_extra(env: ToxEnv, folder: str, extra: str, meta: dict[str, object
     extras = meta.get("optional-dependencies", {})
     assert isinstance(extras, dict)
     names = [_normalise(Requirement(spec).name) for spec in extras[extra]]
-    return all(n in env.pins or n in env.unpinned for n in names)
+    local = {DISTRIBUTIONS[folder] for folder in env.packages}
+    return all(n in env.pins or n in env.unpinned or n in local for n in names)
 
 
 def _tested(dependency: str, envs: list[ToxEnv]) -> tuple[str, str]:

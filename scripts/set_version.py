@@ -5,8 +5,9 @@ rewrites what must follow it:
 
 * ``version = "..."`` in ``packages/{core,sb3,pettingzoo}/pyproject.toml`` (static, so that the
   sdists and wheels carry it without a build-time plugin);
-* the adapters' requirement on the core, ``rlightning-core>=X.Y.0,<X.(Y+1)``: an adapter works
-  with every core release of its own minor series (and, at 0.x, no other).
+* the adapters' requirements on the core (and on each other, in extras),
+  ``rlightning-core>=X.Y.0,<X.(Y+1)``: an adapter works with every core release of its own minor
+  series (and, at 0.x, no other).
 
 ``tests/test_versions_lockstep.py`` checks that all of them agree; run it after this script.
 """
@@ -28,7 +29,9 @@ PYPROJECTS = {
 ADAPTERS = ("sb3", "pettingzoo")
 
 _VERSION_LINE = re.compile(r'^version = "[^"]*"$', re.M)
-_CORE_REQUIREMENT = re.compile(r'"rlightning-core(\[[^\]]*\])?[<>=!~][^"]*"')
+_SIBLING_REQUIREMENT = re.compile(
+    r'"(rlightning-(?:core|sb3|pettingzoo))(\[[^\]]*\])?[<>=!~][^"]*"'
+)
 
 
 def core_requirement(version: str) -> str:
@@ -65,7 +68,7 @@ def set_version(version: str, root: Path = ROOT) -> list[Path]:
 
     Raises:
         ValueError: ``version`` is not a valid release, or a pyproject lacks the ``version`` line
-            or (an adapter) the ``rlightning-core`` requirement it must rewrite.
+            or (an adapter) any ``rlightning-*`` requirement to rewrite.
     """
     requirement = core_requirement(version)
     written = [root / "VERSION"]
@@ -76,8 +79,8 @@ def set_version(version: str, root: Path = ROOT) -> list[Path]:
         if count != 1:
             raise ValueError(f"{path}: expected one 'version = \"...\"' line, found {count}")
         if name in ADAPTERS:
-            text, count = _CORE_REQUIREMENT.subn(
-                lambda m: f'"rlightning-core{m.group(1) or ""}{requirement}"', text
+            text, count = _SIBLING_REQUIREMENT.subn(
+                lambda m: f'"{m.group(1)}{m.group(2) or ""}{requirement}"', text
             )
             if count == 0:
                 raise ValueError(f"{path}: no rlightning-core requirement to rewrite")

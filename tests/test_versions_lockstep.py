@@ -39,6 +39,16 @@ def _core_requirements(meta: dict[str, object]) -> list[Requirement]:
     return [r for r in map(Requirement, deps) if r.name == "rlightning-core"]
 
 
+def _sibling_requirements(meta: dict[str, object]) -> list[Requirement]:
+    """Every requirement on one of the three distributions, in dependencies and extras."""
+    deps = meta["dependencies"]
+    extras = meta.get("optional-dependencies", {})
+    assert isinstance(deps, list)
+    assert isinstance(extras, dict)
+    specs = [*deps, *(spec for group in extras.values() for spec in group)]
+    return [r for r in map(Requirement, specs) if r.name in NAMES.values()]
+
+
 def test_every_distribution_has_the_version_of_the_version_file() -> None:
     version = (ROOT / "VERSION").read_text().strip()
     assert re.fullmatch(r"\d+\.\d+\.\d+", version), version
@@ -51,9 +61,11 @@ def test_every_distribution_has_the_version_of_the_version_file() -> None:
 def test_adapters_require_the_core_of_their_own_minor_series() -> None:
     major, minor, _ = (ROOT / "VERSION").read_text().strip().split(".")
     for folder in ("sb3", "pettingzoo"):
-        (requirement,) = _core_requirements(_project(ROOT, folder))
-        assert str(requirement.specifier) == f"<{major}.{int(minor) + 1},>={major}.{minor}.0"
-        assert requirement.specifier.contains((ROOT / "VERSION").read_text().strip())
+        meta = _project(ROOT, folder)
+        assert len(_core_requirements(meta)) == 1, folder
+        for requirement in _sibling_requirements(meta):  # the core, and adapters in extras
+            assert str(requirement.specifier) == f"<{major}.{int(minor) + 1},>={major}.{minor}.0"
+            assert requirement.specifier.contains((ROOT / "VERSION").read_text().strip())
 
 
 @pytest.fixture
@@ -76,6 +88,8 @@ def test_set_version_rewrites_all_of_them(repo_copy: Path) -> None:
     for folder in ("sb3", "pettingzoo"):
         (requirement,) = _core_requirements(_project(repo_copy, folder))
         assert str(requirement.specifier) == "<1.5,>=1.4.0"
+        for sibling in _sibling_requirements(_project(repo_copy, folder)):
+            assert str(sibling.specifier) == "<1.5,>=1.4.0"
     # Nothing else in the files changed.
     before = (ROOT / "packages" / "sb3" / "pyproject.toml").read_text().splitlines()
     after = (repo_copy / "packages" / "sb3" / "pyproject.toml").read_text().splitlines()
