@@ -24,7 +24,8 @@ def _responses(n: int = 3) -> list[PolicyResponse]:
         PolicyResponse(
             f"env-{i}",
             action=np.array([i, i + 1], dtype=np.int64),
-            value=np.float32(i) / 2,
+            # np.float32(i) / 2 would be float64 under numpy 1.x's value-based promotion
+            value=np.float32(i / 2),
             log_prob=np.array(-0.5 * i, dtype=np.float32),
             obs={"pos": np.full((2, 3), i, dtype=np.float64), "tag": f"t{i}"},
             pair=Pair(np.arange(3) + i, None),

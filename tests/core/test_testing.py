@@ -101,6 +101,14 @@ def test_space_violation_none_for_members(space: spaces.Space[Any], value: Any) 
     assert space_violation(space, value) is None
 
 
+@pytest.mark.parametrize("value", [-1, 256, [-1], [0, 300]], ids=["-1", "256", "[-1]", "[0, 300]"])
+def test_out_of_range_python_ints_are_refused_for_an_integer_box(value: Any) -> None:
+    # numpy 1.x wraps np.asarray(-1, dtype=np.uint8) to 255 (with a DeprecationWarning), numpy 2
+    # raises OverflowError: either way the value is not a uint8 and must not pass as one.
+    space = spaces.Box(0, 255, np.shape(value), np.uint8)
+    assert space_violation(space, value) == "it cannot be converted to a uint8 array"
+
+
 def test_space_violation_list_for_box_does_not_warn(recwarn: pytest.WarningsRecorder) -> None:
     assert space_violation(BOX, [0.0, 0.0]) is None
     assert space_violation(BOX, [0.0, 5.0]) == "element [1] = 5.0 is above high = 1.0"
@@ -216,7 +224,8 @@ def test_valid_response_passes() -> None:
         ),
         (
             {"action": 1, "log_prob": np.float32("nan")},
-            "response.log_prob must not be NaN; got np.float32(nan) [rule scalar-field]",
+            # repr(np.float32("nan")) is "np.float32(nan)" under numpy 2, "nan" under numpy 1.x
+            f"response.log_prob must not be NaN; got {np.float32('nan')!r} [rule scalar-field]",
         ),
         (
             {"action": 1, "ts_policy_sent_ns": -5},

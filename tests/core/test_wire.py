@@ -139,7 +139,8 @@ Point = namedtuple("Point", ["x", "y"])
         (OrderedDict(a=1), "type collections.OrderedDict is not supported by the wire format"),
         (np.array([object()]), "numpy arrays of dtype object are not supported"),
         (np.array(["2020-01-01"], dtype="datetime64[D]"), "dtype datetime64[D] are not"),
-        (np.longdouble(1), "type numpy.longdouble is not supported"),
+        # the class is named "longdouble" under numpy 2 and "float128" under numpy 1.x (x86-64)
+        (np.longdouble(1), f"type numpy.{np.longdouble.__name__} is not supported"),
     ],
 )
 def test_unsupported_values_raise_type_error_naming_the_field(value: Any, message: str) -> None:

@@ -126,7 +126,8 @@ def test_action_outside_space() -> None:
         ValueError,
         match=re.escape(
             "connect_four_v3 (response env_id=None): action for agent 'player_0' is not in "
-            "Discrete(7): 7 is outside [0, 6]; got np.int64(7) [rule action-in-space]"
+            # repr(np.int64(7)) is "np.int64(7)" under numpy 2 and "7" under numpy 1.x
+            f"Discrete(7): 7 is outside [0, 6]; got {np.int64(7)!r} [rule action-in-space]"
         ),
     ):
         aec_action(response, env)

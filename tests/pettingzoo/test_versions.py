@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import configparser
 import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -14,12 +16,27 @@ import pettingzoo
 import rlightning
 import rlightning_pettingzoo
 from rlightning_pettingzoo._versions import (
+    PETTINGZOO_HIGHEST_TESTED,
     PETTINGZOO_SUPPORTED,
+    PETTINGZOO_TESTED,
+    UntestedVersionWarning,
     check_pettingzoo_version,
     installed_pettingzoo_version,
 )
 
-PYPROJECT = Path(__file__).parents[2] / "packages" / "pettingzoo" / "pyproject.toml"
+ROOT = Path(__file__).parents[2]
+PYPROJECT = ROOT / "packages" / "pettingzoo" / "pyproject.toml"
+TESTED_MESSAGE = (
+    "rlightning-pettingzoo is tested with PettingZoo >=1.24.4,<=1.27.0, but PettingZoo {} is "
+    "installed; it may work, but nothing has checked that it does. If it misbehaves, install a "
+    'tested one with `pip install "pettingzoo>=1.24.4,<=1.27.0"`'
+)
+
+
+def _tox_pins(section: str, key: str) -> list[str]:
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini")
+    return re.findall(r"^\s*pettingzoo==(\S+)$", tox[section][key], re.M)
 
 
 def test_range_matches_pyproject() -> None:
@@ -29,21 +46,39 @@ def test_range_matches_pyproject() -> None:
     assert rlightning_pettingzoo.PETTINGZOO_SUPPORTED == PETTINGZOO_SUPPORTED
 
 
+def test_tox_tests_both_ends_of_the_tested_range() -> None:
+    """pz-lowest runs the lowest supported release; the main environments the highest tested."""
+    assert _tox_pins("testenv:pz-lowest", "deps") == ["1.24.4"]
+    assert _tox_pins("base", "test_deps") == [PETTINGZOO_HIGHEST_TESTED]
+    assert PETTINGZOO_SUPPORTED.startswith(">=1.24.4,")
+    assert f">=1.24.4,<={PETTINGZOO_HIGHEST_TESTED}" == PETTINGZOO_TESTED
+    assert rlightning_pettingzoo.PETTINGZOO_TESTED == PETTINGZOO_TESTED
+
+
 def test_installed_version_is_supported() -> None:
     assert installed_pettingzoo_version() == pettingzoo.__version__
     check_pettingzoo_version(pettingzoo.__version__)
 
 
-@pytest.mark.parametrize("found", ["1.24.4", "1.25.0", "1.26.1", "1.27.0", "1.27.1rc1"])
-def test_in_range(found: str) -> None:
-    check_pettingzoo_version(found)
+@pytest.mark.parametrize("found", ["1.24.4", "1.25.0", "1.26.1", "1.27.0", "1.27.0+local"])
+def test_tested_versions_pass_without_a_warning(found: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_pettingzoo_version(found)
 
 
-@pytest.mark.parametrize("found", ["1.24.3", "1.22.3", "1.28.0", "2.0.0", "1.28.0a1"])
-def test_out_of_range_names_the_range(found: str) -> None:
+@pytest.mark.parametrize("found", ["1.27.1rc1", "1.27.1", "1.28.0a1", "1.28.0", "2.0.0"])
+def test_newer_than_tested_warns_naming_the_tested_range(found: str) -> None:
+    with pytest.warns(UntestedVersionWarning, match=re.escape(TESTED_MESSAGE.format(found))):
+        check_pettingzoo_version(found)
+    assert issubclass(UntestedVersionWarning, UserWarning)
+
+
+@pytest.mark.parametrize("found", ["1.24.3", "1.24.4rc1", "1.22.3", "1.0.0"])
+def test_older_than_supported_names_the_range(found: str) -> None:
     msg = (
-        f"rlightning-pettingzoo supports PettingZoo >=1.24.4,<1.28, but PettingZoo {found} is "
-        'installed; install a supported one with `pip install "pettingzoo>=1.24.4,<1.28"`'
+        f"rlightning-pettingzoo supports PettingZoo >=1.24.4,<2, but PettingZoo {found} is "
+        'installed; install a supported one with `pip install "pettingzoo>=1.24.4,<2"`'
     )
     with pytest.raises(ImportError, match=re.escape(msg)):
         check_pettingzoo_version(found)
@@ -74,7 +109,7 @@ def test_import_fails_with_out_of_range_pettingzoo(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert (
-        "ImportError: rlightning-pettingzoo supports PettingZoo >=1.24.4,<1.28, but PettingZoo "
+        "ImportError: rlightning-pettingzoo supports PettingZoo >=1.24.4,<2, but PettingZoo "
         "1.22.3 is installed" in proc.stderr
     )
 
@@ -96,4 +131,22 @@ def test_missing_pettingzoo(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 1
-    assert "needs PettingZoo >=1.24.4,<1.28, which is not installed" in proc.stderr
+    assert "needs PettingZoo >=1.24.4,<2, which is not installed" in proc.stderr
+
+
+def test_import_with_a_newer_untested_pettingzoo_warns_and_works() -> None:
+    """The real PettingZoo, reporting a release newer than the tested ones, in a fresh process."""
+    code = (
+        "import pettingzoo; pettingzoo.__version__ = '1.28.0'; import rlightning_pettingzoo; "
+        "print('imported', rlightning_pettingzoo.to_parallel_actions.__name__)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-W", "always", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "imported to_parallel_actions\n"
+    assert "UntestedVersionWarning: " + TESTED_MESSAGE.format("1.28.0") in proc.stderr

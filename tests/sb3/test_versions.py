@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+import configparser
 import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 import tomllib
 
 import rlightning_sb3
-from rlightning_sb3 import SB3_CONTRIB_SUPPORTED, SB3_SUPPORTED, check_version
+from rlightning_sb3 import (
+    SB3_CONTRIB_SUPPORTED,
+    SB3_HIGHEST_TESTED,
+    SB3_SUPPORTED,
+    UntestedVersionWarning,
+    check_version,
+)
 
-PYPROJECT = Path(__file__).resolve().parents[2] / "packages" / "sb3" / "pyproject.toml"
+ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT = ROOT / "packages" / "sb3" / "pyproject.toml"
+
+
+def _tox_pins(section: str, key: str, distribution: str) -> list[str]:
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini")
+    return re.findall(rf"^\s*{re.escape(distribution)}==(\S+)$", tox[section][key], re.M)
 
 
 def test_declared_range_matches_the_checked_range() -> None:
@@ -23,13 +38,49 @@ def test_declared_range_matches_the_checked_range() -> None:
     assert meta["optional-dependencies"]["contrib"] == [f"sb3-contrib{SB3_CONTRIB_SUPPORTED}"]
 
 
-@pytest.mark.parametrize("version", ["2.4.0", "2.4.1", "2.9.2", "2.10.0", "2.5.0a1", "2.9.2+cu121"])
-def test_versions_inside_the_range_pass(version: str) -> None:
-    check_version("stable-baselines3", version, SB3_SUPPORTED)
+def test_tox_tests_both_ends_of_the_range() -> None:
+    """sb3-lowest runs the lowest supported release; the main environments the highest tested."""
+    assert _tox_pins("testenv:sb3-lowest", "deps", "stable-baselines3") == ["2.4.0"]
+    assert _tox_pins("testenv:sb3-lowest", "deps", "sb3-contrib") == ["2.4.0"]
+    assert SB3_SUPPORTED.startswith(">=2.4.0,")
+    assert _tox_pins("base", "test_deps", "stable-baselines3") == [SB3_HIGHEST_TESTED]
+    assert _tox_pins("base", "test_deps", "sb3-contrib") == [SB3_HIGHEST_TESTED]
 
 
-@pytest.mark.parametrize("version", ["2.3.2", "2.0.0", "1.8.0", "3.0.0", "3.0.0a1", "3.1"])
-def test_versions_outside_the_range_raise_import_error_naming_it(version: str) -> None:
+@pytest.mark.parametrize("version", ["2.4.0", "2.4.1", "2.9.2", "2.5.0a1", "2.9.2+cu121"])
+def test_tested_versions_pass_without_a_warning(version: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_version("stable-baselines3", version, SB3_SUPPORTED)
+
+
+@pytest.mark.parametrize("version", ["2.9.3", "2.10.0", "2.10.0a1", "3.0.0", "3.0.0a1", "3.1"])
+def test_versions_newer_than_tested_warn_naming_the_tested_range(version: str) -> None:
+    expected = (
+        f"rlightning-sb3 is tested with stable-baselines3>=2.4.0,<=2.9.2, but stable-baselines3 "
+        f"{version} is installed; it may work, but nothing has checked that it does. If it "
+        "misbehaves, install a tested version: pip install 'stable-baselines3>=2.4.0,<=2.9.2'"
+    )
+    with pytest.warns(UntestedVersionWarning, match=re.escape(expected)):
+        check_version("stable-baselines3", version, SB3_SUPPORTED)
+    assert issubclass(UntestedVersionWarning, UserWarning)
+
+
+def test_sb3_contrib_newer_than_tested_warns() -> None:
+    with pytest.warns(UntestedVersionWarning, match=re.escape("sb3-contrib 2.10.0 is installed")):
+        check_version("sb3-contrib", "2.10.0", SB3_CONTRIB_SUPPORTED)
+
+
+def test_explicit_highest_tested_overrides_the_table() -> None:
+    with pytest.warns(UntestedVersionWarning, match=re.escape("tested with gymnasium>=1.0,<=1.1")):
+        check_version("gymnasium", "1.2.0", ">=1.0,<2", highest_tested="1.1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_version("gymnasium", "1.9.0", ">=1.0,<2")  # not in HIGHEST_TESTED: no warning
+
+
+@pytest.mark.parametrize("version", ["2.3.2", "2.3.9", "2.0.0", "1.8.0"])
+def test_versions_below_the_range_raise_import_error_naming_it(version: str) -> None:
     expected = (
         f"rlightning-sb3 supports stable-baselines3>=2.4.0,<3.0, but stable-baselines3 {version} "
         "is installed; install a supported version: pip install 'stable-baselines3>=2.4.0,<3.0'"
@@ -43,23 +94,39 @@ def test_unparseable_version_raises_import_error() -> None:
         check_version("sb3-contrib", "not.a.version!", SB3_CONTRIB_SUPPORTED)
 
 
-def test_import_with_an_out_of_range_sb3_fails(tmp_path: Path) -> None:
-    """A real import in a fresh interpreter that sees stable-baselines3 2.3.2's metadata first."""
-    dist_info = tmp_path / "stable_baselines3-2.3.2.dist-info"
+def _import_with_sb3_metadata(tmp_path: Path, version: str) -> subprocess.CompletedProcess[str]:
+    """Import rlightning_sb3 in a fresh interpreter that sees SB3 ``version``'s metadata first."""
+    dist_info = tmp_path / f"stable_baselines3-{version}.dist-info"
     dist_info.mkdir()
     (dist_info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: stable-baselines3\nVersion: 2.3.2\n"
+        f"Metadata-Version: 2.1\nName: stable-baselines3\nVersion: {version}\n"
     )
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), *sys.path])
-    result = subprocess.run(
-        [sys.executable, "-c", "import rlightning_sb3"],
+    code = "import rlightning_sb3; print('imported', rlightning_sb3.SB3PolicyAdapter.__name__)"
+    return subprocess.run(
+        [sys.executable, "-W", "always", "-c", code],
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
+
+
+def test_import_with_a_newer_untested_sb3_warns_and_works(tmp_path: Path) -> None:
+    result = _import_with_sb3_metadata(tmp_path, "3.0.0")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "imported SB3PolicyAdapter\n"
+    assert (
+        "UntestedVersionWarning: rlightning-sb3 is tested with stable-baselines3>=2.4.0,<=2.9.2, "
+        "but stable-baselines3 3.0.0 is installed" in result.stderr
+    )
+
+
+def test_import_with_an_out_of_range_sb3_fails(tmp_path: Path) -> None:
+    """A real import in a fresh interpreter that sees stable-baselines3 2.3.2's metadata first."""
+    result = _import_with_sb3_metadata(tmp_path, "2.3.2")
     assert result.returncode != 0
     assert "ImportError: rlightning-sb3 supports stable-baselines3>=2.4.0,<3.0" in result.stderr
     assert "stable-baselines3 2.3.2 is installed" in result.stderr

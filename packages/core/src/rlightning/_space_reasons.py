@@ -7,6 +7,7 @@ explain a rejection. Use ``space_violation``, not these. Nothing here imports to
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,23 @@ def _is_tensor(value: object) -> bool:
     return tensor is not None and isinstance(value, tensor)
 
 
+def as_box_array(value: Any, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+    """``np.asarray(value, dtype=dtype)``, refusing an out-of-range Python int on numpy 1.x too.
+
+    numpy 2 raises OverflowError for ``np.asarray(-1, dtype=np.uint8)``; numpy 1.24 to 1.26 only
+    warn (DeprecationWarning) and wrap it to 255, which would let -1 pass as a legal uint8
+    action. That warning is raised here, so both numpy lines refuse the value; numpy's other
+    cast warnings (NaN to int) are silenced, as gymnasium's own cast is.
+
+    Raises:
+        TypeError, ValueError, OverflowError: the value cannot be cast.
+        DeprecationWarning: numpy 1.x would wrap an out-of-range int.
+    """
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("error", DeprecationWarning)
+        return np.asarray(value, dtype=dtype)
+
+
 def _first_index(mask: np.ndarray[Any, Any]) -> tuple[int, ...]:
     return tuple(int(i) for i in np.argwhere(mask)[0])
 
@@ -27,9 +45,8 @@ def _first_index(mask: np.ndarray[Any, Any]) -> tuple[int, ...]:
 def _box_reason(space: spaces.Box, value: Any) -> str:
     if not isinstance(value, np.ndarray):
         try:
-            with np.errstate(all="ignore"):  # as rlightning.rules.contains casts
-                value = np.asarray(value, dtype=space.dtype)
-        except (TypeError, ValueError, OverflowError):
+            value = as_box_array(value, space.dtype)  # as rlightning.rules.contains casts
+        except (TypeError, ValueError, OverflowError, DeprecationWarning):
             return f"it cannot be converted to a {space.dtype} array"
     if not np.can_cast(value.dtype, space.dtype):
         return (

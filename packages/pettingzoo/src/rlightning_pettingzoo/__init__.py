@@ -7,14 +7,17 @@
 * Policies: :func:`respond` (a policy per agent) and :class:`SharedPolicyAdapter` (one SB3 model
   for all homogeneous agents, one batched forward pass).
 
-Importing this package checks the installed PettingZoo against :data:`PETTINGZOO_SUPPORTED` and
-raises an :class:`ImportError` naming the range when it is outside it.
+Importing this package checks the installed PettingZoo against :data:`PETTINGZOO_SUPPORTED`: an
+older PettingZoo raises an :class:`ImportError` naming the range; one newer than the highest
+tested release imports with an :class:`UntestedVersionWarning` naming the tested range.
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
 from rlightning_pettingzoo._versions import (
     PETTINGZOO_SUPPORTED,
+    PETTINGZOO_TESTED,
+    UntestedVersionWarning,
     check_pettingzoo_version,
     installed_pettingzoo_version,
 )
@@ -37,9 +40,11 @@ except PackageNotFoundError:  # running from a source tree that was not installe
 
 __all__ = [
     "PETTINGZOO_SUPPORTED",
+    "PETTINGZOO_TESTED",
     "InactiveAgentActionWarning",
     "Policy",
     "SharedPolicyAdapter",
+    "UntestedVersionWarning",
     "__version__",
     "aec_action",
     "find_action_mask",

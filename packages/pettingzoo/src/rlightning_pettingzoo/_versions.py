@@ -3,23 +3,53 @@
 The range is declared twice, here and in ``packages/pettingzoo/pyproject.toml`` (a test keeps the
 two equal): the package metadata lets pip refuse an unsupported PettingZoo at install time, and the
 check here catches one that got in anyway (a source checkout, ``--no-deps``, a later upgrade of
-PettingZoo alone) with an :class:`ImportError` that names the range, instead of a confusing error
-deep inside an environment later on.
+PettingZoo alone).
+
+* Older than the lowest supported release: an :class:`ImportError` that names the range, instead
+  of a confusing error deep inside an environment later on.
+* Newer than the highest tested release (:data:`PETTINGZOO_HIGHEST_TESTED`): the import works and
+  an :class:`UntestedVersionWarning` names the tested range. A new PettingZoo release must never
+  break ``import rlightning_pettingzoo`` for everyone the day it comes out; the declared range is
+  capped only at the next major release.
 """
 
 from __future__ import annotations
 
+import warnings
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as dist_version
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-__all__ = ["PETTINGZOO_SUPPORTED", "check_pettingzoo_version", "installed_pettingzoo_version"]
+__all__ = [
+    "PETTINGZOO_HIGHEST_TESTED",
+    "PETTINGZOO_SUPPORTED",
+    "PETTINGZOO_TESTED",
+    "UntestedVersionWarning",
+    "check_pettingzoo_version",
+    "installed_pettingzoo_version",
+]
 
 #: Supported PettingZoo versions (a PEP 440 specifier). Lowest: 1.24.4, the first release that
-#: declares gymnasium>=1.0; highest tested: 1.27.0.
-PETTINGZOO_SUPPORTED = ">=1.24.4,<1.28"
+#: declares gymnasium>=1.0; capped at the next major release.
+PETTINGZOO_SUPPORTED = ">=1.24.4,<2"
+
+#: The newest PettingZoo the test suite runs on (tox.ini pins it; a test checks they agree).
+PETTINGZOO_HIGHEST_TESTED = "1.27.0"
+
+#: The tested PettingZoo range (a PEP 440 specifier): ``tox -e pz-lowest`` runs the lowest.
+PETTINGZOO_TESTED = f">=1.24.4,<={PETTINGZOO_HIGHEST_TESTED}"
+
+
+class UntestedVersionWarning(UserWarning):
+    """A PettingZoo release newer than any this adapter was tested with is installed.
+
+    The import goes on; filter it with
+    ``warnings.filterwarnings("ignore", category=UntestedVersionWarning)`` once you have checked
+    the new release yourself.
+    """
+
 
 _INSTALL_HINT = f'install a supported one with `pip install "pettingzoo{PETTINGZOO_SUPPORTED}"`'
 
@@ -56,16 +86,24 @@ def installed_pettingzoo_version() -> str:
 
 
 def check_pettingzoo_version(found: str) -> None:
-    """Check that PettingZoo version ``found`` is in :data:`PETTINGZOO_SUPPORTED`.
+    """Refuse a PettingZoo older than :data:`PETTINGZOO_SUPPORTED`; warn about an untested one.
 
-    Pre-releases of a version inside the range count as inside it (``1.27.1rc1`` passes).
+    A pre-release of the lowest release is older than it (``1.24.4rc1`` raises); above it,
+    pre-releases and local builds count by their release number (``1.27.0+local`` is tested,
+    ``1.27.1rc1`` warns).
 
     Args:
         found: A PettingZoo version string, e.g. ``"1.27.0"``.
 
+    Warns:
+        UntestedVersionWarning: ``found`` is newer than :data:`PETTINGZOO_HIGHEST_TESTED` (a 2.x
+            forced in with ``--no-deps`` included); the message names :data:`PETTINGZOO_TESTED`
+            and the version found. The import goes on.
+
     Raises:
-        ImportError: ``found`` is outside the supported range or is not a valid version; the
-            message names the range, the version found and how to install a supported one.
+        ImportError: ``found`` is older than the lowest supported release, or is not a valid
+            version; the message names the range, the version found and how to install a
+            supported one.
     """
     try:
         parsed = Version(found)
@@ -74,8 +112,24 @@ def check_pettingzoo_version(found: str) -> None:
             f"rlightning-pettingzoo supports PettingZoo {PETTINGZOO_SUPPORTED}, but the installed "
             f"PettingZoo reports the invalid version {found!r}; {_INSTALL_HINT}"
         ) from exc
-    if not SpecifierSet(PETTINGZOO_SUPPORTED).contains(parsed, prereleases=True):
+    release = Version(parsed.base_version)
+    lowest = SpecifierSet(
+        ",".join(
+            str(spec)
+            for spec in SpecifierSet(PETTINGZOO_SUPPORTED)
+            if spec.operator in (">=", ">", "==", "~=")
+        )
+    )
+    if not lowest.contains(parsed, prereleases=True):
         raise ImportError(
             f"rlightning-pettingzoo supports PettingZoo {PETTINGZOO_SUPPORTED}, but PettingZoo "
             f"{found} is installed; {_INSTALL_HINT}"
+        )
+    if release > Version(PETTINGZOO_HIGHEST_TESTED):
+        warnings.warn(
+            f"rlightning-pettingzoo is tested with PettingZoo {PETTINGZOO_TESTED}, but PettingZoo "
+            f"{found} is installed; it may work, but nothing has checked that it does. If it "
+            f'misbehaves, install a tested one with `pip install "pettingzoo{PETTINGZOO_TESTED}"`',
+            UntestedVersionWarning,
+            stacklevel=2,
         )

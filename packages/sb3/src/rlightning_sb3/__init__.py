@@ -13,7 +13,9 @@ Public names:
   SB3's ``collect_rollouts`` does;
 * :data:`SB3_SUPPORTED` -- the supported stable-baselines3 range, checked at import.
 
-Importing this package with a stable-baselines3 outside :data:`SB3_SUPPORTED` raises ImportError.
+Importing this package with a stable-baselines3 older than :data:`SB3_SUPPORTED` raises
+ImportError; one newer than :data:`SB3_HIGHEST_TESTED` imports with an
+:class:`UntestedVersionWarning` naming the tested range.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -22,7 +24,9 @@ import stable_baselines3 as _sb3
 
 from rlightning_sb3._versions import (
     SB3_CONTRIB_SUPPORTED,
+    SB3_HIGHEST_TESTED,
     SB3_SUPPORTED,
+    UntestedVersionWarning,
     check_version,
     installed_version,
 )
@@ -49,8 +53,10 @@ except PackageNotFoundError:  # running from a source tree that was not installe
 
 __all__ = [
     "SB3_CONTRIB_SUPPORTED",
+    "SB3_HIGHEST_TESTED",
     "SB3_SUPPORTED",
     "SB3PolicyAdapter",
+    "UntestedVersionWarning",
     "__version__",
     "add_replay_step",
     "add_rollout_step",

@@ -16,6 +16,7 @@ from rlightning._space_reasons import (
     _is_tensor,
     _multi_binary_reason,
     _multi_discrete_reason,
+    as_box_array,
 )
 
 
@@ -48,10 +49,9 @@ def contains(space: spaces.Space[Any], value: Any) -> bool:
         if not isinstance(value, np.ndarray):
             if _is_tensor(value):
                 return False
-            try:
-                with np.errstate(all="ignore"):  # gymnasium's cast, without numpy's warnings
-                    value = np.asarray(value, dtype=space.dtype)
-            except (TypeError, ValueError, OverflowError):
+            try:  # gymnasium's cast, without numpy's warnings; numpy 1.x's int wrap refused
+                value = as_box_array(value, space.dtype)
+            except (TypeError, ValueError, OverflowError, DeprecationWarning):
                 return False
     elif isinstance(space, spaces.Tuple):
         if isinstance(value, (list, np.ndarray)):
