@@ -15,11 +15,12 @@ Run by the ``dist`` tox environment, in three steps:
     Uninstalls any installed rlightning distribution, then installs the three wheels with pip
     (``rlightning-core[torch]``, ``rlightning-sb3[contrib]``, ``rlightning-pettingzoo[sb3]``),
     dependencies resolved by pip as for a user, then ``pip check``.
-``test -- PYTEST_ARGS``
+``test [--helpers DIR] -- PYTEST_ARGS``
     Runs pytest from a fresh temporary directory outside the checkout, in a child interpreter
-    started with ``-c`` (so neither the checkout nor ``scripts/`` is on ``sys.path``) and without
-    ``PYTHONPATH``; after the run, every ``rlightning*`` module the run imported must have been
-    loaded from site-packages, not from the checkout, else the step fails.
+    started with ``-c`` (so neither the cwd's checkout nor ``scripts/`` is on ``sys.path``), with
+    ``PYTHONPATH`` set to the ``--helpers`` folders only; after the run, every ``rlightning*``
+    module the run imported must have been loaded from site-packages, none from ``packages/``,
+    else the step fails.
 
 Every failure exits non-zero with a message naming the artefact and what is wrong.
 """
@@ -66,6 +67,7 @@ from pathlib import Path
 import pytest
 
 code = pytest.main(sys.argv[1:])
+sys.stdout.flush()
 checkout = Path(os.environ["RLIGHTNING_DIST_CHECKOUT"]).resolve()
 site = {Path(sysconfig.get_paths()[k]).resolve() for k in ("purelib", "platlib")}
 owners = ("rlightning", "rlightning_sb3", "rlightning_pettingzoo")
@@ -74,9 +76,10 @@ loaded = {
     for name, module in list(sys.modules.items())
     if name.split(".")[0] in owners and getattr(module, "__file__", None)
 }
+sources = checkout / "packages"
 wrong = sorted(
     f"{name} from {path}" for name, path in loaded.items()
-    if path.is_relative_to(checkout) or not any(path.is_relative_to(s) for s in site)
+    if path.is_relative_to(sources) or not any(path.is_relative_to(s) for s in site)
 )
 missing = [o for o in owners if o not in loaded]
 for owner in owners:
@@ -241,13 +244,20 @@ def install(out: Path) -> None:
     _run(sys.executable, "-m", "pip", "check")
 
 
-def test(pytest_args: list[str]) -> int:
-    """Run pytest with ``pytest_args`` from a temporary directory outside the checkout."""
+def test(pytest_args: list[str], helpers: list[Path]) -> int:
+    """Run pytest with ``pytest_args`` from a temporary directory outside the checkout.
+
+    ``helpers`` (the checkout's root, for ``benchmarks.fuzz_wire``, which tests/core/test_wire.py
+    imports) become the child's ``PYTHONPATH``; no rlightning module is importable from them
+    (the distributions' sources lie under ``packages/*/src``), and the guard checks it.
+    """
     with tempfile.TemporaryDirectory(prefix="rlightning-dist-") as tmp:
         where = Path(tmp).resolve()
         if where.is_relative_to(ROOT):
             raise DistError(f"the temporary directory {where} lies inside the checkout {ROOT}")
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        if helpers:
+            env["PYTHONPATH"] = os.pathsep.join(str(h.resolve()) for h in helpers)
         env["RLIGHTNING_DIST_CHECKOUT"] = str(ROOT)
         command = [sys.executable, "-c", _GUARD, *pytest_args]
         print(f"check_dist: in {where}: python -m pytest {' '.join(pytest_args)}", flush=True)
@@ -255,12 +265,16 @@ def test(pytest_args: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: ``build OUT``, ``install OUT`` or ``test -- PYTEST_ARGS``."""
+    """Command line: ``build OUT``, ``install OUT`` or ``test [--helpers DIR] -- PYTEST_ARGS``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     steps = parser.add_subparsers(dest="step", required=True)
     for name in ("build", "install"):
         steps.add_parser(name).add_argument("out", type=Path, help="the artefacts' folder")
-    steps.add_parser("test").add_argument("pytest_args", nargs=argparse.REMAINDER)
+    tests = steps.add_parser("test")
+    tests.add_argument(
+        "--helpers", type=Path, action="append", default=[], help="put on PYTHONPATH"
+    )
+    tests.add_argument("pytest_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     try:
         if args.step == "build":
@@ -271,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
             pytest_args = args.pytest_args
             if pytest_args[:1] == ["--"]:
                 pytest_args = pytest_args[1:]
-            return test(pytest_args)
+            return test(pytest_args, args.helpers)
     except DistError as error:
         print(f"check_dist: FAIL: {error}", file=sys.stderr)
         return 1
