@@ -276,7 +276,9 @@ def test_float_masks_of_exactly_0_and_1_are_read_as_booleans(
 ) -> None:
     # float 0.0/1.0 masks are accepted by design (rule boolean); the response keeps a bool copy
     masks = np.array([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
-    got = maskable_adapter.predict(np.zeros((2, 2), np.float32), env_ids=["a", "b"], action_masks=masks)
+    got = maskable_adapter.predict(
+        np.zeros((2, 2), np.float32), env_ids=["a", "b"], action_masks=masks
+    )
     assert [int(r.action) for r in got] == [2, 0]
     for response, row in zip(got, masks, strict=True):
         assert response.action_mask.dtype == np.bool_
@@ -291,7 +293,9 @@ def test_masks_given_to_a_model_without_masking_are_refused(ppo1_adapter: SB3Pol
 def test_predicted_masked_actions_respect_the_mask(maskable_adapter: SB3PolicyAdapter) -> None:
     masks = np.array([[0, 0, 1], [1, 0, 0]], bool)
     for _ in range(5):
-        got = maskable_adapter.predict(np.zeros((2, 2), np.float32), env_ids=["a", "b"], action_masks=masks)
+        got = maskable_adapter.predict(
+            np.zeros((2, 2), np.float32), env_ids=["a", "b"], action_masks=masks
+        )
         assert [int(r.action) for r in got] == [2, 0]
 
 

@@ -69,7 +69,9 @@ def test_single_unbatched_observation_and_str_id_give_one_response() -> None:
 
 def test_single_discrete_observation_gives_an_unbatched_0d_action() -> None:
     model = _ppo()
-    response = SB3PolicyAdapter(model).predict(model.get_env().reset()[0], env_ids="x", deterministic=True)
+    response = SB3PolicyAdapter(model).predict(
+        model.get_env().reset()[0], env_ids="x", deterministic=True
+    )
     assert isinstance(response.action, np.ndarray)
     assert response.action.shape == ()
 
@@ -93,7 +95,9 @@ def test_dqn_predict_keeps_epsilon_greedy() -> None:
     expected, _ = model.predict(obs)
     np.random.seed(5)
     model.action_space.seed(9)
-    got = SB3PolicyAdapter(model).env_actions(SB3PolicyAdapter(model).predict(obs, env_ids=list("abcd")))
+    got = SB3PolicyAdapter(model).env_actions(
+        SB3PolicyAdapter(model).predict(obs, env_ids=list("abcd"))
+    )
     np.testing.assert_array_equal(got, expected, strict=True)
 
 
@@ -108,7 +112,9 @@ def test_timestamps_and_latency() -> None:
         assert response.ts_policy_sent_ns >= sent
         assert response.compute_sent_latency() >= 0.0
         assert "ts_env_sent_ns" not in response.to_dict()
-    per_env = SB3PolicyAdapter(model).predict(obs, env_ids=["a", "b", "c"], ts_env_sent_ns=[1, 2, 3])
+    per_env = SB3PolicyAdapter(model).predict(
+        obs, env_ids=["a", "b", "c"], ts_env_sent_ns=[1, 2, 3]
+    )
     assert [r.ts_env_sent_ns for r in per_env] == [1, 2, 3]
 
 
@@ -176,7 +182,9 @@ def test_recurrent_state_errors(recurrent_model: Any) -> None:
     with pytest.raises(ValueError, match=re.escape("state for env 'b' must be None or an (h, c)")):
         adapter.predict(obs, env_ids=["a", "b", "c"], state=[None, bad, None])
     with pytest.raises(ValueError, match=re.escape("each (n_layers, 3, hidden)")):
-        adapter.predict(obs, env_ids=["a", "b", "c"], state=(np.zeros((2, 2, 8)), np.zeros((2, 2, 8))))
+        adapter.predict(
+            obs, env_ids=["a", "b", "c"], state=(np.zeros((2, 2, 8)), np.zeros((2, 2, 8)))
+        )
 
 
 # ---------------------------------------------------------------------------- errors
@@ -282,7 +290,7 @@ def test_env_ids_by_position_is_refused_before_a_two_env_batch_can_be_unpacked()
     adapter = SB3PolicyAdapter(model)
     obs = model.get_env().reset()
     with pytest.raises(TypeError, match=re.escape(POSITIONAL_MESSAGE.format(n=1))):
-        actions, state = adapter.predict(obs, ["a", "b"])  # type: ignore[call-overload]
+        _actions, _state = adapter.predict(obs, ["a", "b"])  # type: ignore[call-overload]
     # SB3's full positional order (observation, state, episode_start, deterministic) too
     with pytest.raises(TypeError, match=re.escape(POSITIONAL_MESSAGE.format(n=3))):
         adapter.predict(obs, None, None, True)  # type: ignore[call-overload]
