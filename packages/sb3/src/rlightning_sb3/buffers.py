@@ -34,6 +34,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.buffers import ReplayBuffer, RolloutBuffer
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.utils import should_collect_more_steps
 
 from rlightning import PolicyResponse
 from rlightning.rules import as_bools
@@ -49,57 +50,27 @@ from rlightning_sb3._buffer_checks import (
 from rlightning_sb3._columns import StepColumns
 from rlightning_sb3._observations import native_arrays, obs_tensor
 from rlightning_sb3._recurrent import stack_rnn_states
+from rlightning_sb3._training import (
+    StopTraining,
+    dump_logs,
+    finish_training,
+    is_sb3_on_policy_collection,
+    refuse_stopped,
+    replay_step_locals,
+    rollout_step_locals,
+    run_of,
+    start_training,
+    stop,
+)
 
-__all__ = ["add_replay_step", "add_rollout_step", "finish_rollout", "start_training"]
-
-
-def start_training(
-    model: BaseAlgorithm,
-    total_timesteps: int,
-    *,
-    reset_num_timesteps: bool = True,
-    tb_log_name: str = "run",
-) -> Any:
-    """Prepare ``model`` for a training loop, as ``BaseAlgorithm.learn`` does before collecting.
-
-    Calls SB3's ``model._setup_learn``: resets the episode-info buffers, ``num_timesteps`` and
-    the action noise, records ``total_timesteps`` (schedules and DQN's exploration rate read it),
-    resets the model's env (``model.get_env()``) when ``reset_num_timesteps`` or it was never
-    reset, and configures the logger ``model.train()`` writes to.
-
-    Args:
-        model: The SB3 model (it must have an env).
-        total_timesteps: The step budget of the loop, as passed to ``learn``.
-        reset_num_timesteps: As ``learn``'s argument of that name.
-        tb_log_name: As ``learn``'s argument of that name.
-
-    Returns:
-        The current observation of ``model.get_env()``, ``(n_envs, *obs_shape)`` (or a dict):
-        where the loop starts, with every env at an episode start.
-
-    Raises:
-        TypeError: ``total_timesteps`` is not an int (a bool is refused too).
-        ValueError: ``total_timesteps`` is not positive, or the model has no env.
-    """
-    if isinstance(total_timesteps, bool) or not isinstance(total_timesteps, int):
-        raise TypeError(
-            f"total_timesteps must be a positive int, got {type(total_timesteps).__name__} "
-            f"{total_timesteps!r}"
-        )
-    if total_timesteps <= 0:
-        raise ValueError(f"total_timesteps must be a positive int, got {total_timesteps!r}")
-    if model.get_env() is None:
-        raise ValueError(
-            f"{type(model).__name__} has no env: build it with one or call model.set_env(env)"
-        )
-    model._setup_learn(
-        total_timesteps,
-        callback=None,
-        reset_num_timesteps=reset_num_timesteps,
-        tb_log_name=tb_log_name,
-        progress_bar=False,
-    )
-    return model._last_obs
+__all__ = [
+    "StopTraining",
+    "add_replay_step",
+    "add_rollout_step",
+    "finish_rollout",
+    "finish_training",
+    "start_training",
+]
 
 
 def add_rollout_step(
@@ -113,6 +84,7 @@ def add_rollout_step(
     buffer: RolloutBuffer | None = None,
     env_ids: Sequence[str] | None = None,
     update_model: bool = True,
+    new_observation: Any = None,
 ) -> np.ndarray:
     """Add one step to an on-policy rollout buffer, as ``OnPolicyAlgorithm.collect_rollouts``.
 
@@ -165,8 +137,11 @@ def add_rollout_step(
             length, a sub-space with no legal action -- sb3-contrib would store it and train on
             a made-up log-probability -- or a mask for a model other than MaskablePPO).
     """
+    run = None
     if update_model:
         require_started(model)
+        run = run_of(model)
+        refuse_stopped(run)
     buf: Any = model.rollout_buffer if buffer is None else buffer
     step = StepColumns(responses, env_ids, "SB3PolicyAdapter.act() on an on-policy model")
     ids = step.ids
@@ -187,6 +162,9 @@ def add_rollout_step(
             masks = check_action_masks(model, hasattr(buf, "action_masks"), masks, ids)
         extra["action_masks"] = masks
 
+    # The values of truncated episodes' terminal observations (SB3 issue #633), computed before
+    # anything is changed; added to the rewards after the callbacks, as collect_rollouts does.
+    bootstrap: list[tuple[int, Any]] = []
     policy: Any = model.policy
     for idx, done in enumerate(dones_arr):
         if (
@@ -207,14 +185,34 @@ def add_rollout_step(
                     terminal_value = policy.predict_values(terminal_obs, terminal_state, starts)[0]
                 else:
                     terminal_value = policy.predict_values(terminal_obs)[0]
-            rewards_arr[idx] += model.gamma * terminal_value
+            bootstrap.append((idx, terminal_value))
 
+    callback = None if run is None else run.callback
     if buf.full:
-        buf.reset()
-    buf.add(observation, actions, rewards_arr, episode_starts, values, log_probs, **extra)
+        buf.reset()  # collect_rollouts resets the buffer as a rollout begins
+    if run is not None and (run.steps is None or buf.pos == 0):
+        run.steps = 0
+        if callback is not None:
+            callback.on_rollout_start()
     if update_model:
         model.num_timesteps += len(ids)
+    if run is not None and callback is not None:
+        callback.update_locals(
+            rollout_step_locals(
+                model, run, buf, step, observation, actions, values, log_probs, masks,
+                new_observation, rewards_arr, dones_arr, infos, episode_starts,
+            )
+        )  # fmt: skip
+        if not callback.on_step():
+            stop(run)
+    if update_model:
         model._update_info_buffer(list(infos), dones_arr)
+    for idx, terminal_value in bootstrap:
+        rewards_arr[idx] += model.gamma * terminal_value
+    buf.add(observation, actions, rewards_arr, episode_starts, values, log_probs, **extra)
+    if run is not None:
+        run.steps = (run.steps or 0) + 1
+        run.last_actions = actions
     return rewards_arr
 
 
@@ -262,6 +260,7 @@ def finish_rollout(
     """
     if update_model:
         require_started(model)
+        refuse_stopped(run_of(model))
     buf: Any = model.rollout_buffer if buffer is None else buffer
     if not buf.full:
         raise ValueError(
@@ -287,8 +286,26 @@ def finish_rollout(
         else:
             values = policy.predict_values(last_obs)
     buf.compute_returns_and_advantage(last_values=values, dones=dones_arr)
-    if update_model:
-        _update_progress(model)
+    if not update_model:
+        return
+    run = run_of(model)
+    if run.callback is not None:
+        if is_sb3_on_policy_collection(model):  # sb3-contrib's versions skip this update
+            run.callback.update_locals(
+                {
+                    "n_steps": run.steps,
+                    "values": values,
+                    "new_obs": new_observation,
+                    "dones": dones_arr,
+                    "actions": run.last_actions,
+                }
+            )
+        run.callback.on_rollout_end()
+    run.steps = None
+    run.iteration += 1
+    _update_progress(model)
+    if run.log_interval is not None and run.iteration % run.log_interval == 0:
+        dump_logs(model, run.iteration)
 
 
 def _update_progress(model: BaseAlgorithm) -> None:
@@ -307,7 +324,7 @@ def add_replay_step(
     buffer: ReplayBuffer | None = None,
     env_ids: Sequence[str] | None = None,
     update_model: bool = True,
-) -> None:
+) -> bool:
     """Add one step to a replay buffer, as ``OffPolicyAlgorithm._store_transition``.
 
     The next observation of an env whose episode ended is its ``infos[i]["terminal_observation"]``
@@ -358,6 +375,8 @@ def add_replay_step(
     """
     if update_model:
         require_started(model)
+        run = run_of(model)
+        refuse_stopped(run)
     buf: Any = model.replay_buffer if buffer is None else buffer
     step = StepColumns(responses, env_ids, "SB3PolicyAdapter.act()")
     ids = step.ids
@@ -378,17 +397,41 @@ def add_replay_step(
             else:
                 check_terminal(terminal, next_obs[i], ids[i], "")
                 next_obs[i] = terminal
-    buf.add(observation, next_obs, actions, rewards_arr, dones_arr, list(infos))
     if not update_model:
-        return
+        buf.add(observation, next_obs, actions, rewards_arr, dones_arr, list(infos))
+        return False
     n_envs = len(ids)
+    callback = run.callback
+    if run.steps is None:
+        run.steps, run.episodes = 0, 0
+        if callback is not None:
+            callback.on_rollout_start()
     model.num_timesteps += n_envs
+    run.steps += 1
+    if callback is not None:
+        callback.update_locals(
+            replay_step_locals(
+                model, run, buf, step, actions, new_observation, rewards_arr, dones_arr, infos
+            )
+        )
+        if not callback.on_step():
+            stop(run)
     model._update_info_buffer(list(infos), dones_arr)
+    buf.add(observation, next_obs, actions, rewards_arr, dones_arr, list(infos))
     _update_progress(model)
     model._on_step()
     for idx, done in enumerate(dones_arr):
         if done:
+            run.episodes += 1
             model._episode_num += 1
             if model.action_noise is not None:
                 kwargs = {"indices": [idx]} if n_envs > 1 else {}
                 model.action_noise.reset(**kwargs)
+            if run.log_interval is not None and model._episode_num % run.log_interval == 0:
+                dump_logs(model, None)
+    if should_collect_more_steps(model.train_freq, run.steps, run.episodes):
+        return False
+    run.steps = None
+    if callback is not None:
+        callback.on_rollout_end()
+    return True
