@@ -239,7 +239,7 @@ def finish_training(model: BaseAlgorithm) -> BaseCallback | None:
 
 def dump_logs(model: BaseAlgorithm, iteration: int | None) -> None:
     """``model.dump_logs`` (``_dump_logs`` before SB3 2.5), with the on-policy iteration."""
-    dump = getattr(model, "dump_logs", None) or model._dump_logs  # type: ignore[attr-defined]
+    dump = getattr(model, "dump_logs", None) or getattr(model, "_dump_logs")  # noqa: B009
     if iteration is None:
         dump()
     else:
@@ -262,6 +262,24 @@ def refuse_stopped(run: Run) -> None:
             "a callback stopped this training run: no step is added after that "
             "(call finish_training(model), then start_training(...) to train again)"
         )
+
+
+def require_new_observation(run: Run | None, new_observation: Any) -> bool:
+    """Whether the step calls a callback; then ``new_observation`` must be given.
+
+    Raises:
+        ValueError: a callback runs and ``new_observation`` is None (SB3 gives callbacks
+            ``locals["new_obs"]``; an earlier step's would be there otherwise).
+    """
+    if run is None or run.callback is None:
+        return False
+    if new_observation is None:
+        raise ValueError(
+            "add_rollout_step(..., new_observation=new_obs) is needed when start_training() got "
+            "a callback or progress_bar: SB3 gives callbacks locals['new_obs'] (what env.step "
+            "returned)"
+        )
+    return True
 
 
 def is_sb3_on_policy_collection(model: BaseAlgorithm) -> bool:
@@ -307,15 +325,7 @@ def rollout_step_locals(
     ``action_masks`` (and has no ``clipped_actions``). The loop temporaries of the bootstrap
     (``idx``, ``done``, ``terminal_obs``, ``terminal_value``) are not given.
 
-    Raises:
-        ValueError: ``new_observation`` was not given (SB3 gives callbacks ``new_obs``).
     """
-    if new_observation is None:
-        raise ValueError(
-            "add_rollout_step(..., new_observation=new_obs) is needed when start_training() got "
-            "a callback or progress_bar: SB3 gives callbacks locals['new_obs'] (what env.step "
-            "returned)"
-        )
     found: dict[str, Any] = {
         "self": model,
         "env": model.get_env(),
@@ -347,7 +357,7 @@ def replay_step_locals(
     model: Any,
     run: Run,
     buf: Any,
-    step: Any,
+    actions: Any,
     buffer_actions: Any,
     new_observation: Any,
     rewards: Any,
@@ -374,7 +384,7 @@ def replay_step_locals(
         "num_collected_steps": run.steps,
         "num_collected_episodes": run.episodes,
         "continue_training": True,
-        "actions": step.array("action"),
+        "actions": actions,
         "buffer_actions": buffer_actions,
         "new_obs": new_observation,
         "rewards": rewards,

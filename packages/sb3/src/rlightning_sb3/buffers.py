@@ -3,14 +3,22 @@
 With :meth:`SB3PolicyAdapter.act <rlightning_sb3.SB3PolicyAdapter.act>`, these helpers make an
 SB3 training loop a few lines long and fill the buffers exactly as SB3's own collection does:
 
-* :func:`start_training` -- begin as ``BaseAlgorithm.learn`` begins (``_setup_learn``);
+* :func:`start_training` -- begin as ``BaseAlgorithm.learn`` begins (``_setup_learn``), with
+  ``learn``'s ``callback``, ``log_interval`` and ``progress_bar``;
 * :func:`add_rollout_step` / :func:`finish_rollout` -- the buffer half of
   ``OnPolicyAlgorithm.collect_rollouts`` (and of sb3-contrib's ``RecurrentPPO`` /
   ``MaskablePPO`` versions): truncated episodes bootstrapped with the terminal observation's
   value, then returns and advantages;
 * :func:`add_replay_step` -- ``OffPolicyAlgorithm._store_transition`` plus the bookkeeping
   ``collect_rollouts`` does after each step (timesteps, exploration schedule, target updates,
-  action-noise resets).
+  action-noise resets);
+* :func:`finish_training` -- end as ``learn`` ends (``callback.on_training_end()``).
+
+The helpers call the callback where ``learn`` and ``collect_rollouts`` do -- ``on_rollout_start``
+at a rollout's first step, ``update_locals`` (with SB3's ``locals``) and ``on_step`` at every
+step, ``on_rollout_end`` at a rollout's end -- and dump the logger (``rollout/ep_rew_mean``,
+``time/fps``, ...) every ``log_interval`` rollouts or episodes. When ``on_step`` returns False
+they raise :class:`StopTraining`, where ``collect_rollouts`` returns early.
 
 Observations and rewards are those of the VecEnv the model was built with (``model.get_env()``,
 which SB3 may have wrapped, e.g. in ``VecTransposeImage`` for images). With ``VecNormalize``,
@@ -57,6 +65,7 @@ from rlightning_sb3._training import (
     is_sb3_on_policy_collection,
     refuse_stopped,
     replay_step_locals,
+    require_new_observation,
     rollout_step_locals,
     run_of,
     start_training,
@@ -98,6 +107,15 @@ def add_rollout_step(
     copy ``act`` checked). A full buffer (the
     previous rollout's) is reset first, as ``collect_rollouts`` resets it at each rollout's start.
 
+    With ``update_model``, the step follows ``collect_rollouts``' order: ``num_timesteps +=
+    n_envs``; when :func:`start_training` got a callback, ``on_rollout_start`` (the first step of
+    a rollout: after :func:`finish_rollout`, at the start, or when the buffer was full), then
+    ``callback.update_locals`` with the ``locals`` SB3 gives (``self``, ``env``, ``n_steps``,
+    ``obs_tensor``, ``actions``, ``clipped_actions``, ``values``, ``log_probs``, ``new_obs``,
+    ``rewards``, ``dones``, ``infos``, ...) and ``on_step``; then ``_update_info_buffer``, the
+    truncation bootstrap and ``buffer.add``. SB3 calls ``on_rollout_start`` before the rollout's
+    first action; here it runs after that step's ``act`` and ``env.step``.
+
     Args:
         model: PPO, A2C, RecurrentPPO, MaskablePPO or another ``OnPolicyAlgorithm``.
         observation: The observation the responses answered, ``(n_envs, *obs_shape)`` (dict for
@@ -109,8 +127,12 @@ def add_rollout_step(
         infos: ``n_envs`` info dicts from ``env.step``.
         buffer: The buffer to fill; default ``model.rollout_buffer``.
         env_ids: The VecEnv's env ids in env order, when ``responses`` are in another order.
-        update_model: Also advance ``model.num_timesteps`` by ``n_envs`` and record finished
-            episodes (``model._update_info_buffer``), as ``collect_rollouts`` does.
+        update_model: Also advance ``model.num_timesteps`` by ``n_envs``, record finished
+            episodes (``model._update_info_buffer``) and call the callback, as
+            ``collect_rollouts`` does.
+        new_observation: What ``env.step`` returned, ``(n_envs, *obs_shape)``: the callback's
+            ``locals["new_obs"]``. Needed when :func:`start_training` got a callback or
+            ``progress_bar``; not stored.
 
     Returns:
         The ``(n_envs,)`` rewards as stored (bootstrapped where truncated), a new array:
@@ -135,7 +157,11 @@ def add_rollout_step(
             ``action_mask`` and others not; or a per-env response's ``action_mask`` is one
             :meth:`~SB3PolicyAdapter.act` would refuse (values other than 0/1, the wrong
             length, a sub-space with no legal action -- sb3-contrib would store it and train on
-            a made-up log-probability -- or a mask for a model other than MaskablePPO).
+            a made-up log-probability -- or a mask for a model other than MaskablePPO); or
+            a callback runs and ``new_observation`` is missing or not ``(n_envs, *obs_shape)``.
+        StopTraining: the callback's ``on_step`` returned False (``num_timesteps`` counts the
+            step, nothing is stored, as ``collect_rollouts`` returns early), or returned False
+            at an earlier step of this run (then nothing is changed).
     """
     run = None
     if update_model:
@@ -147,6 +173,8 @@ def add_rollout_step(
     ids = step.ids
     rewards_arr, dones_arr = check_step(buf.n_envs, ids, rewards, dones, infos)
     check_buffer_observation("observation", observation, buf, ids)
+    if require_new_observation(run, new_observation):
+        check_buffer_observation("new_observation", new_observation, buf, ids)
     actions = step.array("buffer_action")
     values = step.tensor("value")
     log_probs = step.tensor("log_prob")
@@ -232,8 +260,14 @@ def finish_rollout(
     after the last step, ``responses[i].state.vf``, reset where ``dones``; an array torch cannot
     read, with a negative stride or a non-native byte order, is read from a native copy), then
     ``buffer.compute_returns_and_advantage(last_values=values, dones=dones)``. With
-    ``update_model``, ``model._update_current_progress_remaining`` is called as ``learn()`` does
-    right after ``collect_rollouts``, so that ``model.train()`` reads the right schedule values.
+    ``update_model``, the rest of the rollout as ``collect_rollouts`` and ``learn()`` end it:
+    the callback's ``update_locals`` (SB3's ``OnPolicyAlgorithm`` only: ``n_steps``, the last
+    ``values``, ``new_obs``, ``dones``, ``actions``) and ``on_rollout_end``; then ``learn``'s
+    ``iteration += 1``, ``model._update_current_progress_remaining`` (so that ``model.train()``
+    reads the right schedule values) and, every ``log_interval`` iterations,
+    ``model.dump_logs(iteration)`` (``time/iterations``, ``rollout/ep_rew_mean``,
+    ``rollout/ep_len_mean``, ``time/fps``, ``time/time_elapsed``, ``time/total_timesteps``, and
+    what the last ``model.train()`` recorded). Call ``model.train()`` after it, as ``learn``.
 
     Args:
         model: The on-policy model.
@@ -243,11 +277,13 @@ def finish_rollout(
         responses: The last step's responses; needed for RecurrentPPO (their ``state``).
         buffer: The buffer; default ``model.rollout_buffer``.
         env_ids: The VecEnv's env ids in env order, when ``responses`` are in another order.
-        update_model: Also update the model's progress (needs :func:`start_training` first).
+        update_model: Also update the model's progress, call the callback and dump the logger
+            (needs :func:`start_training` first).
 
     Returns:
         None. ``buffer`` is mutated (its ``returns`` and ``advantages`` are filled in place),
-        and with ``update_model`` so is ``model`` (``_current_progress_remaining``).
+        and with ``update_model`` so is ``model`` (``_current_progress_remaining``; the
+        logger's values are written out when it dumps).
 
     Raises:
         TypeError: ``responses`` or ``env_ids`` is not a sequence of the right kind, or
@@ -257,6 +293,7 @@ def finish_rollout(
             ``(n_envs, *obs_shape)``; ``responses`` do not match ``env_ids`` (see
             :func:`add_rollout_step`); or, for RecurrentPPO, ``responses`` are missing or lack
             a ``state`` field.
+        StopTraining: a callback stopped this run (nothing is changed).
     """
     if update_model:
         require_started(model)
@@ -335,8 +372,16 @@ def add_replay_step(
 
     With ``update_model``, the rest of ``collect_rollouts``' step: ``num_timesteps += n_envs``,
     ``_update_info_buffer``, ``_update_current_progress_remaining``, ``_on_step`` (DQN: target
-    update and exploration rate), and for each finished episode ``_episode_num += 1`` and the
-    env's action-noise reset.
+    update and exploration rate), and for each finished episode ``_episode_num += 1``, the
+    env's action-noise reset and, every ``log_interval`` episodes (:func:`start_training`),
+    ``model.dump_logs()`` (``time/episodes``, ``rollout/ep_rew_mean``, ``time/fps``, ...). A
+    callback given to :func:`start_training` is called in ``collect_rollouts``' order:
+    ``on_rollout_start`` at a rollout's first step (after that step's ``act`` and ``env.step``;
+    SB3 calls it before the first action), ``update_locals`` (SB3's ``locals``: ``self``,
+    ``env``, ``train_freq``, ``replay_buffer``, ``num_collected_steps``, ``actions``,
+    ``buffer_actions``, ``new_obs``, ``rewards``, ``dones``, ``infos``, ...) and ``on_step`` right
+    after ``num_timesteps += n_envs`` (before the step is stored), and ``on_rollout_end`` when the
+    rollout has the steps or episodes ``model.train_freq`` asks for.
 
     Args:
         model: SAC, TD3, DDPG, DQN or another ``OffPolicyAlgorithm``.
@@ -355,9 +400,12 @@ def add_replay_step(
             :func:`start_training` first).
 
     Returns:
-        None. ``buffer`` is mutated (``add``), and with ``update_model`` so is ``model`` (the
-        counters above; for DQN the exploration rate and target network; the action noise).
-        ``observation``, ``new_observation``, ``rewards`` and ``responses`` are not.
+        True when this step ended a rollout of ``model.train_freq`` (where ``learn()`` trains:
+        ``if model.num_timesteps > model.learning_starts: model.train(...)``); always False
+        without ``update_model``. ``buffer`` is mutated (``add``), and with ``update_model`` so
+        is ``model`` (the counters above; for DQN the exploration rate and target network; the
+        action noise). ``observation``, ``new_observation``, ``rewards`` and ``responses`` are
+        not.
 
     Raises:
         TypeError: ``responses`` is not a sequence of PolicyResponse, ``env_ids`` is not a
@@ -372,7 +420,11 @@ def add_replay_step(
             lie outside [-1, 1] (SB3's ``policy.scale_action`` range); or an
             ``infos[i]["terminal_observation"]`` of a done env does not have one observation's
             shape.
+        StopTraining: the callback's ``on_step`` returned False (``num_timesteps`` counts the
+            step, nothing is stored, as ``collect_rollouts`` returns early), or returned False
+            at an earlier step of this run (then nothing is changed).
     """
+    run = None
     if update_model:
         require_started(model)
         run = run_of(model)
@@ -397,11 +449,12 @@ def add_replay_step(
             else:
                 check_terminal(terminal, next_obs[i], ids[i], "")
                 next_obs[i] = terminal
-    if not update_model:
+    if run is None:
         buf.add(observation, next_obs, actions, rewards_arr, dones_arr, list(infos))
         return False
     n_envs = len(ids)
     callback = run.callback
+    env_actions = None if callback is None else step.array("action")
     if run.steps is None:
         run.steps, run.episodes = 0, 0
         if callback is not None:
@@ -411,7 +464,15 @@ def add_replay_step(
     if callback is not None:
         callback.update_locals(
             replay_step_locals(
-                model, run, buf, step, actions, new_observation, rewards_arr, dones_arr, infos
+                model,
+                run,
+                buf,
+                env_actions,
+                actions,
+                new_observation,
+                rewards_arr,
+                dones_arr,
+                infos,
             )
         )
         if not callback.on_step():
@@ -429,7 +490,8 @@ def add_replay_step(
                 model.action_noise.reset(**kwargs)
             if run.log_interval is not None and model._episode_num % run.log_interval == 0:
                 dump_logs(model, None)
-    if should_collect_more_steps(model.train_freq, run.steps, run.episodes):
+    train_freq: Any = model.train_freq  # a TrainFreq since _setup_model
+    if should_collect_more_steps(train_freq, run.steps, run.episodes):
         return False
     run.steps = None
     if callback is not None:
