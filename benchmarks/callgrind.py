@@ -309,7 +309,7 @@ def worker(n_envs: int, calls: int, profile_steps: int, out: Path, instr_on: boo
                     env_ids = [f"env-{i}" for i in range(n_envs)]
 
                     def step(o: Any, method: Any = method, env_ids: Any = env_ids) -> object:
-                        return method(o, env_ids)
+                        return method(o, env_ids=env_ids)
 
                     for _ in range(5):
                         step(obs)

@@ -212,7 +212,7 @@ def sb3_call(kind: str, impl: str, n_envs: int) -> Callable[[Any], object]:
         method = getattr(SB3PolicyAdapter(model), kind)
 
         def call(o: Any) -> object:
-            return method(o, env_ids)
+            return method(o, env_ids=env_ids)
 
     else:
         raise ValueError(f"no item-6 implementation {impl!r} for {kind!r}")

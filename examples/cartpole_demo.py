@@ -46,7 +46,9 @@ def evaluate(model: PPO, n_episodes: int, seed: int) -> tuple[list[float], list[
     obs = env.reset()
     while len(returns) < n_episodes:
         sent_ns = time.time_ns()  # the env worker "sends" the observation
-        responses = adapter.predict(obs, env_ids, deterministic=True, ts_env_sent_ns=sent_ns)
+        responses = adapter.predict(
+            obs, env_ids=env_ids, deterministic=True, ts_env_sent_ns=sent_ns
+        )
         for response in responses:
             response.mark_policy_sent()
             latencies.append(response.compute_sent_latency())

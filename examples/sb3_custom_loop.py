@@ -58,7 +58,7 @@ def evaluate(adapter: SB3PolicyAdapter, n_episodes: int, seed: int) -> float:
     running = np.zeros(n_envs)
     returns: list[float] = []
     while len(returns) < n_episodes:
-        responses = adapter.predict(obs, ids, deterministic=True)
+        responses = adapter.predict(obs, env_ids=ids, deterministic=True)
         obs, rewards, dones, _ = env.step(adapter.env_actions(responses, ids))
         running += rewards
         for i in np.flatnonzero(dones):

@@ -113,6 +113,93 @@ def test_for_agent_splits_per_agent_fields_and_shares_the_rest():
         r.is_per_agent("nope")
 
 
+def _partial_message(
+    name: str,
+    given: list[str],
+    missing: list[str],
+    agents: list[str],
+    got: str,
+    when: str = "action's agents",
+) -> str:
+    return (
+        f"field {name!r} is keyed by agent ids {given} but has no entry for agent(s) {missing} "
+        f"of {when} {agents}, so it would be taken as shared by all agents and "
+        f"for_agent({missing[0]!r}) would get the whole dict; got {got}; fix: give every agent "
+        "an entry (None for an agent that has none), or rekey a dict meant to be shared by all "
+        "agents [rule per-agent-keys]"
+    )
+
+
+def test_a_field_keyed_by_some_of_the_agents_is_refused_naming_the_field_and_the_missing() -> None:
+    # Read as shared, log_prob={"a": -0.1} would hand agent "b" a dict holding agent a's entry.
+    msg = _partial_message("log_prob", ["a"], ["b"], ["a", "b"], "{'a': -0.1}")
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        MultiAgentPolicyResponse("e", action={"a": 0, "b": 1}, log_prob={"a": -0.1})
+    msg = _partial_message("value", ["a", "c"], ["b"], ["a", "b", "c"], "{'c': 1.0, 'a': 2.0}")
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        MultiAgentPolicyResponse("e", action={"a": 0, "b": 1, "c": 2}, value={"c": 1.0, "a": 2.0})
+
+
+def test_every_agent_with_an_entry_none_for_an_agent_without_is_per_agent() -> None:
+    r = MultiAgentPolicyResponse("e", action={"a": 0, "b": 1}, log_prob={"a": -0.1, "b": None})
+    assert r.is_per_agent("log_prob")
+    assert r.for_agent("a").log_prob == -0.1
+    assert r.for_agent("b").log_prob is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {},  # no key: shared
+        {"team": "red"},  # no agent id: shared
+        {"a": 1, "team": "red"},  # a key that is not an agent id: shared
+        {"a": 1, "b": 2, "c": 3},  # more keys than agents: shared
+    ],
+)
+def test_a_dict_field_not_keyed_by_some_of_the_agents_stays_shared(value: dict[str, int]) -> None:
+    r = MultiAgentPolicyResponse("e", action={"a": 0, "b": 1}, info=value)
+    assert not r.is_per_agent("info")
+    assert r.for_agent("b").info is value
+
+
+def test_setting_a_field_or_the_action_checks_the_same_rule() -> None:
+    r = MultiAgentPolicyResponse("e", action={"a": 0, "b": 1}, log_prob={"a": -0.1, "b": -0.2})
+    msg = _partial_message("value", ["b"], ["a"], ["a", "b"], "{'b': 0.5}")
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        r.value = {"b": 0.5}
+    assert "value" not in vars(r)
+    msg = _partial_message(
+        "log_prob",
+        ["a", "b"],
+        ["c"],
+        ["a", "b", "c"],
+        "{'a': -0.1, 'b': -0.2}",
+        when="the new action's agents",
+    )
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        r.action = {"a": 0, "b": 1, "c": 2}
+    assert r.action == {"a": 0, "b": 1}  # unchanged
+    r.log_prob = {"a": -0.1, "b": -0.2, "c": -0.3}  # a superset of the agents: shared for now
+    r.action = {"a": 0, "b": 1, "c": 2}  # then per-agent again
+    assert r.for_agent("c").log_prob == -0.3
+
+
+def test_from_agents_refuses_a_shared_dict_keyed_by_some_of_the_agents() -> None:
+    responses = {
+        "a": PolicyResponse("e", action=0, bonus={"a": 1.0}),
+        "b": PolicyResponse("e", action=1, bonus={"a": 1.0}),
+    }
+    msg = (
+        "shared field 'bonus' is a dict keyed by agent ids, so it would look per-agent with "
+        "agents missing, which the constructor refuses; make it per-agent (leave it out of "
+        "shared=) or rekey it"
+    )
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        MultiAgentPolicyResponse.from_agents("e", responses, shared=["bonus"])
+    merged = MultiAgentPolicyResponse.from_agents("e", responses)  # per-agent: fine
+    assert merged.for_agent("b").bonus == {"a": 1.0}
+
+
 def test_for_agent_unhashable_id_is_a_clear_error() -> None:
     response = MultiAgentPolicyResponse("env-0", action={"a": 1, "b": 2})
     with pytest.raises((TypeError, KeyError), match="agent"):

@@ -19,6 +19,7 @@ from rlightning.testing import (
     check_policy_response,
     space_violation,
 )
+from rlightning.types import response_from_checked
 
 BOX = spaces.Box(-1.0, 1.0, (2,), np.float32)
 
@@ -407,6 +408,14 @@ def _ma(**fields: Any) -> MultiAgentPolicyResponse:
     return MultiAgentPolicyResponse("env-0", **base)
 
 
+def _ma_unchecked(**fields: Any) -> MultiAgentPolicyResponse:
+    # Built past the constructor (which refuses a field keyed by some of the agents), as an
+    # adapter's checked fast path builds responses: the checker must still catch it.
+    base: dict[str, Any] = {"action": {"a": 1, "b": np.zeros(2, np.float32)}}
+    base.update(fields)
+    return response_from_checked(MultiAgentPolicyResponse, "env-0", base)
+
+
 def test_multi_agent_valid() -> None:
     response = _ma(value={"a": 0.1, "b": 0.2}, log_prob={"a": -1.0, "b": -2.0}, shared=3)
     check_multi_agent_policy_response(response, SPACES_AB)
@@ -440,13 +449,13 @@ def test_multi_agent_valid() -> None:
             "got {'a': 1, 'b': array([0., 0.], dtype=float32)} [rule no-inactive-action]",
         ),
         (
-            _ma(log_prob={"a": -1.0}),
+            _ma_unchecked(log_prob={"a": -1.0}),
             None,
             "response.log_prob is keyed by agents but not by exactly those of action: missing "
             "['b'], extra []; got {'a': -1.0} [rule per-agent-keys]",
         ),
         (
-            _ma(action={"a": 1}, value={"a": 1.0, "b": 2.0}),
+            _ma_unchecked(action={"a": 1}, value={"a": 1.0, "b": 2.0}),
             None,
             "response.value is keyed by agents but not by exactly those of action: missing [], "
             "extra ['b']; got {'a': 1.0, 'b': 2.0} [rule per-agent-keys]",

@@ -36,7 +36,7 @@ def _same_answer(gen: Any, call: str, layout: str, obs_kind: str) -> None:
         th.manual_seed(0)
         adapter = SB3PolicyAdapter(model)
         method = adapter.act if call == "act" else adapter.predict
-        answers.append(adapter.env_actions(method(gen.with_layout(obs, this), ["e"])))
+        answers.append(adapter.env_actions(method(gen.with_layout(obs, this), env_ids=["e"])))
     np.testing.assert_array_equal(answers[1], answers[0], strict=True)
 
 

@@ -43,7 +43,7 @@ def _actions_or_error(
         if call.startswith("act"):
             responses = adapter.act(obs, ids, explore=call == "act")
         else:
-            responses = adapter.predict(obs, ids, deterministic=call == "predict-det")
+            responses = adapter.predict(obs, env_ids=ids, deterministic=call == "predict-det")
         actions = adapter.env_actions(responses)
     except (ValueError, TypeError) as error:  # the adapter refused: _check reads the message
         return space, None, error

@@ -96,7 +96,7 @@ def test_masked_actions_equal_maskable_ppo_or_a_dead_mask_is_refused(data: Any, 
         th.manual_seed(case["seed"])
         if case["call"] == "act":
             return adapter.act(obs, ids, action_masks=masks, explore=not det)
-        return adapter.predict(obs, ids, action_masks=masks, deterministic=det)
+        return adapter.predict(obs, env_ids=ids, action_masks=masks, deterministic=det)
 
     if dead:
         what = {

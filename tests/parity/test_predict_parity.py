@@ -104,7 +104,7 @@ def test_predict_equals_model_predict(data: Any, gen: Any) -> None:
         expected, _ = model.predict(obs, deterministic=deterministic, **kwargs)
         _seed(model, seed)
         responses = adapter.predict(
-            gen.with_layout(obs, case["layout"]), ids, deterministic=deterministic, **kwargs
+            gen.with_layout(obs, case["layout"]), env_ids=ids, deterministic=deterministic, **kwargs
         )
         got = adapter.env_actions(responses)
         np.testing.assert_array_equal(got, expected, strict=True)

@@ -183,12 +183,27 @@ def test_live_agents_come_from_env_agents_not_observation_keys(simple_spread: Mo
 def test_wrong_kinds(simple_spread: ModuleType) -> None:
     env = simple_spread.parallel_env()
     env.reset(seed=0)
+    how = (
+        "make one with MultiAgentPolicyResponse(env_id, action={agent: action, ...}) (one action "
+        "per agent of env.agents; other fields per-agent as dicts keyed by the same agents), or "
+        "MultiAgentPolicyResponse.from_agents(env_id, {agent: response, ...}) from one "
+        "single-agent PolicyResponse per agent"
+    )
     with pytest.raises(
-        TypeError, match=re.escape("response must be a MultiAgentPolicyResponse, got dict")
+        TypeError,
+        match=re.escape(f"response must be a MultiAgentPolicyResponse, got dict; {how}"),
     ):
         to_parallel_actions({"agent_0": 0}, env)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=re.escape("got PolicyResponse")):
-        to_parallel_actions(PolicyResponse(None, action=0), env)  # type: ignore[arg-type]
+    single = (
+        "response must be a MultiAgentPolicyResponse, got a single-agent PolicyResponse "
+        "(env_id='e', fields ['action', 'log_prob']): a parallel env steps every agent at once, "
+        f"so the response needs one action per agent; {how}"
+    )
+    with pytest.raises(TypeError, match=re.escape(single)):
+        to_parallel_actions(
+            PolicyResponse("e", action=0, log_prob=-0.1, ts_env_sent_ns=1),
+            env,  # type: ignore[arg-type]
+        )
     aec = tictactoe_v3.env()
     aec.reset(seed=0)
     with pytest.raises(
@@ -347,8 +362,12 @@ def test_numpy_str_agent_ids_find_their_agents(spread: Any) -> None:
 
 
 def test_a_single_agent_response_is_a_type_error(spread: Any) -> None:
-    with pytest.raises(TypeError, match="MultiAgentPolicyResponse, got PolicyResponse"):
+    got = "got a single-agent PolicyResponse (env_id='env-0', fields ['action'])"
+    with pytest.raises(TypeError, match=re.escape(got)) as info:
         to_parallel_actions(PolicyResponse("env-0", action=1), spread)  # type: ignore[arg-type]
+    # it says how to make a multi-agent one, both ways
+    assert "MultiAgentPolicyResponse(env_id, action={agent: action, ...})" in str(info.value)
+    assert "MultiAgentPolicyResponse.from_agents(env_id, {agent: response, ...})" in str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -418,7 +418,7 @@ def test_act_needs_an_on_or_off_policy_algorithm() -> None:
     obs = model.get_env().reset()
     with pytest.raises(TypeError, match=re.escape("ARS is neither (use predict())")):
         adapter.act(obs, ["a"])
-    assert adapter.predict(obs, ["a"])[0].action.shape == (1,)
+    assert adapter.predict(obs, env_ids=["a"])[0].action.shape == (1,)
 
 
 def test_dict_observation_must_be_a_dict(tiny: Any) -> None:
@@ -471,7 +471,7 @@ def test_a_batch_whose_rows_differ_from_the_repeated_env_ids_is_refused(
     other = np.concatenate([obs, obs])[:rows]
     msg = f"env_ids has 2 ids but the observation batch has {rows} rows"
     with pytest.raises(ValueError, match=re.escape(msg)):
-        getattr(adapter, method)(other, list(TWO_IDS))
+        getattr(adapter, method)(other, env_ids=list(TWO_IDS))
 
 
 def test_the_same_batch_with_fresh_ids_is_refused_as_expected(
@@ -563,7 +563,7 @@ def test_field_order_and_kinds_are_the_same_for_one_env_and_many(n_envs: int) ->
             assert th.equal(tensor, expected)
         assert r.episode_start is True
         assert r.ts_env_sent_ns == 7
-    predicted = adapter.predict(batch, ids)
+    predicted = adapter.predict(batch, env_ids=ids)
     assert all(list(vars(r)) == ["env_id", "action"] for r in predicted)
     assert all(type(r.action) is np.int64 for r in predicted)
 

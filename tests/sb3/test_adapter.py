@@ -34,7 +34,7 @@ def test_env_ids_of_the_wrong_length_say_both_lengths(
 
 def test_duplicate_env_ids_are_named(ppo1_adapter: SB3PolicyAdapter) -> None:
     with pytest.raises(ValueError, match=re.escape("env_ids repeats ['x']")):
-        ppo1_adapter.predict(_obs(2), ["x", "x"])
+        ppo1_adapter.predict(_obs(2), env_ids=["x", "x"])
 
 
 @pytest.mark.parametrize("bad", [0, b"e0", None])
@@ -78,13 +78,13 @@ def test_unbatched_observation_with_a_list_of_ids_is_refused(
 
 def test_gymnasium_reset_tuple_is_refused(ppo1_adapter: SB3PolicyAdapter) -> None:
     with pytest.raises(ValueError, match=re.escape("(obs, info) tuple")):
-        ppo1_adapter.predict((np.zeros(4, np.float32), {}), "e0")
+        ppo1_adapter.predict((np.zeros(4, np.float32), {}), env_ids="e0")
 
 
 def test_list_observation_is_converted_as_predict_does(ppo1_adapter: SB3PolicyAdapter) -> None:
     obs = [[0.1, 0.2, 0.3, 0.4]]
-    got = ppo1_adapter.predict(obs, ["e0"], deterministic=True)
-    want = ppo1_adapter.predict(np.array(obs, np.float32), ["e0"], deterministic=True)
+    got = ppo1_adapter.predict(obs, env_ids=["e0"], deterministic=True)
+    want = ppo1_adapter.predict(np.array(obs, np.float32), env_ids=["e0"], deterministic=True)
     assert got[0].action == want[0].action
 
 
@@ -105,7 +105,7 @@ def test_dict_observation_with_a_missing_key_names_both_key_sets(
     dict_ppo_adapter: SB3PolicyAdapter,
 ) -> None:
     with pytest.raises(ValueError, match=re.escape("keys ['vec'], the model's Dict")):
-        dict_ppo_adapter.predict({"vec": np.zeros((1, 2), np.float32)}, ["a"])
+        dict_ppo_adapter.predict({"vec": np.zeros((1, 2), np.float32)}, env_ids=["a"])
 
 
 def test_array_observation_for_a_dict_model_is_a_type_error(
@@ -182,27 +182,27 @@ def test_non_int_stamps_are_type_errors(ppo1_adapter: SB3PolicyAdapter, bad: Any
 def test_negative_stamp_is_refused(ppo1_adapter: SB3PolicyAdapter, method: str) -> None:
     message = "ts_env_sent_ns must not be negative; got -5 [rule timestamp]"
     with pytest.raises(ValueError, match=re.escape(message)):
-        getattr(ppo1_adapter, method)(_obs(1), ["e0"], ts_env_sent_ns=-5)
+        getattr(ppo1_adapter, method)(_obs(1), env_ids=["e0"], ts_env_sent_ns=-5)
 
 
 def test_state_list_of_the_wrong_length_is_refused_for_a_feed_forward_policy(
     ppo1_adapter: SB3PolicyAdapter,
 ) -> None:
     with pytest.raises(ValueError, match="state"):
-        ppo1_adapter.predict(_obs(1), ["e0"], state=[None] * 5)
+        ppo1_adapter.predict(_obs(1), env_ids=["e0"], state=[None] * 5)
 
 
 def test_state_for_a_feed_forward_policy_is_refused(ppo1_adapter: SB3PolicyAdapter) -> None:
     with pytest.raises(ValueError, match="only used by recurrent policies"):
-        ppo1_adapter.predict(_obs(1), ["e0"], state=[(np.zeros((1, 4)), np.zeros((1, 4)))])
+        ppo1_adapter.predict(_obs(1), env_ids=["e0"], state=[(np.zeros((1, 4)), np.zeros((1, 4)))])
 
 
 def test_recurrent_state_list_of_the_wrong_length_is_refused(
     recurrent_adapter: SB3PolicyAdapter,
 ) -> None:
-    first = recurrent_adapter.predict(_obs(2), ["a", "b"])
+    first = recurrent_adapter.predict(_obs(2), env_ids=["a", "b"])
     with pytest.raises(ValueError, match="got list of length 1"):
-        recurrent_adapter.predict(_obs(2), ["a", "b"], state=[first[0].state])
+        recurrent_adapter.predict(_obs(2), env_ids=["a", "b"], state=[first[0].state])
 
 
 def test_recurrent_state_of_the_wrong_shape_names_the_env(
@@ -210,7 +210,7 @@ def test_recurrent_state_of_the_wrong_shape_names_the_env(
 ) -> None:
     bad = (np.zeros((1, 5)), np.zeros((1, 5)))
     with pytest.raises(ValueError, match=re.escape("state for env 'a'")):
-        recurrent_adapter.predict(_obs(2), ["a", "b"], state=[bad, None])
+        recurrent_adapter.predict(_obs(2), env_ids=["a", "b"], state=[bad, None])
 
 
 def test_recurrent_batched_state_with_a_wrong_hidden_size_is_a_value_error(
@@ -218,7 +218,7 @@ def test_recurrent_batched_state_with_a_wrong_hidden_size_is_a_value_error(
 ) -> None:
     state = (np.zeros((1, 2, 7), np.float32), np.zeros((1, 2, 7), np.float32))
     with pytest.raises(ValueError, match="hidden"):
-        recurrent_adapter.predict(_obs(2), ["a", "b"], state=state)
+        recurrent_adapter.predict(_obs(2), env_ids=["a", "b"], state=state)
 
 
 @pytest.mark.parametrize(
@@ -276,7 +276,9 @@ def test_float_masks_of_exactly_0_and_1_are_read_as_booleans(
 ) -> None:
     # float 0.0/1.0 masks are accepted by design (rule boolean); the response keeps a bool copy
     masks = np.array([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
-    got = maskable_adapter.predict(np.zeros((2, 2), np.float32), ["a", "b"], action_masks=masks)
+    got = maskable_adapter.predict(
+        np.zeros((2, 2), np.float32), env_ids=["a", "b"], action_masks=masks
+    )
     assert [int(r.action) for r in got] == [2, 0]
     for response, row in zip(got, masks, strict=True):
         assert response.action_mask.dtype == np.bool_
@@ -291,16 +293,18 @@ def test_masks_given_to_a_model_without_masking_are_refused(ppo1_adapter: SB3Pol
 def test_predicted_masked_actions_respect_the_mask(maskable_adapter: SB3PolicyAdapter) -> None:
     masks = np.array([[0, 0, 1], [1, 0, 0]], bool)
     for _ in range(5):
-        got = maskable_adapter.predict(np.zeros((2, 2), np.float32), ["a", "b"], action_masks=masks)
+        got = maskable_adapter.predict(
+            np.zeros((2, 2), np.float32), env_ids=["a", "b"], action_masks=masks
+        )
         assert [int(r.action) for r in got] == [2, 0]
 
 
 def test_nan_rows_are_named_and_infinities_kept(ppo2_adapter: SB3PolicyAdapter) -> None:
     obs = np.zeros((2, 4), np.float32)
     obs[0, 1] = np.inf
-    ppo2_adapter.predict(obs, ["a", "b"])
+    ppo2_adapter.predict(obs, env_ids=["a", "b"])
     obs[1, 0] = -np.inf
-    ppo2_adapter.predict(obs, ["a", "b"])  # inf - inf in the sum, but no NaN
+    ppo2_adapter.predict(obs, env_ids=["a", "b"])  # inf - inf in the sum, but no NaN
     obs[1, 3] = np.nan
     with pytest.raises(ValueError, match=re.escape("observation holds NaN for env(s) ['b']")):
         ppo2_adapter.act(obs, ["a", "b"])

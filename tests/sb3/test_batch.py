@@ -119,12 +119,12 @@ def test_reordered_env_ids_take_the_checked_path(ppo3: PPO) -> None:
 def test_predict_answers_a_batch_holding_sb3s_actions(ppo3: PPO) -> None:
     adapter = SB3PolicyAdapter(ppo3)
     obs = np.zeros((3, 4), np.float32)
-    batch = adapter.predict(obs, IDS, deterministic=True, ts_env_sent_ns=[1, 2, 3])
+    batch = adapter.predict(obs, env_ids=IDS, deterministic=True, ts_env_sent_ns=[1, 2, 3])
     expected, _ = ppo3.predict(obs, deterministic=True)
     assert type(batch) is ResponseBatch
     np.testing.assert_array_equal(batch.stacked.action, expected)
     assert [r.ts_env_sent_ns for r in batch] == [1, 2, 3]
-    one = adapter.predict(obs[0], "a", deterministic=True, ts_env_sent_ns=5)
+    one = adapter.predict(obs[0], env_ids="a", deterministic=True, ts_env_sent_ns=5)
     assert type(one) is PolicyResponse and one.ts_env_sent_ns == 5
 
 
@@ -135,12 +135,12 @@ def test_nan_is_named_with_torch_validation_off_too(ppo3: PPO, method: str) -> N
     obs[2, 1] = np.nan
     msg = "observation holds NaN for env(s) ['c']"
     with pytest.raises(ValueError, match=re.escape(msg)):  # torch raised; the env is named
-        getattr(adapter, method)(obs, IDS)
+        getattr(adapter, method)(obs, env_ids=IDS)
     previous = th.distributions.Distribution._validate_args
     th.distributions.Distribution.set_default_validate_args(False)
     try:
         with pytest.raises(ValueError, match=re.escape(msg)):  # scanned before the forward
-            getattr(adapter, method)(obs, IDS)
+            getattr(adapter, method)(obs, env_ids=IDS)
     finally:
         th.distributions.Distribution.set_default_validate_args(previous)
 

@@ -84,7 +84,7 @@ def test_rollout_step_errors() -> None:
         add_rollout_step(model, obs, responses, np.ones(3), dones, infos)
     with pytest.raises(ValueError, match=re.escape("infos must be a list of 2 dicts")):
         add_rollout_step(model, obs, responses, rewards, dones, [{}])
-    predicted = adapter.predict(obs, IDS)
+    predicted = adapter.predict(obs, env_ids=IDS)
     with pytest.raises(ValueError, match=re.escape("response for env 'a' has no 'buffer_action'")):
         add_rollout_step(model, obs, predicted, rewards, dones, infos)
     with pytest.raises(ValueError, match=re.escape("envs without a response: ['c']")):
@@ -301,7 +301,7 @@ def test_add_rollout_step_with_predict_responses_names_the_missing_field(
 ) -> None:
     model: Any = ppo2_adapter.model
     obs = start_training(model, 100)
-    responses = ppo2_adapter.predict(obs, ["a", "b"])
+    responses = ppo2_adapter.predict(obs, env_ids=["a", "b"])
     with pytest.raises(ValueError, match=re.escape("env 'a' has no 'buffer_action' field")):
         add_rollout_step(model, obs, responses, [1.0, 1.0], [False, False], [{}, {}])
 

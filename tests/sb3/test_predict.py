@@ -32,7 +32,7 @@ def test_batch_gives_one_response_per_env_with_its_row_of_sb3_actions() -> None:
     adapter = SB3PolicyAdapter(model)
     obs = model.get_env().reset()
     expected, _ = model.predict(obs, deterministic=True)
-    responses = adapter.predict(obs, ["a", "b", "c"], deterministic=True)
+    responses = adapter.predict(obs, env_ids=["a", "b", "c"], deterministic=True)
     assert [type(r) for r in responses] == [PolicyResponse] * 3
     assert [r.env_id for r in responses] == ["a", "b", "c"]
     for i, response in enumerate(responses):
@@ -49,7 +49,7 @@ def test_stochastic_predict_draws_what_model_predict_draws() -> None:
     th.manual_seed(1)
     expected, _ = model.predict(obs)
     th.manual_seed(1)
-    responses = adapter.predict(obs, ["a", "b", "c"])
+    responses = adapter.predict(obs, env_ids=["a", "b", "c"])
     np.testing.assert_array_equal(adapter.env_actions(responses), expected, strict=True)
     space = model.action_space
     assert all(space.contains(r.action) for r in responses)  # clipped, as predict clips
@@ -60,7 +60,7 @@ def test_single_unbatched_observation_and_str_id_give_one_response() -> None:
     adapter = SB3PolicyAdapter(model)
     single = model.get_env().reset()[0]
     expected, _ = model.predict(single, deterministic=True)
-    response = adapter.predict(single, "only", deterministic=True)
+    response = adapter.predict(single, env_ids="only", deterministic=True)
     assert isinstance(response, PolicyResponse)
     assert response.env_id == "only"
     assert response.action.shape == model.action_space.shape
@@ -69,7 +69,9 @@ def test_single_unbatched_observation_and_str_id_give_one_response() -> None:
 
 def test_single_discrete_observation_gives_an_unbatched_0d_action() -> None:
     model = _ppo()
-    response = SB3PolicyAdapter(model).predict(model.get_env().reset()[0], "x", deterministic=True)
+    response = SB3PolicyAdapter(model).predict(
+        model.get_env().reset()[0], env_ids="x", deterministic=True
+    )
     assert isinstance(response.action, np.ndarray)
     assert response.action.shape == ()
 
@@ -79,7 +81,7 @@ def test_off_policy_predict_is_model_predict() -> None:
     model = SAC("MlpPolicy", env, seed=0, policy_kwargs=dict(NET), learning_starts=0)
     obs = env.reset()
     expected, _ = model.predict(obs, deterministic=True)
-    responses = SB3PolicyAdapter(model).predict(obs, ["p", "q"], deterministic=True)
+    responses = SB3PolicyAdapter(model).predict(obs, env_ids=["p", "q"], deterministic=True)
     np.testing.assert_array_equal(np.stack([r.action for r in responses]), expected, strict=True)
 
 
@@ -93,7 +95,9 @@ def test_dqn_predict_keeps_epsilon_greedy() -> None:
     expected, _ = model.predict(obs)
     np.random.seed(5)
     model.action_space.seed(9)
-    got = SB3PolicyAdapter(model).env_actions(SB3PolicyAdapter(model).predict(obs, list("abcd")))
+    got = SB3PolicyAdapter(model).env_actions(
+        SB3PolicyAdapter(model).predict(obs, env_ids=list("abcd"))
+    )
     np.testing.assert_array_equal(got, expected, strict=True)
 
 
@@ -101,14 +105,16 @@ def test_timestamps_and_latency() -> None:
     model = _ppo()
     obs = model.get_env().reset()
     sent = time.time_ns()
-    responses = SB3PolicyAdapter(model).predict(obs, ["a", "b", "c"], ts_env_sent_ns=sent)
+    responses = SB3PolicyAdapter(model).predict(obs, env_ids=["a", "b", "c"], ts_env_sent_ns=sent)
     for response in responses:
         assert response.ts_env_sent_ns == sent
         response.mark_policy_sent()
         assert response.ts_policy_sent_ns >= sent
         assert response.compute_sent_latency() >= 0.0
         assert "ts_env_sent_ns" not in response.to_dict()
-    per_env = SB3PolicyAdapter(model).predict(obs, ["a", "b", "c"], ts_env_sent_ns=[1, 2, 3])
+    per_env = SB3PolicyAdapter(model).predict(
+        obs, env_ids=["a", "b", "c"], ts_env_sent_ns=[1, 2, 3]
+    )
     assert [r.ts_env_sent_ns for r in per_env] == [1, 2, 3]
 
 
@@ -138,7 +144,7 @@ def test_recurrent_state_is_per_env_and_round_trips(recurrent_model: Any) -> Non
     a1, s1 = model.predict(obs, state=None, episode_start=starts, deterministic=True)
     a2, s2 = model.predict(obs, state=s1, episode_start=np.zeros(3, bool), deterministic=True)
     # the adapter's: per-env states carried by the responses
-    r1 = adapter.predict(obs, ids, episode_start=starts, deterministic=True)
+    r1 = adapter.predict(obs, env_ids=ids, episode_start=starts, deterministic=True)
     for i, response in enumerate(r1):
         h, c = response.state
         assert h.shape == (2, 8)
@@ -146,15 +152,15 @@ def test_recurrent_state_is_per_env_and_round_trips(recurrent_model: Any) -> Non
         np.testing.assert_array_equal(h, s1[0][:, i, :])
         np.testing.assert_array_equal(c, s1[1][:, i, :])
     r2 = adapter.predict(
-        obs, ids, state=[r.state for r in r1], episode_start=[False] * 3, deterministic=True
+        obs, env_ids=ids, state=[r.state for r in r1], episode_start=[False] * 3, deterministic=True
     )
     np.testing.assert_array_equal(adapter.env_actions(r2), a2)
     for i, response in enumerate(r2):
         np.testing.assert_array_equal(response.state[0], s2[0][:, i, :])
     # SB3's batched form is accepted too, and None entries mean "fresh env"
-    r2b = adapter.predict(obs, ids, state=s1, deterministic=True)
+    r2b = adapter.predict(obs, env_ids=ids, state=s1, deterministic=True)
     np.testing.assert_array_equal(adapter.env_actions(r2b), a2)
-    fresh = adapter.predict(obs, ids, state=[None, None, None], deterministic=True)
+    fresh = adapter.predict(obs, env_ids=ids, state=[None, None, None], deterministic=True)
     np.testing.assert_array_equal(adapter.env_actions(fresh), a1)
 
 
@@ -162,7 +168,7 @@ def test_recurrent_single_observation(recurrent_model: Any) -> None:
     model = recurrent_model
     single = model.get_env().reset()[0]
     expected, state = model.predict(single, deterministic=True)
-    response = SB3PolicyAdapter(model).predict(single, "solo", deterministic=True)
+    response = SB3PolicyAdapter(model).predict(single, env_ids="solo", deterministic=True)
     np.testing.assert_array_equal(response.action, expected)
     np.testing.assert_array_equal(response.state[0], state[0][:, 0, :])
 
@@ -171,12 +177,14 @@ def test_recurrent_state_errors(recurrent_model: Any) -> None:
     adapter = SB3PolicyAdapter(recurrent_model)
     obs = recurrent_model.get_env().reset()
     with pytest.raises(ValueError, match=re.escape("one entry per env (3 for ['a', 'b', 'c']")):
-        adapter.predict(obs, ["a", "b", "c"], state=[None])
+        adapter.predict(obs, env_ids=["a", "b", "c"], state=[None])
     bad = (np.zeros((2, 8)), np.zeros((2, 9)))
     with pytest.raises(ValueError, match=re.escape("state for env 'b' must be None or an (h, c)")):
-        adapter.predict(obs, ["a", "b", "c"], state=[None, bad, None])
+        adapter.predict(obs, env_ids=["a", "b", "c"], state=[None, bad, None])
     with pytest.raises(ValueError, match=re.escape("each (n_layers, 3, hidden)")):
-        adapter.predict(obs, ["a", "b", "c"], state=(np.zeros((2, 2, 8)), np.zeros((2, 2, 8))))
+        adapter.predict(
+            obs, env_ids=["a", "b", "c"], state=(np.zeros((2, 2, 8)), np.zeros((2, 2, 8)))
+        )
 
 
 # ---------------------------------------------------------------------------- errors
@@ -187,10 +195,10 @@ def test_state_for_a_policy_without_one_is_refused() -> None:
     adapter = SB3PolicyAdapter(model)
     obs = model.get_env().reset()
     with pytest.raises(ValueError, match=re.escape("state is only used by recurrent policies")):
-        adapter.predict(obs, ["a", "b", "c"], state=[(np.zeros(1), np.zeros(1))] * 3)
+        adapter.predict(obs, env_ids=["a", "b", "c"], state=[(np.zeros(1), np.zeros(1))] * 3)
     # what evaluate_policy passes back for a non-recurrent policy is fine
-    adapter.predict(obs, ["a", "b", "c"], state=None)
-    adapter.predict(obs, ["a", "b", "c"], state=[None, None, None])
+    adapter.predict(obs, env_ids=["a", "b", "c"], state=None)
+    adapter.predict(obs, env_ids=["a", "b", "c"], state=[None, None, None])
 
 
 @pytest.mark.parametrize(
@@ -208,13 +216,13 @@ def test_env_id_errors(env_ids: Any, error: type[Exception], message: str) -> No
     model = _ppo()
     obs = model.get_env().reset()
     with pytest.raises(error, match=re.escape(message)):
-        SB3PolicyAdapter(model).predict(obs, env_ids)
+        SB3PolicyAdapter(model).predict(obs, env_ids=env_ids)
 
 
 def test_sequence_of_ids_with_an_unbatched_observation_is_refused() -> None:
     model = _ppo()
     with pytest.raises(ValueError, match=re.escape("single unbatched observation but env_ids")):
-        SB3PolicyAdapter(model).predict(model.get_env().reset()[0], ["a"])
+        SB3PolicyAdapter(model).predict(model.get_env().reset()[0], env_ids=["a"])
 
 
 def test_gymnasium_reset_tuple_is_refused() -> None:
@@ -223,13 +231,13 @@ def test_gymnasium_reset_tuple_is_refused() -> None:
 
     reset = gym.make("CartPole-v1").reset(seed=0)
     with pytest.raises(ValueError, match=re.escape("observation is an (obs, info) tuple")):
-        SB3PolicyAdapter(model).predict(reset, "a")
+        SB3PolicyAdapter(model).predict(reset, env_ids="a")
 
 
 def test_wrong_observation_shape_names_it() -> None:
     model = _ppo()
     with pytest.raises(ValueError, match=re.escape("Unexpected observation shape (3, 5)")):
-        SB3PolicyAdapter(model).predict(np.zeros((3, 5), np.float32), ["a", "b", "c"])
+        SB3PolicyAdapter(model).predict(np.zeros((3, 5), np.float32), env_ids=["a", "b", "c"])
 
 
 def test_bad_timestamps() -> None:
@@ -243,11 +251,11 @@ def test_bad_timestamps() -> None:
             " (time.time_ns()); got 2.5 [rule timestamp]"
         ),
     ):
-        adapter.predict(obs, ["a", "b", "c"], ts_env_sent_ns=[1, 2.5, 3])
+        adapter.predict(obs, env_ids=["a", "b", "c"], ts_env_sent_ns=[1, 2.5, 3])
     with pytest.raises(ValueError, match=re.escape("ts_env_sent_ns has 2 stamps but there are 3")):
-        adapter.predict(obs, ["a", "b", "c"], ts_env_sent_ns=[1, 2])
+        adapter.predict(obs, env_ids=["a", "b", "c"], ts_env_sent_ns=[1, 2])
     with pytest.raises(TypeError, match=re.escape("ts_env_sent_ns must be an int of nanoseconds")):
-        adapter.predict(obs, ["a", "b", "c"], ts_env_sent_ns=1.5)
+        adapter.predict(obs, env_ids=["a", "b", "c"], ts_env_sent_ns=1.5)
 
 
 def test_adapter_needs_an_sb3_model() -> None:
@@ -258,5 +266,55 @@ def test_adapter_needs_an_sb3_model() -> None:
 def test_numpy_array_of_ids_is_accepted() -> None:
     model = _ppo()
     obs = model.get_env().reset()
-    responses = SB3PolicyAdapter(model).predict(obs, np.array(["a", "b", "c"]))
+    responses = SB3PolicyAdapter(model).predict(obs, env_ids=np.array(["a", "b", "c"]))
     assert [r.env_id for r in responses] == ["a", "b", "c"]
+
+
+# ------------------------------------------------------ SB3's (actions, state) habit
+
+
+POSITIONAL_MESSAGE = (
+    "SB3PolicyAdapter.predict() takes the observation as its only positional argument, "
+    "got {n} more: pass env_ids (and state, episode_start, deterministic) by keyword, "
+    "as in responses = adapter.predict(obs, env_ids=ids). It answers with responses "
+    "(a PolicyResponse for one observation, a ResponseBatch of one response per env for "
+    "a batch), not SB3's (actions, state) tuple: adapter.env_actions(responses) gives the "
+    "actions VecEnv.step takes, and a recurrent env's next state is its response's 'state'"
+)
+
+
+def test_env_ids_by_position_is_refused_before_a_two_env_batch_can_be_unpacked() -> None:
+    # `actions, state = adapter.predict(obs, ids)` would unpack a two-env batch into its two
+    # responses without an error; the positional call is refused instead.
+    model = _ppo(n_envs=2)
+    adapter = SB3PolicyAdapter(model)
+    obs = model.get_env().reset()
+    with pytest.raises(TypeError, match=re.escape(POSITIONAL_MESSAGE.format(n=1))):
+        _actions, _state = adapter.predict(obs, ["a", "b"])  # type: ignore[call-overload]
+    # SB3's full positional order (observation, state, episode_start, deterministic) too
+    with pytest.raises(TypeError, match=re.escape(POSITIONAL_MESSAGE.format(n=3))):
+        adapter.predict(obs, None, None, True)  # type: ignore[call-overload]
+    # even with env_ids given by keyword beside it
+    with pytest.raises(TypeError, match=re.escape(POSITIONAL_MESSAGE.format(n=1))):
+        adapter.predict(obs, None, env_ids=["a", "b"])  # type: ignore[call-overload]
+
+
+def test_env_ids_by_keyword_answers_with_responses_sb3_actions_through_env_actions() -> None:
+    model = _ppo(n_envs=2)
+    adapter = SB3PolicyAdapter(model)
+    obs = model.get_env().reset()
+    expected, _ = model.predict(obs, deterministic=True)
+    responses = adapter.predict(obs, env_ids=["a", "b"], deterministic=True)
+    assert [r.env_id for r in responses] == ["a", "b"]
+    np.testing.assert_array_equal(adapter.env_actions(responses), expected, strict=True)
+
+
+def test_env_ids_is_required() -> None:
+    model = _ppo(n_envs=2)
+    msg = (
+        "SB3PolicyAdapter.predict() missing env_ids: pass one str id per row of the batch "
+        "(one str for an unbatched observation) by keyword, as in "
+        "responses = adapter.predict(obs, env_ids=ids)"
+    )
+    with pytest.raises(TypeError, match=re.escape(msg)):
+        SB3PolicyAdapter(model).predict(model.get_env().reset())  # type: ignore[call-overload]

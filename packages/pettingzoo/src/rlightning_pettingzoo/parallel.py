@@ -18,7 +18,7 @@ from operator import index
 from typing import Any
 
 from pettingzoo import ParallelEnv
-from rlightning import MultiAgentPolicyResponse
+from rlightning import MultiAgentPolicyResponse, PolicyResponse
 from rlightning.rules import (
     STAMP_FIELDS,
     MaskLayout,
@@ -85,8 +85,11 @@ def to_parallel_actions(
         the action objects are the response's own (not copied). Empty when no agent is live.
 
     Raises:
-        TypeError: ``response`` is not a :class:`MultiAgentPolicyResponse` or ``env`` is not a
-            PettingZoo ``ParallelEnv``.
+        TypeError: ``response`` is not a :class:`MultiAgentPolicyResponse` (the message says how
+            to make one: ``MultiAgentPolicyResponse(env_id, action={agent: action, ...})``, or
+            :meth:`MultiAgentPolicyResponse.from_agents` from one single-agent
+            :class:`~rlightning.PolicyResponse` per agent) or ``env`` is not a PettingZoo
+            ``ParallelEnv``.
         ValueError: a live agent has no action (the message names the missing agents), an
             inactive agent has one and ``drop_inactive`` is False (names it), or an action is not
             in its agent's action space (names the agent, the space and the value).
@@ -100,9 +103,7 @@ def to_parallel_actions(
         {'agent_0': 1, 'agent_1': 1, 'agent_2': 1}
     """
     if not isinstance(response, MultiAgentPolicyResponse):
-        raise TypeError(
-            f"response must be a MultiAgentPolicyResponse, got {type(response).__name__}"
-        )
+        raise TypeError(_not_multi_agent_message(response))
     if not isinstance(env, ParallelEnv):
         require_parallel(env, "to_parallel_actions()")  # raises the TypeError
     live = env.agents
@@ -270,3 +271,27 @@ def from_parallel_actions(
             )
         data[name] = dict(field)
     return MultiAgentPolicyResponse(env_id, **data)
+
+
+def _not_multi_agent_message(response: object) -> str:
+    """The ``TypeError`` message of :func:`to_parallel_actions` for a non-multi-agent response.
+
+    Args:
+        response: What was given instead of a :class:`MultiAgentPolicyResponse`.
+
+    Returns:
+        The message: what was given, and how to make a multi-agent response from it.
+    """
+    how = (
+        "make one with MultiAgentPolicyResponse(env_id, action={agent: action, ...}) (one action "
+        "per agent of env.agents; other fields per-agent as dicts keyed by the same agents), or "
+        "MultiAgentPolicyResponse.from_agents(env_id, {agent: response, ...}) from one "
+        "single-agent PolicyResponse per agent"
+    )
+    if isinstance(response, PolicyResponse):
+        return (
+            f"response must be a MultiAgentPolicyResponse, got a single-agent PolicyResponse "
+            f"(env_id={response.env_id!r}, fields {list(response.to_dict())}): a parallel env "
+            f"steps every agent at once, so the response needs one action per agent; {how}"
+        )
+    return f"response must be a MultiAgentPolicyResponse, got {type(response).__name__}; {how}"

@@ -74,7 +74,7 @@ class SB3PolicyAdapter:
         >>> model = PPO("MlpPolicy", "CartPole-v1", n_steps=64, seed=0)
         >>> adapter = SB3PolicyAdapter(model)
         >>> env = model.get_env()
-        >>> responses = adapter.predict(env.reset(), ["env-0"], deterministic=True)
+        >>> responses = adapter.predict(env.reset(), env_ids=["env-0"], deterministic=True)
         >>> responses[0].env_id, responses[0].action.shape
         ('env-0', ())
     """
@@ -137,11 +137,11 @@ class SB3PolicyAdapter:
     def predict(
         self,
         observation: Any,
+        *,
         env_ids: str,
         state: Any = None,
         episode_start: Any = None,
         deterministic: bool = False,
-        *,
         action_masks: Any = None,
         ts_env_sent_ns: Any = None,
     ) -> PolicyResponse: ...
@@ -150,11 +150,11 @@ class SB3PolicyAdapter:
     def predict(
         self,
         observation: Any,
+        *,
         env_ids: Sequence[str],
         state: Any = None,
         episode_start: Any = None,
         deterministic: bool = False,
-        *,
         action_masks: Any = None,
         ts_env_sent_ns: Any = None,
     ) -> ResponseBatch[PolicyResponse]: ...
@@ -162,11 +162,11 @@ class SB3PolicyAdapter:
     def predict(
         self,
         observation: Any,
-        env_ids: str | Sequence[str],
+        *args: Any,
+        env_ids: str | Sequence[str] | None = None,
         state: Any = None,
         episode_start: Any = None,
         deterministic: bool = False,
-        *,
         action_masks: Any = None,
         ts_env_sent_ns: Any = None,
     ) -> PolicyResponse | ResponseBatch[PolicyResponse]:
@@ -177,11 +177,20 @@ class SB3PolicyAdapter:
         and ``MaskablePPO.predict``): Box actions come back clipped to the action space, or
         unscaled for a squashing policy (SAC, TD3).
 
+        Unlike SB3's ``predict``, it answers with responses, not an ``(actions, state)`` tuple,
+        and every argument after ``observation`` is keyword-only:
+        ``responses = adapter.predict(obs, env_ids=ids)``, then
+        ``adapter.env_actions(responses)`` for what ``VecEnv.step`` takes. A second positional
+        argument raises ``TypeError``: ``actions, state = adapter.predict(obs, ids)``, typed out
+        of SB3 habit, would otherwise unpack a two-env batch into its two responses.
+
         Args:
             observation: A batch ``(n_envs, *obs_shape)`` (a dict of such arrays for a Dict
                 space), or one unbatched observation ``obs_shape``.
-            env_ids: One str id per row of a batch, in row order; one str for an unbatched
-                observation.
+            *args: Refused (``TypeError``): only there to say that ``env_ids`` and the other
+                arguments are passed by keyword.
+            env_ids: Keyword-only and required. One str id per row of a batch, in row order;
+                one str for an unbatched observation.
             state: Recurrent policies only (None otherwise). None starts every env from zeros,
                 as SB3 does; else one entry per env (the ``state`` of that env's previous
                 response, or None for a fresh env), or SB3's own batched ``(h, c)`` tuple of
@@ -208,7 +217,10 @@ class SB3PolicyAdapter:
             through ``state``), ``action_mask`` (when given) and ``ts_env_sent_ns`` (when given).
 
         Raises:
-            TypeError: ``env_ids`` or ``observation`` is of the wrong kind, or a
+            TypeError: an argument after ``observation`` is passed by position (SB3's
+                ``predict(observation, state, episode_start, deterministic)`` order does not
+                apply); ``env_ids`` is missing or of the wrong kind, ``observation`` is of the
+                wrong kind, or a
                 ``ts_env_sent_ns`` stamp is not an int (the env named).
             ValueError: ``env_ids`` does not match the batch (lengths named) or repeats an id;
                 the observation's shape does not fit the model's space or it holds NaN (the envs
@@ -218,6 +230,14 @@ class SB3PolicyAdapter:
                 whose mask allows no action) or given to a model other than MaskablePPO; or
                 ``ts_env_sent_ns`` has another length than the envs or a negative stamp.
         """
+        if args:
+            raise TypeError(_positional_predict_message(len(args)))
+        if env_ids is None:
+            raise TypeError(
+                "SB3PolicyAdapter.predict() missing env_ids: pass one str id per row of the "
+                "batch (one str for an unbatched observation) by keyword, as in "
+                "responses = adapter.predict(obs, env_ids=ids)"
+            )
         return predict_step(
             self,
             observation,
@@ -470,3 +490,22 @@ class SB3PolicyAdapter:
         ):
             refuse_action_dtypes(self._model.action_space, ordered, actions)
         return np.stack(actions)
+
+
+def _positional_predict_message(n_extra: int) -> str:
+    """The ``TypeError`` message of :meth:`SB3PolicyAdapter.predict` given positional arguments.
+
+    Args:
+        n_extra: How many positional arguments came after ``observation`` (at least 1).
+
+    Returns:
+        The message: what ``predict`` answers with, and the keyword call to write instead.
+    """
+    return (
+        f"SB3PolicyAdapter.predict() takes the observation as its only positional argument, "
+        f"got {n_extra} more: pass env_ids (and state, episode_start, deterministic) by keyword, "
+        f"as in responses = adapter.predict(obs, env_ids=ids). It answers with responses "
+        f"(a PolicyResponse for one observation, a ResponseBatch of one response per env for "
+        f"a batch), not SB3's (actions, state) tuple: adapter.env_actions(responses) gives the "
+        f"actions VecEnv.step takes, and a recurrent env's next state is its response's 'state'"
+    )

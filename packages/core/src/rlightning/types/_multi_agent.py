@@ -20,7 +20,7 @@ import gymnasium as gym
 
 from rlightning._fields import _check_env_id, _check_space
 from rlightning._tree import tree_equal, tree_repr
-from rlightning.rules import STAMP_FIELDS
+from rlightning.rules import STAMP_FIELDS, rule_error
 from rlightning.types.policy_response import PolicyResponse
 
 __all__ = ["MultiAgentPolicyResponse"]
@@ -52,7 +52,12 @@ class MultiAgentPolicyResponse(PolicyResponse):
 
     Per-agent fields: a field is per-agent when it is a dict whose keys are exactly the agent ids
     of ``action`` (e.g. ``log_prob={"a": ..., "b": ...}``). Every other field is shared by all
-    agents. :meth:`for_agent` and :meth:`from_agents` rely on that one rule.
+    agents. :meth:`for_agent` and :meth:`from_agents` rely on that one rule. A dict field whose
+    keys are all agent ids but not every agent's (``log_prob={"a": -0.1}`` beside
+    ``action={"a": 0, "b": 1}``) looks per-agent but would be read as shared, handing agent
+    ``"b"`` agent ``"a"``'s entry; it is refused (``ValueError`` naming the field and the missing
+    agents): give every agent an entry, None for an agent that has none. A dict with a key that
+    is not an agent id (``info={"team": "red"}``) is shared; so is an empty dict.
 
     Args:
         env_id: Environment identifier, a str or None.
@@ -60,7 +65,9 @@ class MultiAgentPolicyResponse(PolicyResponse):
 
     Raises:
         TypeError: ``action`` is missing or not a dict, or ``env_id`` is not a str or None.
-        ValueError: a field name would shadow a member of the class.
+        ValueError: a field name would shadow a member of the class; or a dict field's keys are
+            agent ids of ``action`` but not all of them (the field and the missing agents named).
+            Setting a field (or ``action``) later checks the same rule.
 
     Examples:
         >>> actions, values = {"a": 0, "b": 1}, {"a": 0.1, "b": 0.2}
@@ -69,6 +76,9 @@ class MultiAgentPolicyResponse(PolicyResponse):
         ['a', 'b']
         >>> r.for_agent("b")
         PolicyResponse(env_id='env-0', action=1, value=0.2)
+        >>> partial = MultiAgentPolicyResponse("env-0", action=actions, value={"a": 0.1, "b": None})
+        >>> partial.for_agent("b")
+        PolicyResponse(env_id='env-0', action=1, value=None)
     """
 
     _undeletable_fields: ClassVar[frozenset[str]] = frozenset({"env_id", "action"})
@@ -83,6 +93,13 @@ class MultiAgentPolicyResponse(PolicyResponse):
             _check_env_id(env_id)
         if not self._reserved_fields.isdisjoint(data):
             self._refuse_reserved(data)
+        if len(data) > 1:
+            agents = action.keys()
+            for name, value in data.items():
+                if isinstance(value, dict) and name != "action":
+                    keys = value.keys()
+                    if keys and keys != agents and keys <= agents:
+                        _refuse_partial_agents(name, value, agents)
         fields = self.__dict__
         fields["env_id"] = env_id
         fields.update(data)
@@ -90,6 +107,17 @@ class MultiAgentPolicyResponse(PolicyResponse):
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "action":
             _check_agent_actions(value)
+            agents = value.keys()
+            for other, field in self.__dict__.items():
+                if isinstance(field, dict) and other != "action":
+                    keys = field.keys()
+                    if keys and keys != agents and keys <= agents:
+                        _refuse_partial_agents(other, field, agents, setting_action=True)
+        elif isinstance(value, dict) and "action" in self.__dict__:
+            agents = self.__dict__["action"].keys()
+            keys = value.keys()
+            if keys and keys != agents and keys <= agents:
+                _refuse_partial_agents(name, value, agents)
         super().__setattr__(name, value)
 
     @property
@@ -190,8 +218,8 @@ class MultiAgentPolicyResponse(PolicyResponse):
                 ``env_id``; no response has an ``action``; a field is present for some agents and
                 missing for others; a shared field or stamp differs between agents; ``shared``
                 names ``action`` or a field no agent has; or a shared value is a dict keyed by
-                exactly the agent ids (it would read back as per-agent). Messages name the field
-                and the agents.
+                agent ids (all of them: it would read back as per-agent; some: the constructor
+                refuses it). Messages name the field and the agents.
         """
         if not isinstance(responses, Mapping):
             raise TypeError(
@@ -292,12 +320,49 @@ def _shared_value(name: str, agent_ids: list[Any], values: list[Any]) -> Any:
             f"shared field {name!r} differs between agents: agent(s) {differing} differ from "
             f"agent {agent_ids[0]!r}; {hint}"
         )
-    if isinstance(first, dict) and set(first) == set(agent_ids) and len(first) == len(agent_ids):
+    if isinstance(first, dict) and first and set(first) <= set(agent_ids):
+        exactly = "exactly the agent ids" if len(first) == len(agent_ids) else "agent ids"
+        consequence = (
+            "it would read back as a per-agent field"
+            if len(first) == len(agent_ids)
+            else "it would look per-agent with agents missing, which the constructor refuses"
+        )
         raise ValueError(
-            f"shared field {name!r} is a dict keyed by exactly the agent ids, so it would read "
-            f"back as a per-agent field; make it per-agent (leave it out of shared=) or rekey it"
+            f"shared field {name!r} is a dict keyed by {exactly}, so {consequence}; make it "
+            f"per-agent (leave it out of shared=) or rekey it"
         )
     return first
+
+
+def _refuse_partial_agents(
+    name: str, value: dict[Any, Any], agents: Iterable[Any], *, setting_action: bool = False
+) -> None:
+    """Raise rule ``per-agent-keys``'s ValueError for a dict field keyed by some agent ids.
+
+    Args:
+        name: The field's name.
+        value: The field's value, a dict whose keys are some, not all, of ``agents``.
+        agents: The agent ids of ``action`` (the new ones when ``action`` is being set).
+        setting_action: Whether ``action`` is being set (the message then says so).
+
+    Raises:
+        ValueError: always; the message names the field, its agents and the missing ones.
+    """
+    present = value.keys()
+    missing = [a for a in agents if a not in present]
+    given = [a for a in agents if a in present]
+    when = "the new action's agents" if setting_action else "action's agents"
+    raise rule_error(
+        ValueError,
+        "per-agent-keys",
+        f"field {name!r}",
+        f"is keyed by agent ids {given} but has no entry for agent(s) {missing} of {when} "
+        f"{list(agents)}, so it would be taken as shared by all agents and "
+        f"for_agent({missing[0]!r}) would get the whole dict",
+        value,
+        fix="give every agent an entry (None for an agent that has none), or rekey a dict "
+        "meant to be shared by all agents",
+    )
 
 
 def _check_agent_actions(action: object) -> None:
