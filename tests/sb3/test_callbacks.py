@@ -10,10 +10,13 @@ wall-clock entries ``time/fps`` and ``time/time_elapsed`` are compared by key.
 from __future__ import annotations
 
 import copy
+import csv
+import importlib.util
 import re
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -32,7 +35,7 @@ from stable_baselines3.common.callbacks import (
     StopTrainingOnRewardThreshold,
 )
 from stable_baselines3.common.env_util import make_vec_env
-from stable_baselines3.common.logger import KVWriter, Logger
+from stable_baselines3.common.logger import KVWriter, Logger, configure
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from rlightning_sb3 import (
@@ -474,3 +477,63 @@ def test_progress_bar_advances_with_every_step() -> None:
     assert isinstance(ended, CallbackList)
     bar = next(c for c in ended.callbacks if isinstance(c, ProgressBarCallback))
     assert bar.pbar.n == 128
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.fixture
+def custom_loop(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """``examples/sb3_custom_loop.py`` as a module (it imports ``_cartpole_ppo`` beside it)."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    spec = importlib.util.spec_from_file_location(
+        "sb3_custom_loop", EXAMPLES / "sb3_custom_loop.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _logged_rows(path: Path) -> list[dict[str, str]]:
+    """SB3's progress.csv without the wall-clock columns."""
+    with open(path, newline="") as f:
+        return [{k: v for k, v in row.items() if k not in WALL_CLOCK} for row in csv.DictReader(f)]
+
+
+@pytest.mark.parametrize("threshold", [1e9, 10.0], ids=["full-budget", "stopped-at-threshold"])
+def test_example_runs_sb3_callbacks_as_learn(
+    custom_loop: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threshold: float
+) -> None:
+    """The example's EvalCallback, CheckpointCallback, StopTrainingOnRewardThreshold and its own
+    BaseCallback write what the same callbacks write under learn(); its logger, learn()'s rows."""
+    monkeypatch.setattr(custom_loop, "THRESHOLD", threshold)
+    total, seed = 768, 0
+    reference = custom_loop.make_model(seed)
+    reference.set_logger(configure(str(tmp_path / "learn" / "sb3_log"), ["csv"]))
+    found, curve = custom_loop.callbacks(reference, seed, 1, 2, tmp_path / "learn")
+    reference.learn(total, callback=found)
+
+    model, rows = custom_loop.train(seed, total, 1, 2, out=tmp_path / "loop")
+
+    # 8 envs x 32 steps a rollout; the first evaluation (256 steps) returns 290.5 > 10
+    assert model.num_timesteps == reference.num_timesteps == (total if threshold > 1e3 else 256)
+    assert rows == curve.rows
+    assert len(rows) == model.num_timesteps // 256
+    for folder in ("checkpoints", "best_model"):
+        saved = sorted(p.name for p in (tmp_path / "loop" / folder).iterdir())
+        assert saved == sorted(p.name for p in (tmp_path / "learn" / folder).iterdir())
+        assert saved
+    evaluations = np.load(tmp_path / "loop" / "eval" / "evaluations.npz")
+    expected = np.load(tmp_path / "learn" / "eval" / "evaluations.npz")
+    assert evaluations.files == expected.files
+    for key in expected.files:
+        np.testing.assert_array_equal(evaluations[key], expected[key], err_msg=key)
+    logged = _logged_rows(tmp_path / "loop" / "sb3_log" / "progress.csv")
+    assert logged == _logged_rows(tmp_path / "learn" / "sb3_log" / "progress.csv")
+    # rollout dumps (rollout/ep_rew_mean, ...) after every full rollout; stopped in the first,
+    # only EvalCallback's dump of eval/mean_reward
+    assert any(row.get("rollout/ep_rew_mean") for row in logged) == (threshold > 1e3)
+    assert any(row.get("eval/mean_reward") for row in logged)
+    _assert_same_params(reference, model)
