@@ -23,8 +23,10 @@ rich). At the end the script evaluates 20 episodes through the adapter and exits
 their mean return is below 475.
 
 Output, in ``--out`` (default ``examples/output/sb3_custom_loop``): ``learning_curve.csv``,
-``learning_curve.png`` (matplotlib), ``summary.json``, ``sb3_log/progress.csv``,
-``checkpoints/``, ``best_model/best_model.zip`` and ``eval/evaluations.npz``.
+``learning_curve.png`` (matplotlib) and ``summary.json``; in ``--run-dir`` (default
+``examples/output/sb3_custom_loop/run``) what SB3's callbacks and logger write:
+``sb3_log/progress.csv``, ``checkpoints/``, ``best_model/best_model.zip`` and
+``eval/evaluations.npz``.
 
 Run: ``python examples/sb3_custom_loop.py`` (1e5 steps at most; with seed 0 an evaluation reaches
 475 at 19,200 steps and training stops there: 65 s of training, 100 s in all, measured on a
@@ -70,6 +72,7 @@ from rlightning_sb3 import (
 THRESHOLD = 475.0  # CartPole-v1's reward_threshold
 BUDGET = 100_000  # rl-baselines3-zoo's n_timesteps for PPO on CartPole-v1
 DEFAULT_OUT = Path(__file__).resolve().parent / "output" / "sb3_custom_loop"
+DEFAULT_RUN_DIR = DEFAULT_OUT / "run"
 
 
 def evaluate(adapter: SB3PolicyAdapter, n_episodes: int, seed: int) -> float:
@@ -217,7 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="512 steps, no threshold")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="curve and summary")
+    parser.add_argument(
+        "--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="checkpoints, best model, SB3 logs"
+    )
     parser.add_argument(
         "--progress-bar", action="store_true", help="SB3's progress bar (needs tqdm and rich)"
     )
@@ -232,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         total,
         eval_every=1 if args.smoke else 25,
         eval_episodes=2 if args.smoke else 10,
-        out=args.out,
+        out=args.run_dir,
         progress_bar=args.progress_bar,
     )
     train_s = time.perf_counter() - start
