@@ -142,14 +142,18 @@ class EnvRunner:
         self._starts = np.ones(len(self._envs), dtype=bool)
 
     def describe(self) -> dict[str, Any]:
-        """Where this runner lives: ``runner_id``, ``env_ids``, Ray ``node_id``, ``restarted``."""
+        """Where this runner lives: ``runner_id``, ``env_ids``, Ray ``node_id``, ``restarted``.
+
+        ``restarted`` is True in a runner Ray re-created after a crash.
+        """
         import ray
 
+        context = ray.get_runtime_context()
         return {
             "runner_id": self.runner_id,
             "env_ids": self.env_ids,
-            "node_id": ray.get_runtime_context().get_node_id(),
-            "restarted": self.restarted,
+            "node_id": context.get_node_id(),
+            "restarted": bool(context.was_current_actor_reconstructed),
         }
 
     def sample(
