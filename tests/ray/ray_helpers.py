@@ -103,3 +103,20 @@ class SwappingPolicy(EchoPolicy):
         self, observation: Any, env_ids: list[str], episode_start: Any, ts: list[int]
     ) -> list[PolicyResponse]:
         return super().__call__(observation, env_ids[::-1], episode_start, ts)
+
+
+def spread(max_cycles: int = 6) -> Any:
+    from mpe2 import simple_spread_v3
+
+    return simple_spread_v3.parallel_env(max_cycles=max_cycles)
+
+
+def spread_ppo() -> PPO:
+    env = spread()
+    env.reset(seed=0)
+
+    class AgentSpaces(gym.Env[Any, Any]):  # one agent's spaces, for SB3's constructor
+        observation_space = env.observation_space("agent_0")
+        action_space = env.action_space("agent_0")
+
+    return PPO("MlpPolicy", AgentSpaces(), n_steps=8, batch_size=8, seed=0, device="cpu")

@@ -40,7 +40,12 @@ def slice_rows(stacked: PolicyResponse, start: int, stop: int) -> PolicyResponse
 
 
 def concat_observations(batches: Sequence[Any]) -> Any:
-    """Concatenate ``(k_i, *shape)`` observation batches (dicts key by key) along rows."""
+    """Concatenate ``(k_i, *shape)`` observation batches (dicts key by key) along rows.
+
+    Lists (one entry per env, e.g. PettingZoo's ``{agent: observation}`` dicts) are joined.
+    """
+    if isinstance(batches[0], list):
+        return [entry for batch in batches for entry in batch]
     if isinstance(batches[0], dict):
         return {key: concat_observations([b[key] for b in batches]) for key in batches[0]}
     if len(batches) == 1:

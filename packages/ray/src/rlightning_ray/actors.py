@@ -82,6 +82,7 @@ def start_runners(
     num_cpus: float = 1,
     resources: dict[str, float] | None = None,
     max_restarts: int = -1,
+    runner_class: type = EnvRunner,
 ) -> list[Any]:
     """Start ``n_runners`` :class:`~rlightning_ray.EnvRunner` actors of ``envs_per_runner`` envs.
 
@@ -100,6 +101,8 @@ def start_runners(
         resources: Custom resources each runner needs (``{"env_node": 0.1}`` places runners on
             the nodes that have it).
         max_restarts: Ray's ``max_restarts`` (-1: always); ``sample`` calls are retried as often.
+        runner_class: :class:`~rlightning_ray.EnvRunner`, or
+            :class:`rlightning_ray.pettingzoo.ParallelEnvRunner` for PettingZoo parallel envs.
 
     Returns:
         The runner handles, in runner order.
@@ -121,7 +124,7 @@ def start_runners(
             f"env_fn holds {len(fns)} callables for {n_runners} runners x {envs_per_runner} envs"
             f" = {total} envs: give one callable, or one per env"
         )
-    actor = ray.remote(EnvRunner).options(
+    actor: Any = ray.remote(runner_class).options(
         num_cpus=num_cpus,
         resources=resources or {},
         max_restarts=max_restarts,

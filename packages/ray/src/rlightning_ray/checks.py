@@ -34,7 +34,9 @@ def check_answer(
 
     Args:
         response: The stacked :class:`~rlightning.PolicyResponse` the server answered one runner
-            with (``env_ids`` of its rows, a ``policy_version`` int).
+            with (``env_ids`` of its rows, a ``policy_version`` int), or its list of
+            :class:`~rlightning.MultiAgentPolicyResponse` (one per env, each with ``env_id``
+            and ``policy_version``).
         env_ids: The runner's env ids, in its row order.
         runner_id: The runner, for the message.
         current_version: The newest published policy version; None skips the staleness rule.
@@ -62,7 +64,13 @@ def check_answer(
         ...
         ValueError: runner 'r0' got an answer from policy version 3 for envs ['e0', 'e1'], but the newest is 5 and at most 1 version(s) of staleness is allowed (the oldest accepted is 4)
     """  # noqa: E501  (doctest output is one line)
-    got = list(getattr(response, "env_ids", None) or [getattr(response, "env_id", None)])
+    if isinstance(response, list | tuple):  # one multi-agent response per env
+        versions = {getattr(r, POLICY_VERSION_FIELD, None) for r in response}
+        got = [getattr(r, "env_id", None) for r in response]
+        version: Any = versions.pop() if len(versions) == 1 else sorted(map(str, versions))
+    else:
+        got = list(getattr(response, "env_ids", None) or [getattr(response, "env_id", None)])
+        version = getattr(response, POLICY_VERSION_FIELD, None)
     expected = list(env_ids)
     if got != expected:
         for row, (g, e) in enumerate(zip(got, expected, strict=False)):
@@ -75,7 +83,6 @@ def check_answer(
             f"runner {runner_id!r} got answers for {len(got)} envs {got}, but it has "
             f"{len(expected)} envs {expected}"
         )
-    version = getattr(response, POLICY_VERSION_FIELD, None)
     if isinstance(version, bool) or not isinstance(version, int):
         raise ValueError(
             f"runner {runner_id!r} got an answer for envs {got} without an int "

@@ -7,7 +7,6 @@ from typing import Any
 
 from rlightning_ray.checks import check_answer
 from rlightning_ray.latency import LatencyReport, latency_report
-from rlightning_ray.runner import Fragment
 
 __all__ = ["Collector"]
 
@@ -39,7 +38,7 @@ class Collector:
         self.restarts = 0
         self._hops: list[Any] = []
 
-    def sample(self, n_steps: int, current_version: int | None = None) -> list[Fragment]:
+    def sample(self, n_steps: int, current_version: int | None = None) -> list[Any]:
         """Ask every runner for ``n_steps`` steps (concurrently) and check the fragments.
 
         Args:
@@ -47,7 +46,8 @@ class Collector:
             current_version: The newest published policy version (None: not checked).
 
         Returns:
-            One :class:`~rlightning_ray.Fragment` per runner, in runner order.
+            One :class:`~rlightning_ray.Fragment` per runner, in runner order
+            (:class:`~rlightning_ray.pettingzoo.ParallelFragment` for PettingZoo runners).
 
         Raises:
             ValueError: a fragment is not its runner's (env ids), holds another number of
@@ -55,7 +55,7 @@ class Collector:
         """
         import ray
 
-        fragments: list[Fragment] = ray.get(
+        fragments: list[Any] = ray.get(
             [
                 r.sample.remote(
                     n_steps, current_version=current_version, max_staleness=self.max_staleness
@@ -71,7 +71,7 @@ class Collector:
                     f"runner {runner_id!r} (envs {env_ids}) returned the fragment of runner "
                     f"{frag.runner_id!r} (envs {frag.env_ids})"
                 )
-            if len(frag.answers) != n_steps or frag.rewards.shape != (n_steps, len(env_ids)):
+            if len(frag.answers) != n_steps:
                 raise ValueError(
                     f"runner {runner_id!r} returned {len(frag.answers)} steps, asked {n_steps}"
                 )

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from rlightning import PolicyResponse, ResponseBatch
+from rlightning import MultiAgentPolicyResponse, PolicyResponse, ResponseBatch
 from rlightning_ray._rows import concat_observations, slice_rows
 from rlightning_ray.checks import POLICY_VERSION_FIELD
 
@@ -59,8 +59,18 @@ class _Request:
     future: asyncio.Future[PolicyResponse]
 
 
-def _stacked(answer: Any) -> PolicyResponse:
-    """A policy's answer as one stacked response (the batch's own when it was never split)."""
+def _stacked(answer: Any) -> PolicyResponse | list[MultiAgentPolicyResponse]:
+    """A policy's answer as one stacked response (the batch's own when it was never split).
+
+    A list of :class:`~rlightning.MultiAgentPolicyResponse` stays a list (envs may have
+    different live agents, which ``stack`` refuses).
+    """
+    if (
+        isinstance(answer, list | tuple)
+        and answer
+        and all(isinstance(a, MultiAgentPolicyResponse) for a in answer)
+    ):
+        return list(answer)
     if isinstance(answer, ResponseBatch):
         if answer.stacked is not None:
             stacked: PolicyResponse = answer.stacked
@@ -72,7 +82,7 @@ def _stacked(answer: Any) -> PolicyResponse:
         return PolicyResponse.stack(list(answer))
     raise TypeError(
         "a BatchPolicy must answer a ResponseBatch, a stacked PolicyResponse or a list of "
-        f"PolicyResponse, got {type(answer).__name__}"
+        f"PolicyResponse or MultiAgentPolicyResponse, got {type(answer).__name__}"
     )
 
 
@@ -152,7 +162,9 @@ class PolicyServer:
 
         Returns:
             A stacked :class:`~rlightning.PolicyResponse` of the runner's ``k`` rows, in its
-            order, with ``policy_version`` and the stamps (module docstring).
+            order, with ``policy_version`` and the stamps (module docstring); for a policy
+            answering :class:`~rlightning.MultiAgentPolicyResponse` s, a list of the ``k``
+            responses, each stamped and versioned.
 
         Raises:
             Exception: what the policy raised for the batch this request was in.
@@ -275,12 +287,20 @@ class PolicyServer:
         self._batch_rows.append(len(env_ids))
         row = 0
         for request in batch:
-            answer = slice_rows(stacked, row, row + len(request.env_ids))
+            rows = slice(row, row + len(request.env_ids))
             row += len(request.env_ids)
-            answer.ts_env_sent_ns = request.ts_env_sent_ns
-            answer.ts_policy_recv_ns = request.ts_policy_recv_ns
-            answer.ts_infer_start_ns = start
-            answer.ts_policy_sent_ns = done
-            setattr(answer, POLICY_VERSION_FIELD, self._version)
+            answer: Any
+            if isinstance(stacked, list):  # multi-agent: one response per env, each stamped
+                answer = stacked[rows]
+                parts = answer
+            else:
+                answer = slice_rows(stacked, rows.start, rows.stop)
+                parts = [answer]
+            for part in parts:
+                part.ts_env_sent_ns = request.ts_env_sent_ns
+                part.ts_policy_recv_ns = request.ts_policy_recv_ns
+                part.ts_infer_start_ns = start
+                part.ts_policy_sent_ns = done
+                setattr(part, POLICY_VERSION_FIELD, self._version)
             if not request.future.done():
                 request.future.set_result(answer)
