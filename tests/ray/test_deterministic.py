@@ -14,10 +14,10 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-import rlightning_ray
-from rlightning_ray.sb3 import SB3BatchPolicy, collect_rollout, policy_weights
 from stable_baselines3.common.utils import set_random_seed
 
+import rlightning_ray
+from rlightning_ray.sb3 import SB3BatchPolicy, collect_rollout, policy_weights
 from rlightning_sb3 import start_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+import ray
+
 import rlightning_ray
 from rlightning_ray.sb3 import SB3BatchPolicy, collect_rollout, policy_weights
-
-import ray
 from rlightning_sb3 import start_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")

@@ -15,13 +15,13 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-import rlightning_ray
+import ray
 import torch
 from ray.cluster_utils import Cluster
-from rlightning_ray.sb3 import SB3BatchPolicy, collect_rollout, policy_weights
 
-import ray
+import rlightning_ray
 from rlightning.rules import check_stamp
+from rlightning_ray.sb3 import SB3BatchPolicy, collect_rollout, policy_weights
 from rlightning_sb3 import start_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")

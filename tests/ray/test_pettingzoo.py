@@ -7,13 +7,13 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-import rlightning_ray
-from rlightning_ray.pettingzoo import ParallelEnvRunner, SharedBatchPolicy
-from rlightning_ray.sb3 import policy_weights
-
 import ray
+
+import rlightning_ray
 from rlightning import MultiAgentPolicyResponse
 from rlightning_pettingzoo import SharedPolicyAdapter
+from rlightning_ray.pettingzoo import ParallelEnvRunner, SharedBatchPolicy
+from rlightning_ray.sb3 import policy_weights
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
 

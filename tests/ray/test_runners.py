@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-import rlightning_ray
-import torch
-from rlightning_ray.sb3 import SB3BatchPolicy, collect_rollout, policy_weights
-
 import ray
+import torch
+
+import rlightning_ray
 from rlightning import PolicyResponse
+from rlightning_ray.sb3 import SB3BatchPolicy, collect_rollout, policy_weights
 from rlightning_sb3 import start_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")

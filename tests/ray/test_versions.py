@@ -6,9 +6,10 @@ import re
 from pathlib import Path
 
 import pytest
-import rlightning_ray
 import tomllib
 from packaging.requirements import Requirement
+
+import rlightning_ray
 from rlightning_ray import RAY_HIGHEST_TESTED, RAY_SUPPORTED, UntestedVersionWarning
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,6 +23,7 @@ Importing this package checks the installed Ray against :data:`RAY_SUPPORTED`.
 from importlib.metadata import PackageNotFoundError, version
 
 import ray as _ray
+
 from rlightning_ray._versions import (
     RAY_HIGHEST_TESTED,
     RAY_SUPPORTED,
