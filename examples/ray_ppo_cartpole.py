@@ -4,7 +4,8 @@ The learner (this process) holds the SB3 model and trains it; a PolicyServer act
 runners' observations in batches with the last published weights; the runners step their envs.
 Each iteration: publish the weights (one ray.put), collect one rollout into the model's
 RolloutBuffer (rlightning_ray.sb3.collect_rollout, SB3's exact semantics), model.train().
-Prints the mean episode return and the per-hop latency; stops at --target (default 475).
+Prints the mean episode return and the per-hop latency; stops at --target (default 475) and
+exits with an error when --steps run out before the target is reached.
 
     python examples/ray_ppo_cartpole.py --runners 2 --envs-per-runner 4 --steps 200000
     python examples/ray_ppo_cartpole.py --address auto   # an existing cluster (ray start)
@@ -100,6 +101,8 @@ def main() -> None:
     print(f"finished at {model.num_timesteps} steps, mean return {mean:.1f}")
     print(collector.latency().table())
     ray.shutdown()
+    if not mean >= args.target:  # NaN too
+        raise SystemExit(f"mean return {mean:.1f} is below the target {args.target}")
 
 
 if __name__ == "__main__":
