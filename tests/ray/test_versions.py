@@ -38,6 +38,16 @@ def test_an_older_ray_is_refused_and_a_newer_one_warns() -> None:
 
 def test_all_is_complete() -> None:
     public = {n for n in dir(rlightning_ray) if not n.startswith("_")}
-    modules = {"actors", "checks", "collector", "latency", "runner", "server", "weights", "sb3", "pettingzoo"}
+    modules = {
+        "actors",
+        "checks",
+        "collector",
+        "latency",
+        "runner",
+        "server",
+        "weights",
+        "sb3",
+        "pettingzoo",
+    }
     imports = {"annotations", "PackageNotFoundError", "version"}
     assert public - modules - imports == set(rlightning_ray.__all__) - {"__version__"}
