@@ -36,6 +36,7 @@ DISTRIBUTIONS = {
     "core": "rlightning-core",
     "sb3": "rlightning-sb3",
     "pettingzoo": "rlightning-pettingzoo",
+    "ray": "rlightning-ray",
 }
 #: The Python an environment without ``base_python`` runs on: the one CI runs tox with
 #: (``python3`` on the CI machines, 3.11; tests/test_compatibility_page.py checks it).

@@ -1,9 +1,9 @@
-"""Set the one version of the three distributions: ``python scripts/set_version.py 0.2.0``.
+"""Set the one version of the four distributions: ``python scripts/set_version.py 0.2.0``.
 
 The version is defined once, in the root ``VERSION`` file. This script writes ``NEW`` there and
 rewrites what must follow it:
 
-* ``version = "..."`` in ``packages/{core,sb3,pettingzoo}/pyproject.toml`` (static, so that the
+* ``version = "..."`` in ``packages/{core,sb3,pettingzoo,ray}/pyproject.toml`` (static, so that the
   sdists and wheels carry it without a build-time plugin);
 * the adapters' requirements on the core (and on each other, in extras),
   ``rlightning-core>=X.Y.0,<X.(Y+1)``: an adapter works with every core release of its own minor
@@ -24,13 +24,14 @@ from packaging.version import InvalidVersion, Version
 ROOT = Path(__file__).resolve().parents[1]
 VERSION_FILE = ROOT / "VERSION"
 PYPROJECTS = {
-    name: ROOT / "packages" / name / "pyproject.toml" for name in ("core", "sb3", "pettingzoo")
+    name: ROOT / "packages" / name / "pyproject.toml"
+    for name in ("core", "sb3", "pettingzoo", "ray")
 }
-ADAPTERS = ("sb3", "pettingzoo")
+ADAPTERS = ("sb3", "pettingzoo", "ray")
 
 _VERSION_LINE = re.compile(r'^version = "[^"]*"$', re.M)
 _SIBLING_REQUIREMENT = re.compile(
-    r'"(rlightning-(?:core|sb3|pettingzoo))(\[[^\]]*\])?[<>=!~][^"]*"'
+    r'"(rlightning-(?:core|sb3|pettingzoo|ray))(\[[^\]]*\])?[<>=!~][^"]*"'
 )
 
 
@@ -92,7 +93,7 @@ def set_version(version: str, root: Path = ROOT) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     """Command line: ``set_version.py NEW``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("version", help="the new version of all three distributions, e.g. 0.2.0")
+    parser.add_argument("version", help="the new version of all four distributions, e.g. 0.2.0")
     args = parser.parse_args(argv)
     try:
         written = set_version(args.version)

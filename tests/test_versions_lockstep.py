@@ -1,4 +1,4 @@
-"""One version for the three distributions: VERSION, each pyproject and the adapters' core range."""
+"""One version for the four distributions: VERSION, each pyproject and the adapters' core range."""
 
 from __future__ import annotations
 
@@ -16,7 +16,13 @@ from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "set_version.py"
-NAMES = {"core": "rlightning-core", "sb3": "rlightning-sb3", "pettingzoo": "rlightning-pettingzoo"}
+NAMES = {
+    "core": "rlightning-core",
+    "sb3": "rlightning-sb3",
+    "pettingzoo": "rlightning-pettingzoo",
+    "ray": "rlightning-ray",
+}
+ADAPTERS = ("sb3", "pettingzoo", "ray")
 
 
 def _load_script() -> ModuleType:
@@ -40,7 +46,7 @@ def _core_requirements(meta: dict[str, object]) -> list[Requirement]:
 
 
 def _sibling_requirements(meta: dict[str, object]) -> list[Requirement]:
-    """Every requirement on one of the three distributions, in dependencies and extras."""
+    """Every requirement on one of the distributions, in dependencies and extras."""
     deps = meta["dependencies"]
     extras = meta.get("optional-dependencies", {})
     assert isinstance(deps, list)
@@ -60,7 +66,7 @@ def test_every_distribution_has_the_version_of_the_version_file() -> None:
 
 def test_adapters_require_the_core_of_their_own_minor_series() -> None:
     major, minor, _ = (ROOT / "VERSION").read_text().strip().split(".")
-    for folder in ("sb3", "pettingzoo"):
+    for folder in ADAPTERS:
         meta = _project(ROOT, folder)
         assert len(_core_requirements(meta)) == 1, folder
         for requirement in _sibling_requirements(meta):  # the core, and adapters in extras
@@ -80,12 +86,12 @@ def repo_copy(tmp_path: Path) -> Path:
 
 def test_set_version_rewrites_all_of_them(repo_copy: Path) -> None:
     written = _load_script().set_version("1.4.2", repo_copy)
-    assert len(written) == 4
+    assert len(written) == 1 + len(NAMES)
     assert (repo_copy / "VERSION").read_text() == "1.4.2\n"
     for folder in NAMES:
         meta = _project(repo_copy, folder)
         assert meta["version"] == "1.4.2"
-    for folder in ("sb3", "pettingzoo"):
+    for folder in ADAPTERS:
         (requirement,) = _core_requirements(_project(repo_copy, folder))
         assert str(requirement.specifier) == "<1.5,>=1.4.0"
         for sibling in _sibling_requirements(_project(repo_copy, folder)):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGES = ("rlightning", "rlightning_sb3", "rlightning_pettingzoo")
+PACKAGES = ("rlightning", "rlightning_sb3", "rlightning_pettingzoo", "rlightning_ray")
 
 
 def _sources(package: str) -> list[Path]:
@@ -58,12 +58,24 @@ def test_no_private_import_of_another_distribution(package: str) -> None:
 
 def test_core_imports_no_adapter_or_framework() -> None:
     banned = ("rlightning_sb3", "rlightning_pettingzoo", "stable_baselines3", "sb3_contrib")
-    banned += ("pettingzoo",)
+    banned += ("pettingzoo", "rlightning_ray")
     offences = [
         f"{path.name}:{line} imports {module}"
         for path in _sources("rlightning")
         for line, module in _imported_modules(path)
         if module.split(".")[0] in banned
+    ]
+    assert not offences, offences
+
+
+def test_no_adapter_imports_the_ray_package() -> None:
+    """rlightning_ray builds on the adapters, never the other way round."""
+    offences = [
+        f"{path.name}:{line} imports {module}"
+        for package in ("rlightning_sb3", "rlightning_pettingzoo")
+        for path in _sources(package)
+        for line, module in _imported_modules(path)
+        if module.split(".")[0] == "rlightning_ray"
     ]
     assert not offences, offences
 
@@ -74,3 +86,4 @@ def test_the_walk_sees_private_imports() -> None:
     assert _private_part("rlightning.types._multi_agent", "rlightning")
     assert not _private_part("rlightning.rules.check_stamp", "rlightning")
     assert not _private_part("rlightning_sb3.SB3PolicyAdapter", "rlightning")
+    assert _private_part("rlightning_sb3._columns.StepColumns", "rlightning_sb3")

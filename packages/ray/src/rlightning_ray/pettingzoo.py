@@ -1,0 +1,259 @@
+"""PettingZoo on Ray: runners hosting parallel envs, answered by one shared SB3 policy.
+
+Needs the ``[pettingzoo]`` extra (``pip install "rlightning-ray[pettingzoo]"``). PettingZoo's
+semantics stay in ``rlightning_pettingzoo``: the server answers each env through
+:meth:`rlightning_pettingzoo.SharedPolicyAdapter.act` (one batched SB3 call for that env's live
+agents, agents that wait get a None action, as the adapter documents) and the runner steps with
+:func:`rlightning_pettingzoo.to_parallel_actions`, which checks each action against
+``env.agents`` and the action spaces. Agents that die leave ``env.agents`` and are not asked
+again; agents that join are asked from their first observation on; an env whose agents are all
+gone is reset at once (its last step's rewards, terminations and infos are in the fragment).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rlightning import MultiAgentPolicyResponse
+from rlightning.rules import check_stamp
+from rlightning_ray.checks import check_answer
+from rlightning_ray.latency import HOPS
+
+try:
+    from stable_baselines3.common.base_class import BaseAlgorithm
+    from stable_baselines3.common.utils import set_random_seed
+
+    from pettingzoo import ParallelEnv
+    from rlightning_pettingzoo import SharedPolicyAdapter, to_parallel_actions
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "rlightning_ray.pettingzoo needs the [pettingzoo] extra: "
+        f'pip install "rlightning-ray[pettingzoo]" ({exc})'
+    ) from exc
+
+__all__ = ["LiveAgents", "ParallelEnvRunner", "ParallelFragment", "SharedBatchPolicy"]
+
+
+class LiveAgents(ParallelEnv):  # type: ignore[misc]  # pettingzoo ships no type information
+    """A runner's env as the server sees it: the template's spaces, the runner's live agents.
+
+    Args:
+        template: A parallel env of the runner's kind, built in the server (for its spaces and
+            ``possible_agents``); never stepped.
+        agents: The agents live in the runner's env now, in ``env.agents`` order.
+    """
+
+    def __init__(self, template: Any, agents: Sequence[Any]) -> None:
+        self.template = template
+        self.agents = list(agents)
+        self.possible_agents = list(getattr(template, "possible_agents", agents))
+        self.metadata = getattr(template, "metadata", {})
+
+    def observation_space(self, agent: Any) -> Any:
+        """The template's observation space of ``agent``."""
+        return self.template.observation_space(agent)
+
+    def action_space(self, agent: Any) -> Any:
+        """The template's action space of ``agent``."""
+        return self.template.action_space(agent)
+
+
+class SharedBatchPolicy:
+    """A :class:`~rlightning_ray.BatchPolicy` answering multi-agent envs with one shared model.
+
+    Each env of the batch gets one :meth:`SharedPolicyAdapter.act` call (one SB3 forward pass over
+    its live agents; the adapter's public API acts per env, so a batch of ``n`` envs costs ``n``
+    forward passes).
+
+    Args:
+        make_model: Builds the shared SB3 model (one agent's spaces).
+        make_env: Builds a parallel env of the runners' kind (the template, reset once).
+        seed: When given, ``set_random_seed(seed)`` after the model is built.
+        deterministic: ``SharedPolicyAdapter.act``'s ``deterministic``.
+    """
+
+    def __init__(
+        self,
+        make_model: Callable[[], BaseAlgorithm],
+        make_env: Callable[[], Any],
+        *,
+        seed: int | None = None,
+        deterministic: bool = False,
+    ) -> None:
+        self.model = make_model()
+        self.adapter = SharedPolicyAdapter(self.model)
+        self.template = make_env()
+        self.template.reset(seed=0)
+        self.deterministic = deterministic
+        if seed is not None:
+            set_random_seed(seed)
+
+    def __call__(
+        self,
+        observation: list[dict[Any, Any]],
+        env_ids: list[str],
+        episode_start: np.ndarray,
+        ts_env_sent_ns: list[int],
+    ) -> list[MultiAgentPolicyResponse]:
+        """One response per env: ``observation[i]`` holds env ``i``'s live agents' observations."""
+        return [
+            self.adapter.act(
+                LiveAgents(self.template, list(obs)),
+                obs,
+                env_id,
+                deterministic=self.deterministic,
+            )
+            for obs, env_id in zip(observation, env_ids, strict=True)
+        ]
+
+    def set_weights(self, weights: Any) -> None:
+        """Load a ``policy.state_dict()`` into the shared model's policy."""
+        self.model.policy.load_state_dict(weights)
+
+
+@dataclass
+class ParallelFragment:
+    """The finished steps of one :class:`ParallelEnvRunner` ``sample`` call, per step and env.
+
+    Attributes:
+        runner_id: The runner.
+        env_ids: Its env ids.
+        observations: ``n_steps`` lists of ``k`` ``{agent: observation}`` dicts (what was asked).
+        answers: ``n_steps`` lists of ``k`` :class:`~rlightning.MultiAgentPolicyResponse`.
+        rewards: ``n_steps`` lists of ``k`` ``{agent: reward}`` dicts, as ``env.step`` gave them.
+        terminations: Same layout, ``{agent: bool}``.
+        truncations: Same layout, ``{agent: bool}``.
+        infos: Same layout, ``{agent: info}``.
+        resets: ``(n_steps, k)`` bool: the env had no agent left and was reset after the step.
+        hops_ns: ``(n_steps, 4)`` int64 ns per step (:data:`rlightning_ray.HOPS`).
+        restarted: True when the runner was restarted by Ray (fresh episodes).
+    """
+
+    runner_id: str
+    env_ids: list[str]
+    observations: list[list[dict[Any, Any]]] = field(default_factory=list)
+    answers: list[list[MultiAgentPolicyResponse]] = field(default_factory=list)
+    rewards: list[list[dict[Any, Any]]] = field(default_factory=list)
+    terminations: list[list[dict[Any, Any]]] = field(default_factory=list)
+    truncations: list[list[dict[Any, Any]]] = field(default_factory=list)
+    infos: list[list[dict[Any, Any]]] = field(default_factory=list)
+    resets: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), bool))
+    hops_ns: np.ndarray = field(default_factory=lambda: np.zeros((0, len(HOPS)), np.int64))
+    restarted: bool = False
+
+
+class ParallelEnvRunner:
+    """``k`` PettingZoo parallel envs in one process, stepped with a server's answers.
+
+    Same constructor and methods as :class:`~rlightning_ray.EnvRunner` (start it with
+    ``start_runners(..., runner_class=ParallelEnvRunner)``); ``sample`` returns a
+    :class:`ParallelFragment`.
+    """
+
+    def __init__(
+        self,
+        runner_id: str,
+        env_fns: Sequence[Callable[[], Any]],
+        server: Any,
+        *,
+        env_ids: Sequence[str] | None = None,
+        seeds: Sequence[int | None] | None = None,
+    ) -> None:
+        import ray
+
+        if not env_fns:
+            raise ValueError(f"runner {runner_id!r} needs at least one env, got env_fns=[]")
+        self.runner_id = runner_id
+        self.env_ids = (
+            [f"{runner_id}-{i}" for i in range(len(env_fns))] if env_ids is None else list(env_ids)
+        )
+        self._server = server
+        self._envs = [fn() for fn in env_fns]
+        self.restarted = bool(ray.get_runtime_context().was_current_actor_reconstructed)
+        first = [None] * len(self._envs) if seeds is None or self.restarted else list(seeds)
+        self._obs = [dict(env.reset(seed=s)[0]) for env, s in zip(self._envs, first, strict=True)]
+        self._starts = np.ones(len(self._envs), dtype=bool)
+
+    def describe(self) -> dict[str, Any]:
+        """``runner_id``, ``env_ids``, Ray ``node_id`` and ``restarted``."""
+        import ray
+
+        context = ray.get_runtime_context()
+        return {
+            "runner_id": self.runner_id,
+            "env_ids": self.env_ids,
+            "node_id": context.get_node_id(),
+            "restarted": bool(context.was_current_actor_reconstructed),
+        }
+
+    def sample(
+        self, n_steps: int, *, current_version: int | None = None, max_staleness: int = 0
+    ) -> ParallelFragment:
+        """Step every env ``n_steps`` times (see :meth:`rlightning_ray.EnvRunner.sample`).
+
+        Each step sends the live agents' observations (``{agent: obs}`` per env, agents of
+        ``env.agents`` only), checks the answers (:func:`~rlightning_ray.check_answer`), and steps
+        env ``i`` with ``to_parallel_actions(answers[i], env)``.
+
+        Raises:
+            ValueError: ``n_steps`` is not positive, an answer breaks a routing rule, or an
+                action is refused by ``to_parallel_actions`` (it names the agent).
+        """
+        import ray
+
+        if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps <= 0:
+            raise ValueError(f"n_steps must be a positive int, got {n_steps!r}")
+        k = len(self._envs)
+        frag = ParallelFragment(self.runner_id, list(self.env_ids), restarted=self.restarted)
+        frag.resets = np.zeros((n_steps, k), dtype=bool)
+        frag.hops_ns = np.zeros((n_steps, len(HOPS)), dtype=np.int64)
+        for t in range(n_steps):
+            asked = [
+                {a: obs[a] for a in env.agents}
+                for env, obs in zip(self._envs, self._obs, strict=True)
+            ]
+            sent = time.time_ns()
+            answers = ray.get(
+                self._server.act.remote(self.runner_id, asked, self.env_ids, self._starts, sent)
+            )
+            received = time.time_ns()
+            check_answer(
+                answers,
+                self.env_ids,
+                runner_id=self.runner_id,
+                current_version=current_version,
+                max_staleness=max_staleness,
+            )
+            first = answers[0]
+            if check_stamp("ts_env_sent_ns", first.ts_env_sent_ns, "answer.") != sent:
+                raise ValueError(
+                    f"runner {self.runner_id!r} sent ts_env_sent_ns={sent} but got "
+                    f"{first.ts_env_sent_ns}: the stamp did not cross intact"
+                )
+            recv = check_stamp("ts_policy_recv_ns", first.ts_policy_recv_ns, "answer.")
+            start = check_stamp("ts_infer_start_ns", first.ts_infer_start_ns, "answer.")
+            done = check_stamp("ts_policy_sent_ns", first.ts_policy_sent_ns, "answer.")
+            frag.hops_ns[t] = [recv - sent, start - recv, done - start, received - done]
+            steps = [
+                env.step(to_parallel_actions(a, env))
+                for env, a in zip(self._envs, answers, strict=True)
+            ]
+            frag.observations.append(asked)
+            frag.answers.append(list(answers))
+            frag.rewards.append([dict(s[1]) for s in steps])
+            frag.terminations.append([dict(s[2]) for s in steps])
+            frag.truncations.append([dict(s[3]) for s in steps])
+            frag.infos.append([dict(s[4]) for s in steps])
+            for i, (obs, *_) in enumerate(steps):
+                if not self._envs[i].agents:
+                    obs, _ = self._envs[i].reset()
+                    frag.resets[t, i] = True
+                self._obs[i] = dict(obs)
+            self._starts = frag.resets[t].copy()
+        self.restarted = False
+        return frag

@@ -1,0 +1,306 @@
+"""``PolicyServer``: a Ray actor answering every runner's requests with dynamic batching.
+
+Requests (one per runner and step: ``k`` observation rows) wait in the server until ``max_batch``
+rows are pending or the oldest has waited ``max_wait_us``; then one forward pass of the policy
+answers all of them, and each runner gets its own rows of the stacked answer (views of the batch's
+arrays and tensors: slicing copies nothing; Ray then pickles each runner's rows out of band). With
+``order`` (the deterministic mode), a batch is formed when every runner named there has a request
+pending, in that order, whatever the arrival order: a fixed batch composition, so the random draws
+of a sampling policy are the ones a single ``DummyVecEnv`` of all the envs would get.
+
+Every answer carries ``policy_version`` (the weights that produced it) and the stamps
+``ts_policy_recv_ns`` (the request arrived), ``ts_infer_start_ns`` (its batch's forward began)
+and ``ts_policy_sent_ns`` (the forward ended), ``time.time_ns()`` nanoseconds since the epoch, with
+the runner's ``ts_env_sent_ns`` echoed per row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from rlightning import MultiAgentPolicyResponse, PolicyResponse, ResponseBatch
+from rlightning_ray._rows import concat_observations, slice_rows
+from rlightning_ray.checks import POLICY_VERSION_FIELD
+
+__all__ = ["BatchPolicy", "PolicyServer"]
+
+
+class BatchPolicy(Protocol):
+    """What a :class:`PolicyServer` runs: one call answers a whole batch.
+
+    ``rlightning_ray.sb3.SB3BatchPolicy`` is one (``SB3PolicyAdapter.act``); any callable of this
+    signature is another. ``set_weights`` is optional (needed only to publish weights).
+    """
+
+    def __call__(
+        self,
+        observation: Any,
+        env_ids: list[str],
+        episode_start: np.ndarray,
+        ts_env_sent_ns: list[int],
+    ) -> Any:
+        """Answer ``(n, *obs_shape)`` rows: a ResponseBatch, a stacked response or a list."""
+
+
+@dataclass
+class _Request:
+    runner_id: str
+    observation: Any
+    env_ids: list[str]
+    episode_start: np.ndarray
+    ts_env_sent_ns: int
+    ts_policy_recv_ns: int
+    future: asyncio.Future[PolicyResponse]
+
+
+def _stacked(answer: Any) -> PolicyResponse | list[MultiAgentPolicyResponse]:
+    """A policy's answer as one stacked response (the batch's own when it was never split).
+
+    A list of :class:`~rlightning.MultiAgentPolicyResponse` stays a list (envs may have
+    different live agents, which ``stack`` refuses).
+    """
+    if (
+        isinstance(answer, list | tuple)
+        and answer
+        and all(isinstance(a, MultiAgentPolicyResponse) for a in answer)
+    ):
+        return list(answer)
+    if isinstance(answer, ResponseBatch):
+        if answer.stacked is not None:
+            stacked: PolicyResponse = answer.stacked
+            return stacked
+        answer = list(answer)
+    if isinstance(answer, PolicyResponse) and getattr(answer, "env_ids", None) is not None:
+        return answer
+    if isinstance(answer, list | tuple) and all(isinstance(a, PolicyResponse) for a in answer):
+        return PolicyResponse.stack(list(answer))
+    raise TypeError(
+        "a BatchPolicy must answer a ResponseBatch, a stacked PolicyResponse or a list of "
+        f"PolicyResponse or MultiAgentPolicyResponse, got {type(answer).__name__}"
+    )
+
+
+class PolicyServer:
+    """Dynamic batching over the requests of every runner (see the module docstring).
+
+    Create it as a Ray actor with :func:`rlightning_ray.start_server` (restarts and retries
+    set). Its methods are coroutines: Ray runs it as an async actor, so requests arriving while a
+    batch waits join it.
+
+    Args:
+        policy_factory: Builds the :class:`BatchPolicy` in the server's process (called again
+            when Ray restarts the server).
+        max_batch: Rows that trigger a forward pass at once (a request is never split: a batch
+            may exceed it by less than one request).
+        max_wait_us: Microseconds the oldest pending request waits before a forward pass runs
+            with what is there.
+        order: Deterministic mode: the runner ids whose requests form each batch, in this order
+            (``max_batch`` and ``max_wait_us`` are then unused).
+        registry: A :class:`~rlightning_ray.WeightsRegistry` handle: the server starts from its
+            newest weights (after a restart, what the learner last published).
+
+    Raises:
+        ValueError: ``max_batch`` < 1, ``max_wait_us`` < 0, or ``order`` empty or repeating.
+    """
+
+    def __init__(
+        self,
+        policy_factory: Callable[[], BatchPolicy],
+        *,
+        max_batch: int = 256,
+        max_wait_us: int = 1000,
+        order: Sequence[str] | None = None,
+        registry: Any = None,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1 row, got {max_batch!r}")
+        if max_wait_us < 0:
+            raise ValueError(f"max_wait_us must be >= 0 microseconds, got {max_wait_us!r}")
+        if order is not None and (not order or len(set(order)) != len(order)):
+            raise ValueError(f"order must name each runner once, got {list(order)!r}")
+        self._policy = policy_factory()
+        self._max_batch = max_batch
+        self._max_wait_s = max_wait_us / 1e6
+        self._order = None if order is None else list(order)
+        self._pending: list[_Request] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._version = 0
+        self._next: tuple[int, Any] | None = None
+        self._batch_rows: list[int] = []
+        self._restarted = False
+        if registry is not None:
+            import ray
+
+            self._restarted = bool(ray.get_runtime_context().was_current_actor_reconstructed)
+            latest = ray.get(registry.latest.remote())
+            if latest is not None:
+                version, refs = latest
+                self._next = (version, ray.get(refs[0]))
+
+    async def act(
+        self,
+        runner_id: str,
+        observation: Any,
+        env_ids: list[str],
+        episode_start: np.ndarray,
+        ts_env_sent_ns: int,
+    ) -> PolicyResponse:
+        """Answer one runner's rows (waiting for the batch they join).
+
+        Args:
+            runner_id: The asking runner.
+            observation: ``(k, *obs_shape)`` (a dict of such arrays for a Dict space).
+            env_ids: The runner's ``k`` env ids, in row order.
+            episode_start: ``(k,)`` bool, the previous step's dones.
+            ts_env_sent_ns: When the runner sent it (``time.time_ns()``).
+
+        Returns:
+            A stacked :class:`~rlightning.PolicyResponse` of the runner's ``k`` rows, in its
+            order, with ``policy_version`` and the stamps (module docstring); for a policy
+            answering :class:`~rlightning.MultiAgentPolicyResponse` s, a list of the ``k``
+            responses, each stamped and versioned.
+
+        Raises:
+            Exception: what the policy raised for the batch this request was in.
+        """
+        recv = time.time_ns()
+        future: asyncio.Future[PolicyResponse] = asyncio.get_running_loop().create_future()
+        self._pending.append(
+            _Request(
+                runner_id,
+                observation,
+                list(env_ids),
+                np.asarray(episode_start, dtype=bool),
+                ts_env_sent_ns,
+                recv,
+                future,
+            )
+        )
+        self._schedule()
+        return await future
+
+    async def set_weights(self, version: int, refs: list[Any]) -> int:
+        """Take new weights (``refs``: a one-item list of their ObjectRef) for the next batch.
+
+        The factory's weights are version 0. A version equal to the newest is taken again (a
+        retried call, or a restarted server that already read it from the registry).
+
+        Returns:
+            ``version``.
+
+        Raises:
+            ValueError: ``version`` is older than the weights in use or waiting.
+        """
+        newest = self._version if self._next is None else self._next[0]
+        if version < newest:
+            raise ValueError(f"weights version {version} is older than the server's {newest}")
+        self._next = (version, await refs[0])
+        return version
+
+    async def info(self) -> dict[str, Any]:
+        """``version`` in use, the rows of each batch so far, ``restarted``, Ray ``node_id``."""
+        import ray
+
+        return {
+            "version": self._version,
+            "batch_rows": list(self._batch_rows),
+            "restarted": self._restarted,
+            "node_id": ray.get_runtime_context().get_node_id(),
+        }
+
+    # ------------------------------------------------------------------ batching
+    def _schedule(self) -> None:
+        if self._order is not None:
+            first: dict[str, _Request] = {}
+            for request in self._pending:
+                first.setdefault(request.runner_id, request)
+            if all(runner in first for runner in self._order):
+                batch = [first[runner] for runner in self._order]
+                self._pending = [r for r in self._pending if all(r is not b for b in batch)]
+                self._run(batch)
+            return
+        while sum(len(r.env_ids) for r in self._pending) >= self._max_batch:
+            self._run(self._take())
+        if self._pending and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._max_wait_s, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self._pending:
+            self._run(self._take())
+        self._schedule()
+
+    def _take(self) -> list[_Request]:
+        batch, rows = [self._pending[0]], len(self._pending[0].env_ids)
+        for request in self._pending[1:]:
+            if rows + len(request.env_ids) > self._max_batch:
+                break
+            batch.append(request)
+            rows += len(request.env_ids)
+        self._pending = self._pending[len(batch) :]
+        if not self._pending and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        return batch
+
+    def _run(self, batch: list[_Request]) -> None:
+        """One forward pass for ``batch``; each request's future gets its rows."""
+        if self._next is not None:  # between batches only
+            version, weights = self._next
+            self._next = None
+            set_weights = getattr(self._policy, "set_weights", None)
+            if set_weights is None:
+                error = TypeError(
+                    f"{type(self._policy).__name__} has no set_weights(); weights version "
+                    f"{version} cannot be used"
+                )
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(error)
+                return
+            set_weights(weights)
+            self._version = version
+        start = time.time_ns()
+        env_ids = [env_id for r in batch for env_id in r.env_ids]
+        stamps = [r.ts_env_sent_ns for r in batch for _ in r.env_ids]
+        try:
+            stacked = _stacked(
+                self._policy(
+                    concat_observations([r.observation for r in batch]),
+                    env_ids,
+                    np.concatenate([r.episode_start for r in batch]),
+                    stamps,
+                )
+            )
+        except Exception as exc:  # every runner of the batch gets the policy's error
+            for request in batch:
+                if not request.future.done():
+                    request.future.set_exception(exc)
+            return
+        done = time.time_ns()
+        self._batch_rows.append(len(env_ids))
+        row = 0
+        for request in batch:
+            rows = slice(row, row + len(request.env_ids))
+            row += len(request.env_ids)
+            answer: Any
+            if isinstance(stacked, list):  # multi-agent: one response per env, each stamped
+                answer = stacked[rows]
+                parts = answer
+            else:
+                answer = slice_rows(stacked, rows.start, rows.stop)
+                parts = [answer]
+            for part in parts:
+                part.ts_env_sent_ns = request.ts_env_sent_ns
+                part.ts_policy_recv_ns = request.ts_policy_recv_ns
+                part.ts_infer_start_ns = start
+                part.ts_policy_sent_ns = done
+                setattr(part, POLICY_VERSION_FIELD, self._version)
+            if not request.future.done():
+                request.future.set_result(answer)

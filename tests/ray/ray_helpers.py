@@ -1,0 +1,122 @@
+"""Envs and factories the Ray tests send to their actors (pickled by value, see conftest)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from stable_baselines3 import PPO
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.monitor import Monitor
+
+from rlightning import PolicyResponse
+
+
+def cartpole(max_episode_steps: int | None = None) -> gym.Env[Any, Any]:
+    return gym.make("CartPole-v1", max_episode_steps=max_episode_steps)
+
+
+def monitored_cartpole(max_episode_steps: int | None = None) -> gym.Env[Any, Any]:
+    return Monitor(cartpole(max_episode_steps))
+
+
+def make_ppo(n_envs: int, n_steps: int, seed: int, max_episode_steps: int | None = None) -> PPO:
+    env = make_vec_env(
+        cartpole, n_envs=n_envs, seed=seed, env_kwargs={"max_episode_steps": max_episode_steps}
+    )
+    return PPO(
+        "MlpPolicy",
+        env,
+        n_steps=n_steps,
+        batch_size=n_envs * n_steps // 2,
+        n_epochs=2,
+        seed=seed,
+        device="cpu",
+    )
+
+
+class CounterEnv(gym.Env[np.ndarray, np.int64]):
+    """Observation ``[tag, t]`` (float32): which env it is and the step within the episode.
+
+    Episodes end (terminated) after ``length`` steps; ``sleep_s`` makes each step slow.
+    """
+
+    observation_space = spaces.Box(0.0, 1e6, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, tag: int, length: int = 5, sleep_s: float = 0.0) -> None:
+        self.tag, self.length, self.sleep_s, self.t = tag, length, sleep_s, 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.tag, self.t], dtype=np.float32)
+
+    def reset(
+        self, *, seed: int | None = None, options: Any = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        assert self.action_space.contains(action), action
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        self.t += 1
+        return self._obs(), float(self.tag), self.t >= self.length, False, {"tag": self.tag}
+
+
+def counter_ppo(n_envs: int, n_steps: int = 8) -> PPO:
+    env = make_vec_env(lambda: CounterEnv(0), n_envs=n_envs)
+    return PPO(
+        "MlpPolicy",
+        env,
+        n_steps=n_steps,
+        batch_size=n_envs * n_steps,
+        n_epochs=1,
+        seed=0,
+        device="cpu",
+    )
+
+
+class EchoPolicy:
+    """A BatchPolicy that is no SB3 model: action 0 for every row, its env id echoed."""
+
+    def __call__(
+        self, observation: Any, env_ids: list[str], episode_start: Any, ts: list[int]
+    ) -> list[PolicyResponse]:
+        return [
+            PolicyResponse(e, action=np.int64(0), obs_seen=np.asarray(o))
+            for e, o in zip(env_ids, observation, strict=True)
+        ]
+
+    def set_weights(self, weights: Any) -> None:
+        self.weights = weights
+
+
+class SwappingPolicy(EchoPolicy):
+    """Answers each row with the env ids of the batch reversed (a routing bug)."""
+
+    def __call__(
+        self, observation: Any, env_ids: list[str], episode_start: Any, ts: list[int]
+    ) -> list[PolicyResponse]:
+        return super().__call__(observation, env_ids[::-1], episode_start, ts)
+
+
+def spread(max_cycles: int = 6) -> Any:
+    from mpe2 import simple_spread_v3
+
+    return simple_spread_v3.parallel_env(max_cycles=max_cycles)
+
+
+def spread_ppo() -> PPO:
+    env = spread()
+    env.reset(seed=0)
+
+    class AgentSpaces(gym.Env[Any, Any]):  # one agent's spaces, for SB3's constructor
+        observation_space = env.observation_space("agent_0")
+        action_space = env.action_space("agent_0")
+
+    return PPO("MlpPolicy", AgentSpaces(), n_steps=8, batch_size=8, seed=0, device="cpu")

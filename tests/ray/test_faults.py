@@ -1,0 +1,105 @@
+"""Faults, with Ray's own mechanisms: ``ray.kill`` a runner or the server mid-rollout.
+
+The rule (docs/ray.md, "Faults"): a runner that dies loses what it stepped since its last
+delivered fragment; Ray restarts it (``max_restarts``) and retries the ``sample`` call
+(``max_task_retries``), so its envs start fresh episodes and the buffer still gets exactly
+``n_steps`` rows per env, each env's rows its own and in step order. A server that dies is
+restarted, reads the newest weights from the registry, and the runners' ``act`` calls are
+retried on it. CounterEnv's observation ``[tag, t]`` lets the test read every row's env and step.
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import partial
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+import ray
+
+import rlightning_ray
+from rlightning_ray.sb3 import SB3BatchPolicy, collect_rollout, policy_weights
+from rlightning_sb3 import start_training
+
+pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
+
+N_ENVS, N_STEPS, LENGTH = 4, 24, 5
+
+
+def _setup(helpers: ModuleType) -> tuple[Any, Any, Any, list[Any], rlightning_ray.Collector]:
+    make_model = partial(helpers.counter_ppo, N_ENVS, N_STEPS)
+    model = make_model()
+    start_training(model, 10_000)
+    server, registry = rlightning_ray.start_server(
+        partial(SB3BatchPolicy, make_model), max_batch=N_ENVS, max_wait_us=2000, num_cpus=0.25
+    )
+    fns = [partial(helpers.CounterEnv, i, LENGTH, 0.02) for i in range(N_ENVS)]
+    runners = rlightning_ray.start_runners(
+        fns, server, n_runners=2, envs_per_runner=2, num_cpus=0.25
+    )
+    return model, server, registry, runners, rlightning_ray.Collector(runners)
+
+
+def _check_rows(model: Any, fresh: set[int]) -> None:
+    """Every column holds its own env's steps, consecutive; ``fresh`` envs start at an episode."""
+    buffer = model.rollout_buffer
+    assert buffer.full and buffer.observations.shape == (N_STEPS, N_ENVS, 2)
+    np.testing.assert_array_equal(
+        buffer.observations[:, :, 0], np.tile(np.arange(N_ENVS), (N_STEPS, 1))
+    )
+    for env in range(N_ENVS):
+        t = buffer.observations[:, env, 1]
+        starts = buffer.episode_starts[:, env]
+        np.testing.assert_array_equal(np.diff(t)[starts[1:] == 0], 1)  # no row lost or repeated
+        np.testing.assert_array_equal(t[1:][starts[1:] == 1], 0)  # a new episode starts at t=0
+        if env in fresh:
+            assert t[0] == 0 and starts[0] == 1
+
+
+def _kill_later(actor: Any, delay_s: float) -> threading.Timer:
+    timer = threading.Timer(delay_s, lambda: ray.kill(actor, no_restart=False))
+    timer.start()
+    return timer
+
+
+def test_a_runner_killed_mid_rollout_restarts_with_fresh_episodes(
+    local_ray: None, helpers: ModuleType
+) -> None:
+    model, server, registry, runners, collector = _setup(helpers)
+    rlightning_ray.publish_weights(server, registry, 0, policy_weights(model))
+    collect_rollout(model, collector, current_version=0)  # runner-1's episodes are under way
+    _check_rows(model, fresh={0, 1, 2, 3})
+    model.train()
+    rlightning_ray.publish_weights(server, registry, 1, policy_weights(model))
+    timer = _kill_later(runners[1], 0.3)
+    fragments = collect_rollout(model, collector, current_version=1)
+    timer.join()
+    assert [f.restarted for f in fragments] == [False, True]
+    assert collector.restarts == 1
+    assert ray.get(runners[1].describe.remote())["restarted"]
+    _check_rows(model, fresh={2, 3})  # runner-1's envs: fresh episodes, its old fragment dropped
+    assert model.rollout_buffer.observations[0, 0, 1] == N_STEPS % LENGTH  # runner-0 went on
+    model.train()
+    assert model.num_timesteps == 2 * N_STEPS * N_ENVS
+
+
+def test_a_killed_server_restarts_with_the_newest_weights(
+    local_ray: None, helpers: ModuleType
+) -> None:
+    model, server, registry, _, collector = _setup(helpers)
+    rlightning_ray.publish_weights(server, registry, 0, policy_weights(model))
+    collect_rollout(model, collector, current_version=0)
+    model.train()
+    rlightning_ray.publish_weights(server, registry, 1, policy_weights(model))
+    timer = _kill_later(server, 0.3)
+    fragments = collect_rollout(model, collector, current_version=1)
+    timer.join()
+    info = ray.get(server.info.remote())
+    assert info["restarted"] and info["version"] == 1
+    assert {a.policy_version for f in fragments for a in f.answers} == {1}
+    assert [f.restarted for f in fragments] == [False, False]  # runners went on, nothing lost
+    _check_rows(model, fresh=set())
+    model.train()
+    assert model.num_timesteps == 2 * N_STEPS * N_ENVS

@@ -1,0 +1,60 @@
+"""PettingZoo parallel envs on runners, answered by the shared SB3 policy through the server."""
+
+from __future__ import annotations
+
+from functools import partial
+from types import ModuleType
+
+import numpy as np
+import pytest
+import ray
+
+import rlightning_ray
+from rlightning import MultiAgentPolicyResponse
+from rlightning_pettingzoo import SharedPolicyAdapter
+from rlightning_ray.pettingzoo import ParallelEnvRunner, SharedBatchPolicy
+from rlightning_ray.sb3 import policy_weights
+
+pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
+
+
+def test_parallel_envs_answered_by_the_shared_policy(local_ray: None, helpers: ModuleType) -> None:
+    server, registry = rlightning_ray.start_server(
+        partial(SharedBatchPolicy, helpers.spread_ppo, helpers.spread),
+        max_batch=2,
+        max_wait_us=5000,
+        num_cpus=0.25,
+    )
+    runners = rlightning_ray.start_runners(
+        helpers.spread,
+        server,
+        n_runners=2,
+        envs_per_runner=1,
+        seed=0,
+        num_cpus=0.25,
+        runner_class=ParallelEnvRunner,
+    )
+    model = helpers.spread_ppo()
+    rlightning_ray.publish_weights(server, registry, 0, policy_weights(model))
+    collector = rlightning_ray.Collector(runners)
+    fragments = collector.sample(8, current_version=0)
+    adapter = SharedPolicyAdapter(model)
+    agents = ["agent_0", "agent_1", "agent_2"]
+    for frag in fragments:
+        assert frag.resets[:, 0].tolist() == [False] * 5 + [True] + [False] * 2  # max_cycles=6
+        for asked, answers in zip(frag.observations, frag.answers, strict=True):
+            (answer,) = answers
+            assert isinstance(answer, MultiAgentPolicyResponse)
+            assert answer.env_id == frag.env_ids[0] and answer.policy_version == 0
+            assert list(answer.action) == agents
+            for agent in agents:
+                assert int(answer.action[agent]) in range(5)
+                assert answer.log_prob[agent].dtype == np.float32
+            # the server's values are the shared model's on these observations (batched over
+            # the same 3 agents here and there, yet computed in another process: tolerance)
+            values = adapter.predict_values(helpers.spread(), asked[0])
+            np.testing.assert_allclose(
+                [answer.value[a] for a in agents], [values[a] for a in agents], rtol=1e-5, atol=1e-6
+            )
+        assert frag.hops_ns.shape == (8, 4) and (frag.hops_ns >= 0).all()
+    assert ray.get(server.info.remote())["batch_rows"]
