@@ -260,3 +260,23 @@ def test_numpy_array_of_ids_is_accepted() -> None:
     obs = model.get_env().reset()
     responses = SB3PolicyAdapter(model).predict(obs, np.array(["a", "b", "c"]))
     assert [r.env_id for r in responses] == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_plain_call_answers_as_the_call_with_one_none_state_per_env(env_id: str) -> None:
+    # predict() without state, masks or a recurrent policy calls model.predict directly;
+    # state=[None] * n_envs takes the general path (predict_actions): same draws, same answer
+    model = _ppo(env_id)
+    adapter = SB3PolicyAdapter(model)
+    obs = model.get_env().reset()
+    ids = ["a", "b", "c"]
+    th.manual_seed(5)
+    plain = adapter.predict(obs, ids)
+    th.manual_seed(5)
+    general = adapter.predict(obs, ids, state=[None, None, None])
+    assert list(plain) == list(general)
+    th.manual_seed(5)
+    one = adapter.predict(obs[0], "a")
+    th.manual_seed(5)
+    one_general = adapter.predict(obs[0], "a", state=[None])
+    assert one == one_general

@@ -7,6 +7,7 @@ One small typed object per adapter, and the only code that changes it: its own m
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -119,16 +120,17 @@ class AdapterState:
                 space.shape if type(space) is spaces.Box else None,
             )
         shape = cached[1]
-        if (
-            shape is not None
-            and type(observation) is np.ndarray
-            and observation.ndim == len(shape) + 1
-            and observation.shape[1:] == shape
-            and observation.shape[0]
-            and observation.dtype.isnative
-            and min(observation.strides) >= 0
-        ):
-            return observation, observation.shape[0], True, True
+        if shape is not None and type(observation) is np.ndarray:
+            rows = observation.shape
+            # ``rows[1:] == shape`` with ``rows`` not empty: ndim is ``len(shape) + 1``
+            if (
+                rows[1:] == shape
+                and rows
+                and rows[0]
+                and observation.dtype.isnative
+                and min(observation.strides) >= 0
+            ):
+                return observation, rows[0], True, True
         batch, n_envs, vectorized = batch_observation(policy, observation)
         return native_arrays(batch), n_envs, vectorized, False
 
@@ -203,7 +205,9 @@ class AdapterState:
         cached = self.policy_modules
         if cached is None or cached[0] is not policy:
             cached = self.policy_modules = (policy, tuple(policy.modules()))
-        for module in cached[1]:
-            if module.training:
-                policy.set_training_mode(False)
-                return
+        if any(map(_TRAINING, cached[1])):  # each module's ``training``, read in C
+            policy.set_training_mode(False)
+
+
+#: ``module.training`` (``nn.Module.train`` sets it on every module).
+_TRAINING = operator.attrgetter("training")
