@@ -7,7 +7,6 @@ One small typed object per adapter, and the only code that changes it: its own m
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -205,9 +204,7 @@ class AdapterState:
         cached = self.policy_modules
         if cached is None or cached[0] is not policy:
             cached = self.policy_modules = (policy, tuple(policy.modules()))
-        if any(map(_TRAINING, cached[1])):  # each module's ``training``, read in C
-            policy.set_training_mode(False)
-
-
-#: ``module.training`` (``nn.Module.train`` sets it on every module).
-_TRAINING = operator.attrgetter("training")
+        for module in cached[1]:
+            if module.training:
+                policy.set_training_mode(False)
+                return
