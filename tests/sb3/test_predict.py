@@ -318,3 +318,23 @@ def test_env_ids_is_required() -> None:
     )
     with pytest.raises(TypeError, match=re.escape(msg)):
         SB3PolicyAdapter(model).predict(model.get_env().reset())  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_plain_call_answers_as_the_call_with_one_none_state_per_env(env_id: str) -> None:
+    # predict() without state, masks or a recurrent policy calls model.predict directly;
+    # state=[None] * n_envs takes the general path (predict_actions): same draws, same answer
+    model = _ppo(env_id)
+    adapter = SB3PolicyAdapter(model)
+    obs = model.get_env().reset()
+    ids = ["a", "b", "c"]
+    th.manual_seed(5)
+    plain = adapter.predict(obs, env_ids=ids)
+    th.manual_seed(5)
+    general = adapter.predict(obs, env_ids=ids, state=[None, None, None])
+    assert list(plain) == list(general)
+    th.manual_seed(5)
+    one = adapter.predict(obs[0], env_ids="a")
+    th.manual_seed(5)
+    one_general = adapter.predict(obs[0], env_ids="a", state=[None])
+    assert one == one_general

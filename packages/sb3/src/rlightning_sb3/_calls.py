@@ -64,7 +64,11 @@ def nan_checked_by_torch() -> bool:
     ``torch.distributions.Distribution.set_default_validate_args(False)`` turns it off, and
     the adapter then scans every batch.
     """
-    return bool(getattr(th.distributions.Distribution, "_validate_args", False))
+    return bool(getattr(_DISTRIBUTION, "_validate_args", False))
+
+
+#: Where ``Distribution.set_default_validate_args`` keeps its setting (a class attribute).
+_DISTRIBUTION = th.distributions.Distribution
 
 
 def read_call(
@@ -93,7 +97,7 @@ def read_call(
     checked_by_torch = adapter._on_policy and nan_checked_by_torch()
     if not checked_by_torch:
         refuse_nan(batch, ids)
-    stamps = per_env_stamps(ts_env_sent_ns, ids)
+    stamps = None if ts_env_sent_ns is None else per_env_stamps(ts_env_sent_ns, ids)
     masks = (
         None
         if action_masks is None

@@ -54,14 +54,18 @@ def predict_step(
     starts = (
         None if episode_start is None else per_env_bools(episode_start, "episode_start", ids, None)
     )
-    extra: dict[str, Any] = {}
-    if masks is not None:
-        extra["action_masks"] = masks if call.vectorized else masks[0]
     next_states: list[tuple[np.ndarray, ...]] | None = None
     try:
-        actions, next_states = predict_actions(
-            adapter, observation, state, starts, deterministic, extra, ids
-        )
+        if masks is None and state is None and not adapter._recurrent:
+            # predict_actions' common case, without its call
+            actions, _ = adapter._model.predict(observation, deterministic=deterministic)
+        else:
+            extra: dict[str, Any] = {}
+            if masks is not None:
+                extra["action_masks"] = masks if call.vectorized else masks[0]
+            actions, next_states = predict_actions(
+                adapter, observation, state, starts, deterministic, extra, ids
+            )
     except (ValueError, RuntimeError):
         if call.checked_by_torch:
             refuse_nan(call.batch, ids)  # names the envs when a NaN made torch raise

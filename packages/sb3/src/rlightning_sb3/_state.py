@@ -119,16 +119,17 @@ class AdapterState:
                 space.shape if type(space) is spaces.Box else None,
             )
         shape = cached[1]
-        if (
-            shape is not None
-            and type(observation) is np.ndarray
-            and observation.ndim == len(shape) + 1
-            and observation.shape[1:] == shape
-            and observation.shape[0]
-            and observation.dtype.isnative
-            and min(observation.strides) >= 0
-        ):
-            return observation, observation.shape[0], True, True
+        if shape is not None and type(observation) is np.ndarray:
+            rows = observation.shape
+            # ``rows[1:] == shape`` with ``rows`` not empty: ndim is ``len(shape) + 1``
+            if (
+                rows[1:] == shape
+                and rows
+                and rows[0]
+                and observation.dtype.isnative
+                and min(observation.strides) >= 0
+            ):
+                return observation, rows[0], True, True
         batch, n_envs, vectorized = batch_observation(policy, observation)
         return native_arrays(batch), n_envs, vectorized, False
 
