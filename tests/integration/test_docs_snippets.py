@@ -16,7 +16,7 @@ import pytest
 
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared _snippets helper
-from _snippets import ROOT, Snippet, run_snippet, snippets  # noqa: E402
+from _snippets import ROOT, Snippet, run_snippet, snippets
 
 PAGES = sorted((ROOT / "docs").glob("*.md"))
 
@@ -64,7 +64,7 @@ def test_every_skip_marker_gives_its_reason() -> None:
 
 
 def test_pending_markers_are_not_stale() -> None:
-    for (page, line), reason in MARKERS_TO_ADD.items():
+    for page, line in MARKERS_TO_ADD:
         blocks = [s for s in SNIPPETS if s.name.startswith(f"{page}#") and line in s.code]
         assert blocks, f"{page}: no block holds {line!r} any more; drop its MARKERS_TO_ADD entry"
         # Applied to the unmarked block; once the page has its own marker, the entry is unused.

@@ -14,7 +14,7 @@ import pytest
 
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared _snippets helper
-from _snippets import ROOT, Snippet, run_snippet, snippets  # noqa: E402
+from _snippets import ROOT, Snippet, run_snippet, snippets
 
 READMES = [
     ROOT / "README.md",
