@@ -12,7 +12,7 @@ for the three agents) against ``sample_response`` (uniform random actions), on t
 It prints both mean episode returns (per agent, averaged over agents and episodes) and saves a
 PNG with the learning curve and the two evaluation levels.
 
-    python examples/pettingzoo_shared_policy.py           # minutes (examples/README.md), progress bar
+    python examples/pettingzoo_shared_policy.py           # minutes (examples/README.md)
     python examples/pettingzoo_shared_policy.py --smoke   # seconds (used by the tests)
 """
 
