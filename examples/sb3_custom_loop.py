@@ -1,21 +1,37 @@
-"""Train SB3 PPO on CartPole-v1 with a loop built only from PolicyResponses.
+"""Train SB3 PPO on CartPole-v1 with a loop built only from PolicyResponses, with SB3's tooling.
 
 No ``model.learn()``: every step goes ``SB3PolicyAdapter.act`` -> ``env_actions`` -> ``VecEnv.step``
 -> ``add_rollout_step``; every rollout ends with ``finish_rollout`` and ``model.train()``. Because
 the adapter and the helpers reproduce SB3's ``collect_rollouts`` exactly, this is the same
-training as ``model.learn(100_000)`` with rl-baselines3-zoo's tuned CartPole-v1 hyperparameters,
-and it uses the same step budget (1e5 env steps).
+training as ``model.learn(100_000, callback=...)`` with rl-baselines3-zoo's tuned CartPole-v1
+hyperparameters, and it uses the same step budget (1e5 env steps).
 
-Along the way it records the learning curve: the mean return of the last 100 training episodes
-(what SB3 logs as ``rollout/ep_rew_mean``) after every rollout, and the mean return of 10
-deterministic evaluation episodes every 25 rollouts. At the end it evaluates 20 episodes and
-exits with status 1 if their mean return is below 475.
+SB3's own callbacks run unchanged in the loop, called where ``learn()`` calls them
+(``start_training(callback=...)``, ``finish_training``):
+
+* ``EvalCallback`` evaluates 10 deterministic episodes every 25 rollouts (``eval_freq`` counts
+  ``on_step`` calls, one per loop step), saves the best model and ``evaluations.npz``;
+* ``StopTrainingOnRewardThreshold`` (EvalCallback's ``callback_on_new_best``) stops training when
+  an evaluation reaches 475 -- ``add_rollout_step`` then raises ``StopTraining``;
+* ``CheckpointCallback`` saves the model every 25 rollouts;
+* ``LearningCurve``, a user's ``BaseCallback``, records the mean return of the last 100 training
+  episodes (what SB3 logs as ``rollout/ep_rew_mean``) at each ``on_rollout_end``.
+
+SB3's logger writes ``rollout/ep_rew_mean``, ``time/fps``, ``train/loss``, ... after every
+rollout to ``sb3_log/progress.csv``, and ``--progress-bar`` shows SB3's progress bar (tqdm and
+rich). At the end the script evaluates 20 episodes through the adapter and exits with status 1 if
+their mean return is below 475.
 
 Output, in ``--out`` (default ``examples/output/sb3_custom_loop``): ``learning_curve.csv``,
-``learning_curve.png`` (matplotlib) and ``summary.json``.
+``learning_curve.png`` (matplotlib) and ``summary.json``; in ``--run-dir`` (default
+``examples/output/sb3_custom_loop/run``) what SB3's callbacks and logger write:
+``sb3_log/progress.csv``, ``checkpoints/``, ``best_model/best_model.zip`` and
+``eval/evaluations.npz``.
 
-Run: ``python examples/sb3_custom_loop.py`` (about a minute on 2 CPU cores);
-``--smoke`` trains 512 steps, evaluates 2 episodes and checks no threshold.
+Run: ``python examples/sb3_custom_loop.py`` (1e5 steps at most; with seed 0 an evaluation reaches
+475 at 19,200 steps and training stops there: 65 s of training, 100 s in all, measured on a
+loaded 2-core CPU machine with torch 2.13.0 and SB3 2.9.2); ``--smoke`` trains 512 steps,
+evaluates 2 episodes and checks no threshold (7 s of training there).
 """
 
 from __future__ import annotations
@@ -35,18 +51,28 @@ import numpy as np
 import torch as th
 from _cartpole_ppo import make_model  # the examples' shared model (same folder)
 from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import (
+    BaseCallback,
+    CheckpointCallback,
+    EvalCallback,
+    StopTrainingOnRewardThreshold,
+)
 from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.logger import configure
 
 from rlightning_sb3 import (
     SB3PolicyAdapter,
+    StopTraining,
     add_rollout_step,
     finish_rollout,
+    finish_training,
     start_training,
 )
 
-THRESHOLD = 475.0
+THRESHOLD = 475.0  # CartPole-v1's reward_threshold
 BUDGET = 100_000  # rl-baselines3-zoo's n_timesteps for PPO on CartPole-v1
 DEFAULT_OUT = Path(__file__).resolve().parent / "output" / "sb3_custom_loop"
+DEFAULT_RUN_DIR = DEFAULT_OUT / "run"
 
 
 def evaluate(adapter: SB3PolicyAdapter, n_episodes: int, seed: int) -> float:
@@ -68,37 +94,100 @@ def evaluate(adapter: SB3PolicyAdapter, n_episodes: int, seed: int) -> float:
     return float(np.mean(returns[:n_episodes]))
 
 
+class LearningCurve(BaseCallback):
+    """A user's callback: one row per rollout, read from the model and the EvalCallback."""
+
+    def __init__(self, evaluation: EvalCallback) -> None:
+        super().__init__()
+        self.evaluation = evaluation
+        self.rows: list[dict[str, float]] = []
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        self._record()
+
+    def _on_training_end(self) -> None:
+        if not self.rows or self.rows[-1]["timesteps"] != self.model.num_timesteps:
+            self._record()  # a rollout a callback stopped (on_rollout_end is not called then)
+
+    def _record(self) -> None:
+        episodes = [info["r"] for info in self.model.ep_info_buffer or []]
+        evaluated = self.evaluation.evaluations_timesteps
+        self.rows.append(
+            {
+                "timesteps": self.model.num_timesteps,
+                "train_return_mean100": float(np.mean(episodes)) if episodes else float("nan"),
+                "eval_return": (
+                    self.evaluation.last_mean_reward
+                    if evaluated and evaluated[-1] == self.model.num_timesteps
+                    else float("nan")
+                ),
+            }
+        )
+
+
+def callbacks(
+    model: PPO, seed: int, eval_every: int, eval_episodes: int, out: Path | None
+) -> tuple[list[BaseCallback], LearningCurve]:
+    """SB3's callbacks, as a learn() user builds them; ``out`` None saves no files."""
+    every = (
+        eval_every * model.n_steps
+    )  # on_step calls (steps of the VecEnv) per eval_every rollouts
+    evaluation = EvalCallback(
+        make_vec_env("CartPole-v1", n_envs=4, seed=seed + 10_000),
+        callback_on_new_best=StopTrainingOnRewardThreshold(reward_threshold=THRESHOLD),
+        n_eval_episodes=eval_episodes,
+        eval_freq=every,
+        best_model_save_path=None if out is None else str(out / "best_model"),
+        log_path=None if out is None else str(out / "eval"),
+        verbose=0,
+    )
+    curve = LearningCurve(evaluation)
+    found: list[BaseCallback] = [evaluation, curve]
+    if out is not None:
+        found.append(CheckpointCallback(save_freq=every, save_path=str(out / "checkpoints")))
+    return found, curve
+
+
 def train(
-    seed: int, total: int, eval_every: int, eval_episodes: int
+    seed: int,
+    total: int,
+    eval_every: int,
+    eval_episodes: int,
+    *,
+    out: Path | None = None,
+    progress_bar: bool = False,
 ) -> tuple[PPO, list[dict[str, float]]]:
-    """The training loop. Returns the model and the learning-curve rows."""
+    """The training loop. Returns the model and the learning-curve rows (one per rollout)."""
     model = make_model(seed)
+    if out is not None:  # SB3's logger, as learn() fills it: one row per rollout
+        model.set_logger(configure(str(out / "sb3_log"), ["csv"]))
     adapter = SB3PolicyAdapter(model)
     env = model.get_env()
+    assert env is not None
     env_ids = [f"cartpole-{i}" for i in range(env.num_envs)]
-    obs = start_training(model, total)  # as learn() begins: counters, logger, env reset
+    found, curve = callbacks(model, seed, eval_every, eval_episodes, out)
+    # as learn() begins: counters, logger, env reset, callbacks' on_training_start
+    obs = start_training(model, total, callback=found, progress_bar=progress_bar)
     episode_starts = np.ones(env.num_envs, dtype=bool)
-    curve: list[dict[str, float]] = []
-    rollout = 0
-    while model.num_timesteps < total:
-        for _ in range(model.n_steps):
-            responses = adapter.act(obs, env_ids, episode_start=episode_starts)
-            new_obs, rewards, dones, infos = env.step(adapter.env_actions(responses, env_ids))
-            add_rollout_step(model, obs, responses, rewards, dones, infos, env_ids=env_ids)
-            obs, episode_starts = new_obs, dones
-        finish_rollout(model, obs, dones)
-        model.train()
-        rollout += 1
-        episodes = [info["r"] for info in model.ep_info_buffer or []]
-        row = {
-            "timesteps": model.num_timesteps,
-            "train_return_mean100": float(np.mean(episodes)) if episodes else float("nan"),
-            "eval_return": float("nan"),
-        }
-        if rollout % eval_every == 0:
-            row["eval_return"] = evaluate(adapter, eval_episodes, seed + 10_000 + rollout)
-        curve.append(row)
-    return model, curve
+    try:
+        while model.num_timesteps < total:
+            for _ in range(model.n_steps):
+                responses = adapter.act(obs, env_ids, episode_start=episode_starts)
+                new_obs, rewards, dones, infos = env.step(adapter.env_actions(responses, env_ids))
+                add_rollout_step(
+                    model, obs, responses, rewards, dones, infos,
+                    env_ids=env_ids, new_observation=new_obs,
+                )  # fmt: skip
+                obs, episode_starts = new_obs, dones
+            finish_rollout(model, obs, dones)  # on_rollout_end, then the logger's dump
+            model.train()
+    except StopTraining:  # StopTrainingOnRewardThreshold: an evaluation reached THRESHOLD
+        pass
+    finish_training(model)  # on_training_end: the progress bar closes
+    return model, curve.rows
 
 
 def save(out: Path, curve: list[dict[str, float]], summary: dict[str, object]) -> Path:
@@ -131,7 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="512 steps, no threshold")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="curve and summary")
+    parser.add_argument(
+        "--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="checkpoints, best model, SB3 logs"
+    )
+    parser.add_argument(
+        "--progress-bar", action="store_true", help="SB3's progress bar (needs tqdm and rich)"
+    )
     args = parser.parse_args(argv)
 
     th.set_num_threads(1)  # tiny networks: threads cost more than they give on a small CPU
@@ -139,7 +234,12 @@ def main(argv: list[str] | None = None) -> int:
     final_episodes = 2 if args.smoke else 20
     start = time.perf_counter()
     model, curve = train(
-        args.seed, total, eval_every=1 if args.smoke else 25, eval_episodes=2 if args.smoke else 10
+        args.seed,
+        total,
+        eval_every=1 if args.smoke else 25,
+        eval_episodes=2 if args.smoke else 10,
+        out=args.run_dir,
+        progress_bar=args.progress_bar,
     )
     train_s = time.perf_counter() - start
     adapter = SB3PolicyAdapter(model)
@@ -149,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         "algorithm": "PPO (rl-baselines3-zoo CartPole-v1 hyperparameters)",
         "budget_timesteps": total,
         "trained_timesteps": model.num_timesteps,
+        "stopped_at_threshold": model.num_timesteps < total,  # StopTrainingOnRewardThreshold
         "seed": args.seed,
         "train_seconds": round(train_s, 1),
         "final_eval_episodes": final_episodes,
@@ -157,7 +258,12 @@ def main(argv: list[str] | None = None) -> int:
         "threshold": None if args.smoke else THRESHOLD,
     }
     png = save(args.out, curve, summary)
-    print(f"trained {model.num_timesteps} steps through the adapter loop in {train_s:.1f} s")
+    stopped = (
+        " (stopped: an evaluation reached the threshold)" if model.num_timesteps < total else ""
+    )
+    print(
+        f"trained {model.num_timesteps} steps through the adapter loop in {train_s:.1f} s{stopped}"
+    )
     print(f"final mean return over {final_episodes} deterministic episodes: {final:.1f}")
     print(f"learning curve: {png}")
     if not args.smoke and final < THRESHOLD:

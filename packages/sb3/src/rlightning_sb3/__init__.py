@@ -9,8 +9,9 @@ Public names:
 * :func:`observation_space_mismatch` -- why observations of one space cannot go to a model of
   another, by SB3's ``obs_to_tensor`` rules;
 * :func:`start_training`, :func:`add_rollout_step`, :func:`finish_rollout`,
-  :func:`add_replay_step` -- fill SB3's rollout and replay buffers from responses, exactly as
-  SB3's ``collect_rollouts`` does;
+  :func:`add_replay_step`, :func:`finish_training` -- fill SB3's rollout and replay buffers from
+  responses, exactly as SB3's ``collect_rollouts`` does, calling SB3 callbacks and dumping SB3's
+  logger where ``learn()`` does (:class:`StopTraining` when a callback stops the loop);
 * :data:`SB3_SUPPORTED` -- the supported stable-baselines3 range, checked at import.
 
 Importing this package with a stable-baselines3 older than :data:`SB3_SUPPORTED` raises
@@ -40,9 +41,11 @@ check_version(
 from rlightning_sb3._spaces import observation_space_mismatch  # noqa: E402
 from rlightning_sb3.adapter import SB3PolicyAdapter  # noqa: E402  # only after the version check
 from rlightning_sb3.buffers import (  # noqa: E402
+    StopTraining,
     add_replay_step,
     add_rollout_step,
     finish_rollout,
+    finish_training,
     start_training,
 )
 
@@ -56,12 +59,14 @@ __all__ = [
     "SB3_HIGHEST_TESTED",
     "SB3_SUPPORTED",
     "SB3PolicyAdapter",
+    "StopTraining",
     "UntestedVersionWarning",
     "__version__",
     "add_replay_step",
     "add_rollout_step",
     "check_version",
     "finish_rollout",
+    "finish_training",
     "observation_space_mismatch",
     "start_training",
 ]

@@ -3,14 +3,22 @@
 With :meth:`SB3PolicyAdapter.act <rlightning_sb3.SB3PolicyAdapter.act>`, these helpers make an
 SB3 training loop a few lines long and fill the buffers exactly as SB3's own collection does:
 
-* :func:`start_training` -- begin as ``BaseAlgorithm.learn`` begins (``_setup_learn``);
+* :func:`start_training` -- begin as ``BaseAlgorithm.learn`` begins (``_setup_learn``), with
+  ``learn``'s ``callback``, ``log_interval`` and ``progress_bar``;
 * :func:`add_rollout_step` / :func:`finish_rollout` -- the buffer half of
   ``OnPolicyAlgorithm.collect_rollouts`` (and of sb3-contrib's ``RecurrentPPO`` /
   ``MaskablePPO`` versions): truncated episodes bootstrapped with the terminal observation's
   value, then returns and advantages;
 * :func:`add_replay_step` -- ``OffPolicyAlgorithm._store_transition`` plus the bookkeeping
   ``collect_rollouts`` does after each step (timesteps, exploration schedule, target updates,
-  action-noise resets).
+  action-noise resets);
+* :func:`finish_training` -- end as ``learn`` ends (``callback.on_training_end()``).
+
+The helpers call the callback where ``learn`` and ``collect_rollouts`` do -- ``on_rollout_start``
+at a rollout's first step, ``update_locals`` (with SB3's ``locals``) and ``on_step`` at every
+step, ``on_rollout_end`` at a rollout's end -- and dump the logger (``rollout/ep_rew_mean``,
+``time/fps``, ...) every ``log_interval`` rollouts or episodes. When ``on_step`` returns False
+they raise :class:`StopTraining`, where ``collect_rollouts`` returns early.
 
 Observations and rewards are those of the VecEnv the model was built with (``model.get_env()``,
 which SB3 may have wrapped, e.g. in ``VecTransposeImage`` for images). With ``VecNormalize``,
@@ -34,6 +42,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.buffers import ReplayBuffer, RolloutBuffer
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.utils import should_collect_more_steps
 
 from rlightning import PolicyResponse
 from rlightning.rules import as_bools
@@ -49,57 +58,28 @@ from rlightning_sb3._buffer_checks import (
 from rlightning_sb3._columns import StepColumns
 from rlightning_sb3._observations import native_arrays, obs_tensor
 from rlightning_sb3._recurrent import stack_rnn_states
+from rlightning_sb3._training import (
+    StopTraining,
+    dump_logs,
+    finish_training,
+    is_sb3_on_policy_collection,
+    refuse_stopped,
+    replay_step_locals,
+    require_new_observation,
+    rollout_step_locals,
+    run_of,
+    start_training,
+    stop,
+)
 
-__all__ = ["add_replay_step", "add_rollout_step", "finish_rollout", "start_training"]
-
-
-def start_training(
-    model: BaseAlgorithm,
-    total_timesteps: int,
-    *,
-    reset_num_timesteps: bool = True,
-    tb_log_name: str = "run",
-) -> Any:
-    """Prepare ``model`` for a training loop, as ``BaseAlgorithm.learn`` does before collecting.
-
-    Calls SB3's ``model._setup_learn``: resets the episode-info buffers, ``num_timesteps`` and
-    the action noise, records ``total_timesteps`` (schedules and DQN's exploration rate read it),
-    resets the model's env (``model.get_env()``) when ``reset_num_timesteps`` or it was never
-    reset, and configures the logger ``model.train()`` writes to.
-
-    Args:
-        model: The SB3 model (it must have an env).
-        total_timesteps: The step budget of the loop, as passed to ``learn``.
-        reset_num_timesteps: As ``learn``'s argument of that name.
-        tb_log_name: As ``learn``'s argument of that name.
-
-    Returns:
-        The current observation of ``model.get_env()``, ``(n_envs, *obs_shape)`` (or a dict):
-        where the loop starts, with every env at an episode start.
-
-    Raises:
-        TypeError: ``total_timesteps`` is not an int (a bool is refused too).
-        ValueError: ``total_timesteps`` is not positive, or the model has no env.
-    """
-    if isinstance(total_timesteps, bool) or not isinstance(total_timesteps, int):
-        raise TypeError(
-            f"total_timesteps must be a positive int, got {type(total_timesteps).__name__} "
-            f"{total_timesteps!r}"
-        )
-    if total_timesteps <= 0:
-        raise ValueError(f"total_timesteps must be a positive int, got {total_timesteps!r}")
-    if model.get_env() is None:
-        raise ValueError(
-            f"{type(model).__name__} has no env: build it with one or call model.set_env(env)"
-        )
-    model._setup_learn(
-        total_timesteps,
-        callback=None,
-        reset_num_timesteps=reset_num_timesteps,
-        tb_log_name=tb_log_name,
-        progress_bar=False,
-    )
-    return model._last_obs
+__all__ = [
+    "StopTraining",
+    "add_replay_step",
+    "add_rollout_step",
+    "finish_rollout",
+    "finish_training",
+    "start_training",
+]
 
 
 def add_rollout_step(
@@ -113,6 +93,7 @@ def add_rollout_step(
     buffer: RolloutBuffer | None = None,
     env_ids: Sequence[str] | None = None,
     update_model: bool = True,
+    new_observation: Any = None,
 ) -> np.ndarray:
     """Add one step to an on-policy rollout buffer, as ``OnPolicyAlgorithm.collect_rollouts``.
 
@@ -126,6 +107,15 @@ def add_rollout_step(
     copy ``act`` checked). A full buffer (the
     previous rollout's) is reset first, as ``collect_rollouts`` resets it at each rollout's start.
 
+    With ``update_model``, the step follows ``collect_rollouts``' order: ``num_timesteps +=
+    n_envs``; when :func:`start_training` got a callback, ``on_rollout_start`` (the first step of
+    a rollout: after :func:`finish_rollout`, at the start, or when the buffer was full), then
+    ``callback.update_locals`` with the ``locals`` SB3 gives (``self``, ``env``, ``n_steps``,
+    ``obs_tensor``, ``actions``, ``clipped_actions``, ``values``, ``log_probs``, ``new_obs``,
+    ``rewards``, ``dones``, ``infos``, ...) and ``on_step``; then ``_update_info_buffer``, the
+    truncation bootstrap and ``buffer.add``. SB3 calls ``on_rollout_start`` before the rollout's
+    first action; here it runs after that step's ``act`` and ``env.step``.
+
     Args:
         model: PPO, A2C, RecurrentPPO, MaskablePPO or another ``OnPolicyAlgorithm``.
         observation: The observation the responses answered, ``(n_envs, *obs_shape)`` (dict for
@@ -137,8 +127,12 @@ def add_rollout_step(
         infos: ``n_envs`` info dicts from ``env.step``.
         buffer: The buffer to fill; default ``model.rollout_buffer``.
         env_ids: The VecEnv's env ids in env order, when ``responses`` are in another order.
-        update_model: Also advance ``model.num_timesteps`` by ``n_envs`` and record finished
-            episodes (``model._update_info_buffer``), as ``collect_rollouts`` does.
+        update_model: Also advance ``model.num_timesteps`` by ``n_envs``, record finished
+            episodes (``model._update_info_buffer``) and call the callback, as
+            ``collect_rollouts`` does.
+        new_observation: What ``env.step`` returned, ``(n_envs, *obs_shape)``: the callback's
+            ``locals["new_obs"]``. Needed when :func:`start_training` got a callback or
+            ``progress_bar``; not stored.
 
     Returns:
         The ``(n_envs,)`` rewards as stored (bootstrapped where truncated), a new array:
@@ -163,15 +157,24 @@ def add_rollout_step(
             ``action_mask`` and others not; or a per-env response's ``action_mask`` is one
             :meth:`~SB3PolicyAdapter.act` would refuse (values other than 0/1, the wrong
             length, a sub-space with no legal action -- sb3-contrib would store it and train on
-            a made-up log-probability -- or a mask for a model other than MaskablePPO).
+            a made-up log-probability -- or a mask for a model other than MaskablePPO); or
+            a callback runs and ``new_observation`` is missing or not ``(n_envs, *obs_shape)``.
+        StopTraining: the callback's ``on_step`` returned False (``num_timesteps`` counts the
+            step, nothing is stored, as ``collect_rollouts`` returns early), or returned False
+            at an earlier step of this run (then nothing is changed).
     """
+    run = None
     if update_model:
         require_started(model)
+        run = run_of(model)
+        refuse_stopped(run)
     buf: Any = model.rollout_buffer if buffer is None else buffer
     step = StepColumns(responses, env_ids, "SB3PolicyAdapter.act() on an on-policy model")
     ids = step.ids
     rewards_arr, dones_arr = check_step(buf.n_envs, ids, rewards, dones, infos)
     check_buffer_observation("observation", observation, buf, ids)
+    if require_new_observation(run, new_observation):
+        check_buffer_observation("new_observation", new_observation, buf, ids)
     actions = step.array("buffer_action")
     values = step.tensor("value")
     log_probs = step.tensor("log_prob")
@@ -187,6 +190,9 @@ def add_rollout_step(
             masks = check_action_masks(model, hasattr(buf, "action_masks"), masks, ids)
         extra["action_masks"] = masks
 
+    # The values of truncated episodes' terminal observations (SB3 issue #633), computed before
+    # anything is changed; added to the rewards after the callbacks, as collect_rollouts does.
+    bootstrap: list[tuple[int, Any]] = []
     policy: Any = model.policy
     for idx, done in enumerate(dones_arr):
         if (
@@ -207,14 +213,34 @@ def add_rollout_step(
                     terminal_value = policy.predict_values(terminal_obs, terminal_state, starts)[0]
                 else:
                     terminal_value = policy.predict_values(terminal_obs)[0]
-            rewards_arr[idx] += model.gamma * terminal_value
+            bootstrap.append((idx, terminal_value))
 
+    callback = None if run is None else run.callback
     if buf.full:
-        buf.reset()
-    buf.add(observation, actions, rewards_arr, episode_starts, values, log_probs, **extra)
+        buf.reset()  # collect_rollouts resets the buffer as a rollout begins
+    if run is not None and (run.steps is None or buf.pos == 0):
+        run.steps = 0
+        if callback is not None:
+            callback.on_rollout_start()
     if update_model:
         model.num_timesteps += len(ids)
+    if run is not None and callback is not None:
+        callback.update_locals(
+            rollout_step_locals(
+                model, run, buf, step, observation, actions, values, log_probs, masks,
+                new_observation, rewards_arr, dones_arr, infos, episode_starts,
+            )
+        )  # fmt: skip
+        if not callback.on_step():
+            stop(run)
+    if update_model:
         model._update_info_buffer(list(infos), dones_arr)
+    for idx, terminal_value in bootstrap:
+        rewards_arr[idx] += model.gamma * terminal_value
+    buf.add(observation, actions, rewards_arr, episode_starts, values, log_probs, **extra)
+    if run is not None:
+        run.steps = (run.steps or 0) + 1
+        run.last_actions = actions
     return rewards_arr
 
 
@@ -234,8 +260,14 @@ def finish_rollout(
     after the last step, ``responses[i].state.vf``, reset where ``dones``; an array torch cannot
     read, with a negative stride or a non-native byte order, is read from a native copy), then
     ``buffer.compute_returns_and_advantage(last_values=values, dones=dones)``. With
-    ``update_model``, ``model._update_current_progress_remaining`` is called as ``learn()`` does
-    right after ``collect_rollouts``, so that ``model.train()`` reads the right schedule values.
+    ``update_model``, the rest of the rollout as ``collect_rollouts`` and ``learn()`` end it:
+    the callback's ``update_locals`` (SB3's ``OnPolicyAlgorithm`` only: ``n_steps``, the last
+    ``values``, ``new_obs``, ``dones``, ``actions``) and ``on_rollout_end``; then ``learn``'s
+    ``iteration += 1``, ``model._update_current_progress_remaining`` (so that ``model.train()``
+    reads the right schedule values) and, every ``log_interval`` iterations,
+    ``model.dump_logs(iteration)`` (``time/iterations``, ``rollout/ep_rew_mean``,
+    ``rollout/ep_len_mean``, ``time/fps``, ``time/time_elapsed``, ``time/total_timesteps``, and
+    what the last ``model.train()`` recorded). Call ``model.train()`` after it, as ``learn``.
 
     Args:
         model: The on-policy model.
@@ -245,11 +277,13 @@ def finish_rollout(
         responses: The last step's responses; needed for RecurrentPPO (their ``state``).
         buffer: The buffer; default ``model.rollout_buffer``.
         env_ids: The VecEnv's env ids in env order, when ``responses`` are in another order.
-        update_model: Also update the model's progress (needs :func:`start_training` first).
+        update_model: Also update the model's progress, call the callback and dump the logger
+            (needs :func:`start_training` first).
 
     Returns:
         None. ``buffer`` is mutated (its ``returns`` and ``advantages`` are filled in place),
-        and with ``update_model`` so is ``model`` (``_current_progress_remaining``).
+        and with ``update_model`` so is ``model`` (``_current_progress_remaining``; the
+        logger's values are written out when it dumps).
 
     Raises:
         TypeError: ``responses`` or ``env_ids`` is not a sequence of the right kind, or
@@ -259,9 +293,11 @@ def finish_rollout(
             ``(n_envs, *obs_shape)``; ``responses`` do not match ``env_ids`` (see
             :func:`add_rollout_step`); or, for RecurrentPPO, ``responses`` are missing or lack
             a ``state`` field.
+        StopTraining: a callback stopped this run (nothing is changed).
     """
     if update_model:
         require_started(model)
+        refuse_stopped(run_of(model))
     buf: Any = model.rollout_buffer if buffer is None else buffer
     if not buf.full:
         raise ValueError(
@@ -287,8 +323,26 @@ def finish_rollout(
         else:
             values = policy.predict_values(last_obs)
     buf.compute_returns_and_advantage(last_values=values, dones=dones_arr)
-    if update_model:
-        _update_progress(model)
+    if not update_model:
+        return
+    run = run_of(model)
+    if run.callback is not None:
+        if is_sb3_on_policy_collection(model):  # sb3-contrib's versions skip this update
+            run.callback.update_locals(
+                {
+                    "n_steps": run.steps,
+                    "values": values,
+                    "new_obs": new_observation,
+                    "dones": dones_arr,
+                    "actions": run.last_actions,
+                }
+            )
+        run.callback.on_rollout_end()
+    run.steps = None
+    run.iteration += 1
+    _update_progress(model)
+    if run.log_interval is not None and run.iteration % run.log_interval == 0:
+        dump_logs(model, run.iteration)
 
 
 def _update_progress(model: BaseAlgorithm) -> None:
@@ -307,7 +361,7 @@ def add_replay_step(
     buffer: ReplayBuffer | None = None,
     env_ids: Sequence[str] | None = None,
     update_model: bool = True,
-) -> None:
+) -> bool:
     """Add one step to a replay buffer, as ``OffPolicyAlgorithm._store_transition``.
 
     The next observation of an env whose episode ended is its ``infos[i]["terminal_observation"]``
@@ -318,8 +372,16 @@ def add_replay_step(
 
     With ``update_model``, the rest of ``collect_rollouts``' step: ``num_timesteps += n_envs``,
     ``_update_info_buffer``, ``_update_current_progress_remaining``, ``_on_step`` (DQN: target
-    update and exploration rate), and for each finished episode ``_episode_num += 1`` and the
-    env's action-noise reset.
+    update and exploration rate), and for each finished episode ``_episode_num += 1``, the
+    env's action-noise reset and, every ``log_interval`` episodes (:func:`start_training`),
+    ``model.dump_logs()`` (``time/episodes``, ``rollout/ep_rew_mean``, ``time/fps``, ...). A
+    callback given to :func:`start_training` is called in ``collect_rollouts``' order:
+    ``on_rollout_start`` at a rollout's first step (after that step's ``act`` and ``env.step``;
+    SB3 calls it before the first action), ``update_locals`` (SB3's ``locals``: ``self``,
+    ``env``, ``train_freq``, ``replay_buffer``, ``num_collected_steps``, ``actions``,
+    ``buffer_actions``, ``new_obs``, ``rewards``, ``dones``, ``infos``, ...) and ``on_step`` right
+    after ``num_timesteps += n_envs`` (before the step is stored), and ``on_rollout_end`` when the
+    rollout has the steps or episodes ``model.train_freq`` asks for.
 
     Args:
         model: SAC, TD3, DDPG, DQN or another ``OffPolicyAlgorithm``.
@@ -338,9 +400,12 @@ def add_replay_step(
             :func:`start_training` first).
 
     Returns:
-        None. ``buffer`` is mutated (``add``), and with ``update_model`` so is ``model`` (the
-        counters above; for DQN the exploration rate and target network; the action noise).
-        ``observation``, ``new_observation``, ``rewards`` and ``responses`` are not.
+        True when this step ended a rollout of ``model.train_freq`` (where ``learn()`` trains:
+        ``if model.num_timesteps > model.learning_starts: model.train(...)``); always False
+        without ``update_model``. ``buffer`` is mutated (``add``), and with ``update_model`` so
+        is ``model`` (the counters above; for DQN the exploration rate and target network; the
+        action noise). ``observation``, ``new_observation``, ``rewards`` and ``responses`` are
+        not.
 
     Raises:
         TypeError: ``responses`` is not a sequence of PolicyResponse, ``env_ids`` is not a
@@ -355,9 +420,15 @@ def add_replay_step(
             lie outside [-1, 1] (SB3's ``policy.scale_action`` range); or an
             ``infos[i]["terminal_observation"]`` of a done env does not have one observation's
             shape.
+        StopTraining: the callback's ``on_step`` returned False (``num_timesteps`` counts the
+            step, nothing is stored, as ``collect_rollouts`` returns early), or returned False
+            at an earlier step of this run (then nothing is changed).
     """
+    run = None
     if update_model:
         require_started(model)
+        run = run_of(model)
+        refuse_stopped(run)
     buf: Any = model.replay_buffer if buffer is None else buffer
     step = StepColumns(responses, env_ids, "SB3PolicyAdapter.act()")
     ids = step.ids
@@ -378,17 +449,51 @@ def add_replay_step(
             else:
                 check_terminal(terminal, next_obs[i], ids[i], "")
                 next_obs[i] = terminal
-    buf.add(observation, next_obs, actions, rewards_arr, dones_arr, list(infos))
-    if not update_model:
-        return
+    if run is None:
+        buf.add(observation, next_obs, actions, rewards_arr, dones_arr, list(infos))
+        return False
     n_envs = len(ids)
+    callback = run.callback
+    env_actions = None if callback is None else step.array("action")
+    if run.steps is None:
+        run.steps, run.episodes = 0, 0
+        if callback is not None:
+            callback.on_rollout_start()
     model.num_timesteps += n_envs
+    run.steps += 1
+    if callback is not None:
+        callback.update_locals(
+            replay_step_locals(
+                model,
+                run,
+                buf,
+                env_actions,
+                actions,
+                new_observation,
+                rewards_arr,
+                dones_arr,
+                infos,
+            )
+        )
+        if not callback.on_step():
+            stop(run)
     model._update_info_buffer(list(infos), dones_arr)
+    buf.add(observation, next_obs, actions, rewards_arr, dones_arr, list(infos))
     _update_progress(model)
     model._on_step()
     for idx, done in enumerate(dones_arr):
         if done:
+            run.episodes += 1
             model._episode_num += 1
             if model.action_noise is not None:
                 kwargs = {"indices": [idx]} if n_envs > 1 else {}
                 model.action_noise.reset(**kwargs)
+            if run.log_interval is not None and model._episode_num % run.log_interval == 0:
+                dump_logs(model, None)
+    train_freq: Any = model.train_freq  # a TrainFreq since _setup_model
+    if should_collect_more_steps(train_freq, run.steps, run.episodes):
+        return False
+    run.steps = None
+    if callback is not None:
+        callback.on_rollout_end()
+    return True
