@@ -31,6 +31,13 @@ MARKERS_TO_ADD: dict[tuple[str, str], str] = {
     ("docs/sb3.md", "obs = start_training(model, total_timesteps=50_000)"): (
         "trains SAC for 50,000 steps (ten minutes or more on two CPU cores)"
     ),
+    (
+        "docs/sb3.md",
+        "obs = start_training(model, 100_000, callback=[evaluation], progress_bar=True)",
+    ): (
+        "not self-contained: continues the on-policy loop above (its imports, model, adapter, env, "
+        "env_ids) and trains until EvalCallback's reward threshold"
+    ),
 }
 #: Most blocks that may be skipped over all pages: skipping is for the few that cannot run fast.
 MAX_SKIPPED = 4

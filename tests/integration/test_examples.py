@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 #: script -> (smoke-mode arguments, with ``{tmp}`` for the working directory; a line its output
-#: must hold). sb3_custom_loop.py is written by another change: its --smoke and --out flags are
-#: the ones it had when this test was written.
+#: must hold). sb3_custom_loop.py is written by another change: its --smoke, --out and --run-dir
+#: flags are the ones it had when this test was written.
 SMOKE: dict[str, tuple[list[str], str]] = {
     "cartpole_demo.py": (["--smoke"], "env->policy latency over"),
     "pettingzoo_demo.py": (["--smoke"], "pistonball_v6/random: 1 episode(s)"),
@@ -31,7 +31,10 @@ SMOKE: dict[str, tuple[list[str], str]] = {
         "mean per-agent episode return over 2 episodes",
     ),
     "ray_rollout.py": (["--smoke"], "2 env actors x 20 steps done"),
-    "sb3_custom_loop.py": (["--smoke", "--out", "{tmp}/loop"], "through the adapter loop"),
+    "sb3_custom_loop.py": (
+        ["--smoke", "--out", "{tmp}/loop", "--run-dir", "{tmp}/run"],
+        "through the adapter loop",
+    ),
 }
 #: A smoke run is seconds; a limit far above it catches a hang without flaking on a busy machine.
 TIMEOUT_S = 600
