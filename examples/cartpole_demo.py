@@ -10,7 +10,8 @@
 Prints the mean evaluation return and the p50/p99 env->policy latency, and exits with status 1 if
 the mean return is below 450 (``--smoke``: a tiny budget and no threshold, for the test suite).
 
-Run: ``python examples/cartpole_demo.py`` (about 1-2 minutes on 2 CPU cores).
+Run: ``python examples/cartpole_demo.py`` (SB3's progress bar shows the training; measured times
+are in ``examples/README.md``).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Each step the "env worker" stamps ``ts_env_sent_ns`` when it hands the observati
 ``to_parallel_actions`` checks the answer against ``env.agents`` and the action spaces before
 ``env.step``. Prints per-agent mean returns, steps per second and the env->policy latency.
 
-    python examples/pettingzoo_demo.py            # a few seconds
+    python examples/pettingzoo_demo.py            # under a minute (examples/README.md)
     python examples/pettingzoo_demo.py --smoke    # one short episode per env (used by the tests)
 """
 
@@ -89,7 +89,7 @@ def run(env: Any, respond_fn: Responder, episodes: int, seed: int) -> dict[str, 
 
 
 def report(title: str, result: dict[str, Any], episodes: int, max_agents: int = 6) -> None:
-    print(f"{title}: {episodes} episode(s), {result['steps']} steps")
+    print(f"{title}: {episodes} episode(s), {result['steps']} steps", flush=True)
     shown = list(result["returns"].items())
     for agent, mean_return in shown[:max_agents]:
         print(f"  {agent:>10}: mean return {mean_return:9.2f}")
@@ -124,18 +124,16 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     def scripted(env: Any, observations: Any, infos: Any, env_id: str) -> MultiAgentPolicyResponse:
         return respond(env, observations, policies, env_id, infos=infos)
 
-    results = {
-        "simple_spread_v3/scripted": run(spread, scripted, episodes, args.seed),
-        "simple_spread_v3/random": run(spread, random_responder, episodes, args.seed),
-        "pistonball_v6/random": run(
-            pistonball_v6.parallel_env(n_pistons=20, max_cycles=piston_cycles),
-            random_responder,
-            min(episodes, 3),
-            args.seed,
-        ),
+    pistonball = pistonball_v6.parallel_env(n_pistons=20, max_cycles=piston_cycles)
+    runs: dict[str, tuple[Any, Responder, int]] = {
+        "simple_spread_v3/scripted": (spread, scripted, episodes),
+        "simple_spread_v3/random": (spread, random_responder, episodes),
+        "pistonball_v6/random": (pistonball, random_responder, min(episodes, 3)),
     }
-    for title, result in results.items():
-        report(title, result, min(episodes, 3) if title.startswith("piston") else episodes)
+    results = {}
+    for title, (env, responder, n_episodes) in runs.items():  # each reported as it finishes
+        results[title] = run(env, responder, n_episodes, args.seed)
+        report(title, results[title], n_episodes)
     return results
 
 

@@ -12,8 +12,8 @@ for the three agents) against ``sample_response`` (uniform random actions), on t
 It prints both mean episode returns (per agent, averaged over agents and episodes) and saves a
 PNG with the learning curve and the two evaluation levels.
 
-    python examples/pettingzoo_shared_policy.py                # ~1-2 minutes on 2 CPU cores
-    python examples/pettingzoo_shared_policy.py --smoke        # seconds (used by the tests)
+    python examples/pettingzoo_shared_policy.py           # minutes (examples/README.md)
+    python examples/pettingzoo_shared_policy.py --smoke   # seconds (used by the tests)
 """
 
 from __future__ import annotations
@@ -195,6 +195,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot", type=Path, default=Path("pettingzoo_shared_policy.png"))
     parser.add_argument("--smoke", action="store_true", help="a tiny run to check the wiring")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (SB3's, needs tqdm and rich)"
+    )
     args = parser.parse_args(argv)
     if args.smoke:
         args.timesteps, args.copies, args.eval_episodes = 768, 2, 2
@@ -219,7 +222,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         verbose=0,
     )
     start = time.perf_counter()
-    model.learn(total_timesteps=args.timesteps)
+    model.learn(total_timesteps=args.timesteps, progress_bar=not args.no_progress)
     train_s = time.perf_counter() - start
 
     random_mean = evaluate(make_env, None, args.eval_episodes, seed=10_000)

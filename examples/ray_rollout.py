@@ -15,6 +15,10 @@ actor's arrays and tensors are views of the object-store buffer, not copies, whe
 Run (from the repository root, with the ``ray`` extra installed)::
 
     python examples/ray_rollout.py --envs 2 --steps 200
+    python examples/ray_rollout.py --smoke      # 2 env actors x 20 steps (used by the tests)
+
+Each env actor prints its report when its rollout ends; the driver prints a line as each one
+finishes (``ray.wait``), so a long run shows progress.
 """
 
 from __future__ import annotations
@@ -128,22 +132,34 @@ def rollout(n_envs: int, n_steps: int) -> list[dict[str, Any]]:
     probe = gym.make("CartPole-v1")
     policy = PolicyActor.remote(probe.observation_space.shape[0], int(probe.action_space.n))
     envs = [EnvActor.remote(f"env-{i}", policy, seed=i) for i in range(n_envs)]
-    return list(ray.get([env.run.remote(n_steps) for env in envs]))
+    pending = [env.run.remote(n_steps) for env in envs]
+    order = {ref: i for i, ref in enumerate(pending)}
+    reports: list[dict[str, Any] | None] = [None] * n_envs
+    while pending:  # report each env actor as it finishes: progress on a long run
+        done, pending = ray.wait(pending, num_returns=1)
+        report = ray.get(done[0])
+        reports[order[done[0]]] = report
+        print(
+            f"{report['env_id']}: {report['steps']} steps, {report['episodes']} episodes, "
+            f"median env->policy {report['env_to_policy_ms']:.2f} ms, "
+            f"policy->env {report['policy_to_env_ms']:.2f} ms, zero copy {report['zero_copy']}",
+            flush=True,
+        )
+    return [report for report in reports if report is not None]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Ray rollout with PolicyResponse")
     parser.add_argument("--envs", type=int, default=2)
     parser.add_argument("--steps", type=int, default=200)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="2 env actors x 20 steps")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.envs, args.steps = 2, 20
     ray.init(num_cpus=2, include_dashboard=False)
     try:
-        for report in rollout(args.envs, args.steps):
-            print(
-                f"{report['env_id']}: {report['steps']} steps, {report['episodes']} episodes, "
-                f"median env->policy {report['env_to_policy_ms']:.2f} ms, "
-                f"policy->env {report['policy_to_env_ms']:.2f} ms, zero copy {report['zero_copy']}"
-            )
+        reports = rollout(args.envs, args.steps)
+        print(f"{len(reports)} env actors x {args.steps} steps done")
     finally:
         ray.shutdown()
 

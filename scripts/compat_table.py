@@ -77,6 +77,7 @@ class ToxIni:
     def __init__(self, path: Path) -> None:
         self.ini = configparser.ConfigParser(interpolation=None)
         self.ini.read(path)
+        self.root = path.parent
         self.sections: dict[str, str] = {}
         for section in self.ini.sections():
             if section.startswith("testenv:"):
@@ -129,6 +130,20 @@ class ToxIni:
         names += [n.strip() for n in match.group(1).split(",") if n.strip() not in names]
         return [n for n in names if any("pytest" in c for c in self.lines(n, "commands"))]
 
+    def _requirement_lines(self, lines: list[str]) -> list[str]:
+        """``lines`` with each ``-r {tox_root}/<file>`` replaced by that file's requirements."""
+        out = []
+        for line in lines:
+            included = re.fullmatch(r"-r\s*\{tox_root\}/(\S+)", line)
+            if included is None:
+                out.append(line)
+                continue
+            for text in (self.root / included.group(1)).read_text(encoding="utf-8").splitlines():
+                text = text.split(" #")[0].strip()
+                if text and not text.startswith("#"):
+                    out.append(text)
+        return out
+
     def env(self, name: str) -> ToxEnv:
         """Python, pins, unpinned requirements and rlightning packages of environment ``name``."""
         base = self.lines(name, "base_python")
@@ -139,7 +154,7 @@ class ToxIni:
                 raise ValueError(f"tox.ini [{name}]: cannot read base_python {base[0]!r}")
             python = found.group(1)
         env = ToxEnv(name, python)
-        for line in self.lines(name, "deps"):
+        for line in self._requirement_lines(self.lines(name, "deps")):
             package = _PACKAGE.match(line)
             if package:
                 extras = set(filter(None, (package.group(2) or "").split(",")))

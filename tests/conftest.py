@@ -4,6 +4,8 @@
   ``RLIGHTNING_REQUIRE_CUDA=1`` (set on GPU machines) a missing GPU fails them instead, so a
   green CUDA run means the GPU tests really ran.
 * ``@pytest.mark.torch`` tests skip when torch is not installed (the ``core-notorch`` env).
+* Every test starts with no stamp warned about: ``rlightning.StampWarning`` warns once per process
+  per field and reason, so without the reset a test's ``pytest.warns`` would depend on the order.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import importlib.util
 import os
 
 import pytest
+
+import rlightning.rules._values
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -52,3 +56,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def device(request: pytest.FixtureRequest) -> str:
     """A torch device name: ``"cpu"``, and ``"cuda"`` where a GPU is visible."""
     return str(request.param)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_stamp_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forget which (field, reason) pairs ``StampWarning`` has warned about, for this test."""
+    monkeypatch.setattr(rlightning.rules._values, "_warned_stamps", set())

@@ -90,5 +90,7 @@ def test_unknown_tox_syntax_is_refused(tmp_path: Path, line: str, message: str) 
     )
     (tmp_path / "tox.ini").write_text(ini)
     shutil.copytree(ROOT / "packages", tmp_path / "packages", ignore=shutil.ignore_patterns("src"))
+    (tmp_path / "examples").mkdir()  # the `examples` environment installs -r this file
+    shutil.copy(ROOT / "examples" / "requirements.txt", tmp_path / "examples")
     with pytest.raises(Exception, match=re.escape(message)):
         compat_table.render(tmp_path)

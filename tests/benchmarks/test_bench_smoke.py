@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -114,6 +115,25 @@ def test_report_renders_from_the_smoke_results(results: dict, tmp_path: Path) ->
         assert f"`{case}`" in page
     png = (tmp_path / "performance.png").read_bytes()
     assert png.startswith(b"\x89PNG")
+
+
+_ABSOLUTE = re.compile(r"(?<![\w.~-])/(?:home|work|tmp|Users|root|usr|opt|var|private|mnt)/")
+
+
+def test_generated_pages_record_no_absolute_paths(results: dict, tmp_path: Path) -> None:
+    """The page and results name files relative to the repository, never this machine's paths."""
+    pytest.importorskip("matplotlib")
+    from benchmarks.report import write_docs
+
+    write_docs(results, tmp_path)  # the smoke run was given an absolute --out path
+    fresh = (tmp_path / "performance.md").read_text() + json.dumps(results)
+    committed = (ROOT / "docs" / "performance.md").read_text() + (
+        ROOT / "benchmarks" / "results.json"
+    ).read_text()
+    for name, text in (("fresh", fresh), ("committed", committed)):
+        assert str(ROOT) not in text, name
+        assert str(tmp_path.parent) not in text, name
+        assert _ABSOLUTE.findall(text) == [], name
 
 
 @pytest.fixture(scope="module")

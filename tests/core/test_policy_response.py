@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import rlightning
+import rlightning.rules
 import rlightning.types
 from rlightning import MultiAgentPolicyResponse, PolicyResponse
 from rlightning.types import policy_response as pr_module
@@ -209,22 +210,137 @@ def test_compute_sent_latency_uses_clock_when_now_is_none():
     assert 0.05 <= latency < 5.0
 
 
-@pytest.mark.parametrize("stamp", [None, "123", 1.5, True, [1]])
+@pytest.mark.parametrize("stamp", ["123", 1.5, True, [1]])
 def test_compute_sent_latency_zero_for_bad_stamp(stamp):
     r = PolicyResponse("e", ts_env_sent_ns=stamp)
-    assert r.compute_sent_latency(now_ns=10**18) == 0.0
+    with pytest.warns(rlightning.StampWarning, match="ts_env_sent_ns must be an int"):
+        assert r.compute_sent_latency(now_ns=10**18) == 0.0
 
 
-def test_latency_zero_when_stamp_missing():
+def test_latency_zero_when_stamp_missing(recwarn: pytest.WarningsRecorder) -> None:
     r = PolicyResponse("e")
     assert r.compute_sent_latency() == 0.0
     assert r.compute_policy_latency() == 0.0
-
-
-def test_latency_never_negative_under_clock_skew():
-    r = PolicyResponse("e", ts_env_sent_ns=time.time_ns() + 10**10, ts_policy_sent_ns=10**19)
+    r.ts_env_sent_ns = None  # "not stamped"
     assert r.compute_sent_latency() == 0.0
-    assert r.compute_policy_latency(now_ns=1) == 0.0
+    assert not [w for w in recwarn if issubclass(w.category, rlightning.StampWarning)]
+
+
+def test_latency_never_negative_under_clock_skew(recwarn: pytest.WarningsRecorder) -> None:
+    r = PolicyResponse("e", ts_env_sent_ns=time.time_ns() + 10**10)  # 10 s ahead: clock skew
+    assert r.compute_sent_latency() == 0.0
+    assert not [w for w in recwarn if issubclass(w.category, rlightning.StampWarning)]
+    r = PolicyResponse("e", ts_policy_sent_ns=10**19)
+    with pytest.warns(rlightning.StampWarning, match="ts_policy_sent_ns is 1e\\+10 s ahead"):
+        assert r.compute_policy_latency(now_ns=1) == 0.0
+
+
+# ---------------------------------------------------------------- stamps the latency reads as 0.0
+_NOW = 1_800_000_000 * 10**9  # a now_ns in 2027
+
+
+@pytest.mark.parametrize(
+    ("stamp", "problem", "expected_fix"),
+    [
+        (
+            1_800_000_000.25,
+            "ts_env_sent_ns must be an int of nanoseconds since the epoch (time.time_ns()); "
+            "got 1800000000.25",
+            "fix: time.time() gives float seconds; stamp with time.time_ns() (int nanoseconds)",
+        ),
+        (
+            np.float64(1.5),
+            # numpy 1.x and 2.x repr a numpy float differently: the value is checked as "1.5"
+            "ts_env_sent_ns must be an int of nanoseconds since the epoch (time.time_ns()); got ",
+            "fix: time.time() gives float seconds",
+        ),
+        (
+            -5,
+            "ts_env_sent_ns must not be negative; got -5",
+            "fix: stamp with time.time_ns() (int nanoseconds since the epoch)",
+        ),
+        (
+            2**64,
+            "ts_env_sent_ns must fit in 64 bits (at most 2**64 - 1 nanoseconds); "
+            "got 18446744073709551616",
+            "fix: stamp with time.time_ns()",
+        ),
+        (
+            _NOW + 3600 * 10**9,
+            f"ts_env_sent_ns is 3600 s ahead of now_ns={_NOW} (more than the 60 s of clock skew "
+            f"tolerated); got {_NOW + 3600 * 10**9}",
+            "fix: stamp with time.time_ns() when the message is sent",
+        ),
+    ],
+    ids=["float-seconds", "numpy-float", "negative", "beyond-64-bits", "an-hour-ahead"],
+)
+def test_unusable_stamp_warns_naming_field_value_and_expectation(
+    stamp: object, problem: str, expected_fix: str
+) -> None:
+    response = PolicyResponse("env-0", ts_env_sent_ns=stamp)
+    with pytest.warns(rlightning.StampWarning) as caught:
+        assert response.compute_sent_latency(now_ns=_NOW) == 0.0
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert message.startswith("compute_sent_latency() returned 0.0: ")
+    assert "1.5" in message or not isinstance(stamp, np.floating)
+    for part in (
+        problem,
+        "expected an int of nanoseconds since the epoch from time.time_ns(), at most 60 s ahead",
+        expected_fix,
+        "[rule timestamp]",
+    ):
+        assert part in message, (part, message)
+    assert caught[0].filename == __file__  # points at the caller of compute_sent_latency
+
+
+def test_stamp_warning_is_a_public_runtime_warning() -> None:
+    assert issubclass(rlightning.StampWarning, RuntimeWarning)
+    assert rlightning.StampWarning is rlightning.rules.StampWarning
+    assert "StampWarning" in rlightning.__all__ and "StampWarning" in rlightning.rules.__all__
+    assert rlightning.rules.STAMP_FUTURE_TOLERANCE_NS == 60 * 10**9
+
+
+def test_stamp_warning_once_per_field_and_reason(recwarn: pytest.WarningsRecorder) -> None:
+    import warnings
+
+    warnings.simplefilter("always")  # only rlightning's own once-registry may hold it back
+
+    def stamp_warnings() -> list[str]:
+        found = [str(w.message) for w in recwarn if issubclass(w.category, rlightning.StampWarning)]
+        recwarn.clear()
+        return found
+
+    assert PolicyResponse("e", ts_env_sent_ns=1.5).compute_sent_latency(_NOW) == 0.0
+    assert len(stamp_warnings()) == 1
+    # The same field and reason, another value and another response: no second warning.
+    assert PolicyResponse("e", ts_env_sent_ns=2.5).compute_sent_latency(_NOW) == 0.0
+    assert stamp_warnings() == []
+    # Another reason for the same field, and the same reason for the other field: warned once each.
+    assert PolicyResponse("e", ts_env_sent_ns=-1).compute_sent_latency(_NOW) == 0.0
+    assert PolicyResponse("e", ts_policy_sent_ns=1.5).compute_policy_latency(_NOW) == 0.0
+    found = stamp_warnings()
+    assert len(found) == 2
+    assert "ts_env_sent_ns must not be negative" in found[0]
+    assert found[1].startswith("compute_policy_latency() returned 0.0: ts_policy_sent_ns must be")
+    assert PolicyResponse("e", ts_env_sent_ns=-2).compute_sent_latency(_NOW) == 0.0
+    assert stamp_warnings() == []
+
+
+def test_valid_stamps_do_not_warn(recwarn: pytest.WarningsRecorder) -> None:
+    for stamp in (_NOW - 1, np.int64(_NOW - 10**9), np.uint64(_NOW - 5), _NOW + 59 * 10**9, _NOW):
+        response = PolicyResponse("e", ts_env_sent_ns=stamp)
+        assert response.compute_sent_latency(now_ns=_NOW) >= 0.0
+    assert not [w for w in recwarn if issubclass(w.category, rlightning.StampWarning)]
+
+
+def test_stamp_warning_can_be_made_an_error() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", category=rlightning.StampWarning)
+        with pytest.raises(rlightning.StampWarning, match="ts_env_sent_ns must not be negative"):
+            PolicyResponse("e", ts_env_sent_ns=-1).compute_sent_latency(_NOW)
 
 
 def test_compute_policy_latency():
@@ -244,6 +360,7 @@ def test_latency_now_ns_must_be_int(now):
 @pytest.mark.parametrize(
     ("stamp", "now"), [(0, 10**400), (-(10**400), 5)], ids=["huge-now", "huge-negative-stamp"]
 )
+@pytest.mark.filterwarnings("ignore::rlightning.StampWarning")  # the negative stamp's 0.0
 def test_latency_with_huge_ints(stamp: int, now: int) -> None:
     response = PolicyResponse("env-0", ts_env_sent_ns=stamp)
     try:
@@ -265,7 +382,8 @@ def test_latency_accepts_numpy_ints_and_refuses_bools() -> None:
     assert response.compute_sent_latency(now) == pytest.approx(1.0)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="now_ns"):
         response.compute_sent_latency(np.bool_(True))  # type: ignore[arg-type]
-    assert PolicyResponse("env-0", ts_env_sent_ns=True).compute_sent_latency(10) == 0.0
+    with pytest.warns(rlightning.StampWarning, match="got True"):
+        assert PolicyResponse("env-0", ts_env_sent_ns=True).compute_sent_latency(10) == 0.0
 
 
 # ---------------------------------------------------------------- conversions without torch data

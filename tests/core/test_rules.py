@@ -677,10 +677,13 @@ def test_bad_stamps(stamp: Any, error: type[Exception], message: str) -> None:
 
 
 def test_latency_reads_stamps_by_the_same_rule() -> None:
-    from rlightning import PolicyResponse
+    from rlightning import PolicyResponse, StampWarning
 
-    assert PolicyResponse("e", ts_env_sent_ns=-(10**9)).compute_sent_latency(now_ns=10**9) == 0.0
-    assert PolicyResponse("e", ts_env_sent_ns=2**64).compute_sent_latency(now_ns=10**9) == 0.0
+    # The warning's text is the rule's (rule_message), with check_stamp's problem words.
+    with pytest.warns(StampWarning, match=re.escape("ts_env_sent_ns must not be negative")):
+        assert PolicyResponse("e", ts_env_sent_ns=-(10**9)).compute_sent_latency(10**9) == 0.0
+    with pytest.warns(StampWarning, match=re.escape("ts_env_sent_ns must fit in 64 bits")):
+        assert PolicyResponse("e", ts_env_sent_ns=2**64).compute_sent_latency(10**9) == 0.0
     assert PolicyResponse("e", ts_env_sent_ns=10**9).compute_sent_latency(now_ns=2 * 10**9) == 1.0
 
 

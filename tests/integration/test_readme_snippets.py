@@ -1,45 +1,36 @@
 """Every Python snippet of the READMEs runs as written (the root one and each distribution's).
 
 Each ```python block is executed in a fresh namespace, in order within its file, the way a new
-user would paste it. A snippet that needs something the environment lacks (torch, SB3, mpe2)
-skips, naming what is missing.
+user would paste it (``_snippets.py`` finds and runs them). A snippet that needs something the
+environment lacks (torch, SB3, mpe2) skips, naming what is missing.
 """
 
 from __future__ import annotations
 
-import re
+import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared _snippets helper
+from _snippets import ROOT, Snippet, run_snippet, snippets
+
 READMES = [
     ROOT / "README.md",
     ROOT / "packages" / "core" / "README.md",
     ROOT / "packages" / "sb3" / "README.md",
     ROOT / "packages" / "pettingzoo" / "README.md",
 ]
-_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+SNIPPETS = [snippet for readme in READMES for snippet in snippets(readme)]
 
 
-def _snippets() -> list[tuple[str, str]]:
-    out = []
-    for readme in READMES:
-        for i, code in enumerate(_BLOCK.findall(readme.read_text(encoding="utf-8"))):
-            out.append((f"{readme.relative_to(ROOT)}#{i}", code))
-    return out
-
-
-SNIPPETS = _snippets()
-
-
-def test_every_readme_has_a_snippet() -> None:
-    names = {name.split("#")[0] for name, _ in SNIPPETS}
+def test_every_readme_has_a_snippet_and_none_is_skipped() -> None:
+    names = {snippet.name.split("#")[0] for snippet in SNIPPETS}
     assert names == {str(r.relative_to(ROOT)) for r in READMES}
+    assert [s.name for s in SNIPPETS if s.skip is not None] == []
 
 
-@pytest.mark.parametrize(("name", "code"), SNIPPETS, ids=[name for name, _ in SNIPPETS])
-def test_readme_snippet_runs(name: str, code: str) -> None:
-    for module in re.findall(r"^(?:from|import) ([a-zA-Z0-9_]+)", code, re.M):
-        pytest.importorskip(module, reason=f"{name} imports {module}, not installed here")
-    exec(compile(code, name, "exec"), {"__name__": "__readme__"})
+@pytest.mark.parametrize("snippet", SNIPPETS, ids=[s.name for s in SNIPPETS])
+def test_readme_snippet_runs(snippet: Snippet) -> None:
+    run_snippet(snippet)

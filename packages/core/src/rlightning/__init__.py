@@ -7,6 +7,7 @@ Public names:
 * :class:`PerEnv` -- per-env values of a stacked response (``PolicyResponse.stack``);
 * :class:`EnvIds` -- the ``env_ids`` of a stacked response;
 * :class:`ResponseBatch` -- the per-env responses of one batched call, split only when read;
+* :class:`StampWarning` -- a latency method read an unusable stamp and returned 0.0;
 * :class:`WireFormatError` -- raised by ``from_bytes`` for bad bytes (see :mod:`rlightning.wire`).
 
 torch is optional (``pip install rlightning-core[torch]``); without it everything but ``cuda()``
@@ -17,6 +18,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from rlightning._stack import EnvIds, PerEnv
 from rlightning.batch import ResponseBatch
+from rlightning.rules import StampWarning
 from rlightning.types.policy_response import MultiAgentPolicyResponse, PolicyResponse
 from rlightning.wire import WireFormatError
 
@@ -31,6 +33,7 @@ __all__ = [
     "PerEnv",
     "PolicyResponse",
     "ResponseBatch",
+    "StampWarning",
     "WireFormatError",
     "__version__",
 ]

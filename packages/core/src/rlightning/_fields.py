@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import gymnasium as gym
 import numpy as np
 
-from rlightning.rules._values import _stamp_problem
+from rlightning.rules._values import _stamp_problem, _unusable_stamp_latency
 
 if TYPE_CHECKING:
     from rlightning.types.policy_response import PolicyResponse
@@ -36,7 +36,7 @@ def _check_env_id(env_id: object) -> None:
 _INT64_MIN, _INT64_MAX = -(2**63), 2**64 - 1  # signed or unsigned 64-bit
 
 
-def _latency_s(stamp: object, now_ns: int | None, stamp_name: str) -> float:
+def _latency_s(stamp: object, now_ns: int | None, stamp_name: str, method: str) -> float:
     if now_ns is None:
         now_ns = time.time_ns()
     elif isinstance(now_ns, bool) or not isinstance(now_ns, (int, np.integer)):
@@ -49,10 +49,16 @@ def _latency_s(stamp: object, now_ns: int | None, stamp_name: str) -> float:
             f"now_ns must fit in a 64-bit int of nanoseconds, got {now_ns!r} "
             f"(while reading {stamp_name})"
         )
-    if _stamp_problem(stamp) is not None:  # the timestamp rule: treated as no stamp
-        return 0.0
-    elapsed = (int(now_ns) - int(cast("int", stamp))) / 1e9  # checked above
-    return elapsed if elapsed > 0.0 else 0.0
+    if type(stamp) is int and 0 <= stamp <= _INT64_MAX:  # the common case: time.time_ns()
+        elapsed_ns = int(now_ns) - stamp
+    elif _stamp_problem(stamp) is None:  # the timestamp rule (a numpy integer)
+        elapsed_ns = int(now_ns) - int(cast("int", stamp))
+    else:
+        elapsed_ns = 0
+    if elapsed_ns > 0:
+        return elapsed_ns / 1e9
+    # No stamp, an invalid one or one not before now: 0.0, warned once when it is a bug.
+    return _unusable_stamp_latency(stamp_name, stamp, int(now_ns), method)
 
 
 # Names that protocols (copy, pickle, numpy, torch, DLPack) look up on the *instance*: a field

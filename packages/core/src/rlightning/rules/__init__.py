@@ -15,9 +15,10 @@ rule                              owner
                                   :func:`flat_mask`, :func:`action_allowed`,
                                   :func:`mask_violation`
 ``no-legal-action``               :func:`check_action_mask` (and all that call it)
-``timestamp``                     :data:`STAMP_FIELDS`, :func:`check_stamp`
+``timestamp``                     :data:`STAMP_FIELDS`, :func:`check_stamp`,
+                                  :class:`StampWarning`, :data:`STAMP_FUTURE_TOLERANCE_NS`
 ``boolean``                       :func:`as_bools`
-(every message)                   :func:`rule_error`, :func:`describe`
+(every message)                   :func:`rule_error`, :func:`rule_message`, :func:`describe`
 ================================  ==========================================================
 
 :class:`TypeError` means the wrong kind of value (a stamp that is not an int, a mask of strings);
@@ -28,16 +29,24 @@ otherwise), and is read with ``detach().cpu().numpy()``.
 
 from __future__ import annotations
 
-from rlightning.rules._errors import RULES, describe, rule_error
+from rlightning.rules._errors import RULES, describe, rule_error, rule_message
 from rlightning.rules._mask_actions import action_allowed, mask_violation
 from rlightning.rules._masks import MaskLayout, check_action_mask, flat_mask, mask_size
 from rlightning.rules._space import contains, space_violation
-from rlightning.rules._values import STAMP_FIELDS, as_bools, check_stamp
+from rlightning.rules._values import (
+    STAMP_FIELDS,
+    STAMP_FUTURE_TOLERANCE_NS,
+    StampWarning,
+    as_bools,
+    check_stamp,
+)
 
 __all__ = [
     "RULES",
     "STAMP_FIELDS",
+    "STAMP_FUTURE_TOLERANCE_NS",
     "MaskLayout",
+    "StampWarning",
     "action_allowed",
     "as_bools",
     "check_action_mask",
@@ -48,6 +57,7 @@ __all__ = [
     "mask_size",
     "mask_violation",
     "rule_error",
+    "rule_message",
     "space_violation",
 ]
 
@@ -64,7 +74,9 @@ for _function in (
     mask_size,
     mask_violation,
     rule_error,
+    rule_message,
     space_violation,
 ):
     _function.__module__ = __name__
 del _function
+StampWarning.__module__ = __name__

@@ -144,6 +144,38 @@ def rule_error(
         >>> rule_error(ValueError, "timestamp", "ts_env_sent_ns", "must not be negative", -5)
         ValueError('ts_env_sent_ns must not be negative; got -5 [rule timestamp]')
     """
+    return error_type(rule_message(rule, subject, problem, value, expected=expected, fix=fix))
+
+
+def rule_message(
+    rule: str,
+    subject: str,
+    problem: str,
+    value: object,
+    *,
+    expected: str | None = None,
+    fix: str | None = None,
+) -> str:
+    """Return the text of a broken rule's error or warning (the format of :func:`rule_error`).
+
+    Args:
+        rule: A key of :data:`RULES`.
+        subject: What is wrong, named as the caller sees it.
+        problem: What is wrong with it, without a trailing period.
+        value: The value given; shown with :func:`describe`.
+        expected: What was expected, when ``problem`` does not say it.
+        fix: How to fix it, when that is not obvious.
+
+    Returns:
+        ``"<subject> <problem>; got <describe(value)>[; expected ...][; fix: ...] [rule <rule>]"``.
+
+    Raises:
+        ValueError: ``rule`` is not a rule id (a bug in the caller).
+
+    Examples:
+        >>> rule_message("timestamp", "ts_env_sent_ns", "must not be negative", -5)
+        'ts_env_sent_ns must not be negative; got -5 [rule timestamp]'
+    """
     if rule not in RULES:
         raise ValueError(f"unknown rule id {rule!r}; the ids are {sorted(RULES)}")
     message = f"{subject} {problem}; got {describe(value)}"
@@ -151,4 +183,4 @@ def rule_error(
         message += f"; expected {expected}"
     if fix is not None:
         message += f"; fix: {fix}"
-    return error_type(f"{message} [rule {rule}]")
+    return f"{message} [rule {rule}]"

@@ -5,13 +5,14 @@ Import these names from :mod:`rlightning.rules`.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
 
 from rlightning._space_reasons import _first_index, _is_tensor
-from rlightning.rules._errors import rule_error
+from rlightning.rules._errors import rule_error, rule_message
 
 # ---------------------------------------------------------------------------- timestamps
 #: The timing stamps, in nanoseconds since the epoch: left out by ``PolicyResponse.to_dict`` (with
@@ -20,21 +21,112 @@ from rlightning.rules._errors import rule_error
 STAMP_FIELDS: frozenset[str] = frozenset({"ts_env_sent_ns", "ts_policy_sent_ns"})
 
 _STAMP_MAX = 2**64 - 1  # an unsigned 64-bit int; time.time_ns() fits a signed one until 2262
+_NOT_INT = "must be an int of nanoseconds since the epoch (time.time_ns())"
+
+#: How far ahead of ``now_ns`` a stamp may be before the latency methods warn: clocks of two
+#: machines differ (NTP keeps them within milliseconds, an unsynchronised VM within seconds), so a
+#: stamp up to a minute ahead is clock skew and reads as 0.0 silently; further ahead it is a bug.
+STAMP_FUTURE_TOLERANCE_NS = 60 * 10**9
+
+_EXPECTED = "an int of nanoseconds since the epoch from time.time_ns(), at most {tolerance} s ahead"
 
 
-def _stamp_problem(value: object) -> str | None:
-    """Why ``value`` is not a valid stamp, or None (the one test of the ``timestamp`` rule)."""
+class StampWarning(RuntimeWarning):
+    """A latency method read a timing stamp it cannot use and returned 0.0 (rule ``timestamp``).
+
+    ``compute_sent_latency`` and ``compute_policy_latency`` return 0.0 for a stamp that breaks the
+    ``timestamp`` rule, as the original API page asks ("0.0 if ts_env_sent_ns is missing or
+    invalid"); so that the 0.0 is not silent, they warn with this class, once per field and reason
+    (not an int -- e.g. float seconds from ``time.time()`` --, negative, beyond 64 bits, or more
+    than :data:`STAMP_FUTURE_TOLERANCE_NS` ahead of ``now_ns``). The message names the field, the
+    value and what was expected. A missing or None stamp ("not stamped") never warns, nor does a
+    stamp less than a minute ahead (clock skew between machines).
+
+    Silence it, or turn it into an error, with the ``warnings`` filters::
+
+        warnings.filterwarnings("error", category=rlightning.StampWarning)
+    """
+
+
+#: (field, reason) pairs already warned about: each warns once per process.
+_warned_stamps: set[tuple[str, str]] = set()
+
+
+def _stamp_reason(value: object) -> tuple[str, str] | None:
+    """(reason id, problem) when ``value`` is not a valid stamp, else None (the rule's test)."""
     if type(value) is int:  # the common case: time.time_ns()
         number = value
     elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         number = int(value)
     else:
-        return "must be an int of nanoseconds since the epoch (time.time_ns())"
+        return "type", _NOT_INT
     if number < 0:
-        return "must not be negative"
+        return "negative", "must not be negative"
     if number > _STAMP_MAX:
-        return "must fit in 64 bits (at most 2**64 - 1 nanoseconds)"
+        return "range", "must fit in 64 bits (at most 2**64 - 1 nanoseconds)"
     return None
+
+
+def _stamp_problem(value: object) -> str | None:
+    """Why ``value`` is not a valid stamp, or None (the one test of the ``timestamp`` rule)."""
+    reason = _stamp_reason(value)
+    return None if reason is None else reason[1]
+
+
+def _stamp_fix(value: object, reason: str) -> str:
+    if reason == "future":
+        return (
+            "stamp with time.time_ns() when the message is sent, on clocks kept in step (NTP); "
+            "pass now_ns in the same clock's nanoseconds"
+        )
+    if isinstance(value, (float, np.floating)):
+        return "time.time() gives float seconds; stamp with time.time_ns() (int nanoseconds)"
+    return "stamp with time.time_ns() (int nanoseconds since the epoch)"
+
+
+def _unusable_stamp_latency(name: str, stamp: object, now_ns: int, method: str) -> float:
+    """Return 0.0, the latency of a stamp that is invalid or not before ``now_ns``, warning once.
+
+    The latency methods' slow path (they compute the latency themselves when ``stamp`` is a valid
+    stamp before ``now_ns``). Warns :class:`StampWarning` once per (field, reason) per process when
+    ``stamp`` breaks the ``timestamp`` rule or is more than :data:`STAMP_FUTURE_TOLERANCE_NS`
+    ahead of ``now_ns``; a None stamp, or one at most that far ahead (clock skew), is silent.
+
+    Args:
+        name: The stamp's field name (``"ts_env_sent_ns"``).
+        stamp: The stamp read, None when missing.
+        now_ns: The current time in nanoseconds since the epoch (already checked).
+        method: The latency method, named in the warning (``"compute_sent_latency"``).
+
+    Returns:
+        0.0.
+
+    Warns:
+        StampWarning: the stamp is not an int, is negative, beyond 64 bits or far in the future.
+    """
+    if stamp is None:
+        return 0.0
+    reason = _stamp_reason(stamp)
+    if reason is None:
+        ahead_ns = int(cast("int", stamp)) - now_ns  # a valid stamp not before now_ns
+        if ahead_ns <= STAMP_FUTURE_TOLERANCE_NS:
+            return 0.0
+        reason = (
+            "future",
+            f"is {ahead_ns / 1e9:.6g} s ahead of now_ns={now_ns} (more than the "
+            f"{STAMP_FUTURE_TOLERANCE_NS // 10**9} s of clock skew tolerated)",
+        )
+    key = (name, reason[0])
+    if key in _warned_stamps:
+        return 0.0
+    _warned_stamps.add(key)
+    expected = _EXPECTED.format(tolerance=STAMP_FUTURE_TOLERANCE_NS // 10**9)
+    fix = _stamp_fix(stamp, reason[0])
+    text = rule_message("timestamp", name, reason[1], stamp, expected=expected, fix=fix)
+    message = f"{method}() returned 0.0: {text} (warned once per field and reason)"
+    # stacklevel 4: this function, _latency_s, the latency method, the caller.
+    warnings.warn(message, StampWarning, stacklevel=4)
+    return 0.0
 
 
 def check_stamp(name: str, value: object, subject: str = "") -> int:
@@ -42,7 +134,8 @@ def check_stamp(name: str, value: object, subject: str = "") -> int:
 
     A stamp is an int or numpy integer (not a bool) of nanoseconds since the epoch, as
     ``time.time_ns()`` gives, not negative and at most ``2**64 - 1``, the range the latency
-    methods read (``compute_sent_latency`` treats any other value as no stamp and returns 0.0).
+    methods read (``compute_sent_latency`` reads any other value as no stamp: it returns 0.0 and
+    warns :class:`StampWarning` once per field and reason).
 
     Args:
         name: The stamp's field name, one of :data:`STAMP_FIELDS` for a response's stamps.
@@ -65,11 +158,11 @@ def check_stamp(name: str, value: object, subject: str = "") -> int:
         ...
         TypeError: response.ts_env_sent_ns must be an int of nanoseconds since the epoch (time.time_ns()); got 1.5 [rule timestamp]
     """  # noqa: E501  (doctest output is one line)
-    problem = _stamp_problem(value)
-    if problem is None:
+    reason = _stamp_reason(value)
+    if reason is None:
         return int(cast("int", value))  # an int or np.integer, checked above
-    error = TypeError if problem.startswith("must be an int") else ValueError
-    raise rule_error(error, "timestamp", f"{subject}{name}", problem, value)
+    error = TypeError if reason[0] == "type" else ValueError
+    raise rule_error(error, "timestamp", f"{subject}{name}", reason[1], value)
 
 
 # ---------------------------------------------------------------------------- 0/1 booleans

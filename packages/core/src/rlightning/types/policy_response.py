@@ -298,11 +298,20 @@ class PolicyResponse(SimpleNamespace):
             outside the 64-bit range. Never negative: when the sender's clock is ahead
             (another machine), 0.0.
 
+        Warns:
+            rlightning.StampWarning: once per reason, when the 0.0 hides a bug: the stamp is not
+                an int (e.g. float seconds from ``time.time()``), is negative or beyond 64 bits,
+                or is more than a minute ahead of ``now_ns``
+                (``rlightning.rules.STAMP_FUTURE_TOLERANCE_NS``). A missing or None stamp, or
+                clock skew under a minute, returns 0.0 silently.
+
         Raises:
             TypeError: ``now_ns`` is given and is not an integer.
             ValueError: ``now_ns`` does not fit in a 64-bit integer.
         """
-        return _latency_s(self.__dict__.get("ts_env_sent_ns"), now_ns, "ts_env_sent_ns")
+        return _latency_s(
+            self.__dict__.get("ts_env_sent_ns"), now_ns, "ts_env_sent_ns", "compute_sent_latency"
+        )
 
     def compute_policy_latency(self, now_ns: int | None = None) -> float:
         """Compute latency in seconds from the policy-sent timestamp to now.
@@ -316,11 +325,19 @@ class PolicyResponse(SimpleNamespace):
             Latency in seconds, or 0.0 if ``ts_policy_sent_ns`` is missing, None, not an
             integer or outside the 64-bit range. Never negative.
 
+        Warns:
+            rlightning.StampWarning: once per reason, as :meth:`compute_sent_latency` does.
+
         Raises:
             TypeError: ``now_ns`` is given and is not an integer.
             ValueError: ``now_ns`` does not fit in a 64-bit integer.
         """
-        return _latency_s(self.__dict__.get("ts_policy_sent_ns"), now_ns, "ts_policy_sent_ns")
+        return _latency_s(
+            self.__dict__.get("ts_policy_sent_ns"),
+            now_ns,
+            "ts_policy_sent_ns",
+            "compute_policy_latency",
+        )
 
     # ------------------------------------------------------------------ construction
     @staticmethod
