@@ -120,3 +120,31 @@ def spread_ppo() -> PPO:
         action_space = env.action_space("agent_0")
 
     return PPO("MlpPolicy", AgentSpaces(), n_steps=8, batch_size=8, seed=0, device="cpu")
+
+
+def pendulum(max_episode_steps: int | None = None) -> gym.Env[Any, Any]:
+    return gym.make("Pendulum-v1", max_episode_steps=max_episode_steps)
+
+
+def monitored_pendulum(max_episode_steps: int | None = None) -> gym.Env[Any, Any]:
+    return Monitor(pendulum(max_episode_steps))
+
+
+def make_td3(n_envs: int, seed: int, max_episode_steps: int, learning_starts: int) -> Any:
+    from stable_baselines3 import TD3
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    env = make_vec_env(
+        pendulum, n_envs=n_envs, seed=seed, env_kwargs={"max_episode_steps": max_episode_steps}
+    )
+    return TD3(
+        "MlpPolicy",
+        env,
+        learning_starts=learning_starts,
+        batch_size=16,
+        buffer_size=1_000,
+        policy_kwargs={"net_arch": [32, 32]},
+        action_noise=NormalActionNoise(np.zeros(1), 0.3 * np.ones(1)),
+        seed=seed,
+        device="cpu",
+    )
