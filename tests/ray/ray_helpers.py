@@ -148,3 +148,74 @@ def make_td3(n_envs: int, seed: int, max_episode_steps: int, learning_starts: in
         seed=seed,
         device="cpu",
     )
+
+
+def dwindle() -> Any:
+    """A pettingzoo ``ParallelEnv`` whose agents leave and join mid-episode.
+
+    ``a0``/``a1``/``a2`` terminate after steps 2, 4 and 6, ``a3`` joins after step 1 and
+    terminates after step 5, so the episode ends after step 6. Observation ``[agent index, t]``
+    (float32), action ``Discrete(2)``, reward 1 per agent in the step's results.
+    """
+    from pettingzoo import ParallelEnv
+
+    obs_space = spaces.Box(0.0, 100.0, (2,), np.float32)
+    act_space = spaces.Discrete(2)
+    ends = {"a0": 2, "a1": 4, "a2": 6, "a3": 5}
+
+    class Dwindle(ParallelEnv):  # type: ignore[misc]
+        render_mode = None
+
+        def __init__(self) -> None:
+            self.metadata = {"name": "dwindle_v0", "render_modes": []}
+            self.possible_agents = ["a0", "a1", "a2", "a3"]
+            self.agents: list[str] = []
+            self.t = 0
+
+        def observation_space(self, agent: str) -> spaces.Box:
+            return obs_space
+
+        def action_space(self, agent: str) -> spaces.Discrete:
+            return act_space
+
+        def _obs(self) -> dict[str, np.ndarray]:
+            return {
+                a: np.array([self.possible_agents.index(a), self.t], np.float32)
+                for a in self.agents
+            }
+
+        def reset(self, seed: int | None = None, options: Any = None) -> Any:
+            self.t = 0
+            self.agents = ["a0", "a1", "a2"]
+            return self._obs(), {a: {} for a in self.agents}
+
+        def step(self, actions: dict[str, Any]) -> Any:
+            assert set(actions) == set(self.agents), (actions, self.agents)
+            self.t += 1
+            acting = list(self.agents)
+            terminations = {a: ends[a] == self.t for a in acting}
+            live = [a for a in acting if not terminations[a]]
+            if self.t == 1:
+                live.append("a3")
+            self.agents = live
+            observations = {
+                a: np.array([self.possible_agents.index(a), self.t], np.float32)
+                for a in dict.fromkeys(acting + live)
+            }
+            keys = list(observations)
+            rewards = {a: 1.0 for a in keys}
+            truncations = {a: False for a in keys}
+            terminations = {a: terminations.get(a, False) for a in keys}
+            return observations, rewards, terminations, truncations, {a: {} for a in keys}
+
+    return Dwindle()
+
+
+def dwindle_ppo() -> PPO:
+    env = dwindle()
+
+    class AgentSpaces(gym.Env[Any, Any]):  # one agent's spaces, for SB3's constructor
+        observation_space = env.observation_space("a0")
+        action_space = env.action_space("a0")
+
+    return PPO("MlpPolicy", AgentSpaces(), n_steps=8, batch_size=8, seed=0, device="cpu")
