@@ -5,7 +5,9 @@ runners' observations in batches with the last published weights; the runners st
 Each iteration: publish the weights (one ray.put), collect one rollout into the model's
 RolloutBuffer (rlightning_ray.sb3.collect_rollout, SB3's exact semantics), model.train().
 Prints the mean episode return and the per-hop latency; stops at --target (default 475) and
-exits with an error when --steps run out before the target is reached.
+exits with an error when --steps run out before the target is reached. Writes the learning curve
+(mean return of the last 100 episodes vs steps) to --out (default
+docs/_static/ray/learning_curve.png; --out "" writes none).
 
     python examples/ray_ppo_cartpole.py --runners 2 --envs-per-runner 4 --steps 200000
     python examples/ray_ppo_cartpole.py --address auto   # an existing cluster (ray start)
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -54,6 +57,27 @@ def make_model(n_envs: int, seed: int) -> PPO:
     )
 
 
+def plot_curve(
+    curve: list[tuple[int, float]], target: float, runners: int, k: int, out: str
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([c[0] for c in curve], [c[1] for c in curve], label="mean return (last 100 episodes)")
+    ax.axhline(target, color="gray", linestyle="--", label=f"target {target:g}")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("return")
+    ax.set_title(f"PPO on CartPole-v1, rollouts from {runners} Ray runners x {k} envs")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    print(f"learning curve written to {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runners", type=int, default=2)
@@ -62,6 +86,11 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=475.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--address", default=None, help="ray.init address (default: local)")
+    parser.add_argument(
+        "--out",
+        default=str(Path(__file__).resolve().parents[1] / "docs/_static/ray/learning_curve.png"),
+        help='learning-curve PNG (needs matplotlib; "" writes none)',
+    )
     args = parser.parse_args()
     if args.address:
         ray.init(address=args.address)
@@ -86,6 +115,7 @@ def main() -> None:
     )
     collector = rlightning_ray.Collector(runners)
     version, start, mean = 0, time.perf_counter(), float("nan")
+    curve: list[tuple[int, float]] = []
     while model.num_timesteps < args.steps:
         rlightning_ray.publish_weights(server, registry, version, policy_weights(model))
         collect_rollout(model, collector, current_version=version)
@@ -93,6 +123,8 @@ def main() -> None:
         version += 1
         returns = [ep["r"] for ep in model.ep_info_buffer]
         mean = float(np.mean(returns)) if returns else float("nan")
+        if returns:
+            curve.append((model.num_timesteps, mean))
         if version % 20 == 0:
             rate = model.num_timesteps / (time.perf_counter() - start)
             print(f"{model.num_timesteps:>7} steps  mean return {mean:6.1f}  {rate:,.0f} steps/s")
@@ -101,6 +133,8 @@ def main() -> None:
     print(f"finished at {model.num_timesteps} steps, mean return {mean:.1f}")
     print(collector.latency().table())
     ray.shutdown()
+    if args.out and curve:
+        plot_curve(curve, args.target, args.runners, args.envs_per_runner, args.out)
     if not mean >= args.target:  # NaN too
         raise SystemExit(f"mean return {mean:.1f} is below the target {args.target}")
 

@@ -120,3 +120,102 @@ def spread_ppo() -> PPO:
         action_space = env.action_space("agent_0")
 
     return PPO("MlpPolicy", AgentSpaces(), n_steps=8, batch_size=8, seed=0, device="cpu")
+
+
+def pendulum(max_episode_steps: int | None = None) -> gym.Env[Any, Any]:
+    return gym.make("Pendulum-v1", max_episode_steps=max_episode_steps)
+
+
+def monitored_pendulum(max_episode_steps: int | None = None) -> gym.Env[Any, Any]:
+    return Monitor(pendulum(max_episode_steps))
+
+
+def make_td3(n_envs: int, seed: int, max_episode_steps: int, learning_starts: int) -> Any:
+    from stable_baselines3 import TD3
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    env = make_vec_env(
+        pendulum, n_envs=n_envs, seed=seed, env_kwargs={"max_episode_steps": max_episode_steps}
+    )
+    return TD3(
+        "MlpPolicy",
+        env,
+        learning_starts=learning_starts,
+        batch_size=16,
+        buffer_size=1_000,
+        policy_kwargs={"net_arch": [32, 32]},
+        action_noise=NormalActionNoise(np.zeros(1), 0.3 * np.ones(1)),
+        seed=seed,
+        device="cpu",
+    )
+
+
+def dwindle() -> Any:
+    """A pettingzoo ``ParallelEnv`` whose agents leave and join mid-episode.
+
+    ``a0``/``a1``/``a2`` terminate after steps 2, 4 and 6, ``a3`` joins after step 1 and
+    terminates after step 5, so the episode ends after step 6. Observation ``[agent index, t]``
+    (float32), action ``Discrete(2)``, reward 1 per agent in the step's results.
+    """
+    from pettingzoo import ParallelEnv
+
+    obs_space = spaces.Box(0.0, 100.0, (2,), np.float32)
+    act_space = spaces.Discrete(2)
+    ends = {"a0": 2, "a1": 4, "a2": 6, "a3": 5}
+
+    class Dwindle(ParallelEnv):  # type: ignore[misc]
+        render_mode = None
+
+        def __init__(self) -> None:
+            self.metadata = {"name": "dwindle_v0", "render_modes": []}
+            self.possible_agents = ["a0", "a1", "a2", "a3"]
+            self.agents: list[str] = []
+            self.t = 0
+
+        def observation_space(self, agent: str) -> spaces.Box:
+            return obs_space
+
+        def action_space(self, agent: str) -> spaces.Discrete:
+            return act_space
+
+        def _obs(self) -> dict[str, np.ndarray]:
+            return {
+                a: np.array([self.possible_agents.index(a), self.t], np.float32)
+                for a in self.agents
+            }
+
+        def reset(self, seed: int | None = None, options: Any = None) -> Any:
+            self.t = 0
+            self.agents = ["a0", "a1", "a2"]
+            return self._obs(), {a: {} for a in self.agents}
+
+        def step(self, actions: dict[str, Any]) -> Any:
+            assert set(actions) == set(self.agents), (actions, self.agents)
+            self.t += 1
+            acting = list(self.agents)
+            terminations = {a: ends[a] == self.t for a in acting}
+            live = [a for a in acting if not terminations[a]]
+            if self.t == 1:
+                live.append("a3")
+            self.agents = live
+            observations = {
+                a: np.array([self.possible_agents.index(a), self.t], np.float32)
+                for a in dict.fromkeys(acting + live)
+            }
+            keys = list(observations)
+            rewards = {a: 1.0 for a in keys}
+            truncations = {a: False for a in keys}
+            terminations = {a: terminations.get(a, False) for a in keys}
+            return observations, rewards, terminations, truncations, {a: {} for a in keys}
+
+    return Dwindle()
+
+
+def dwindle_ppo() -> PPO:
+    env = dwindle()
+
+    class AgentSpaces(gym.Env[Any, Any]):  # one agent's spaces, for SB3's constructor
+        observation_space = env.observation_space("a0")
+        action_space = env.action_space("a0")
+
+    return PPO("MlpPolicy", AgentSpaces(), n_steps=8, batch_size=8, seed=0, device="cpu")

@@ -58,3 +58,42 @@ def test_parallel_envs_answered_by_the_shared_policy(local_ray: None, helpers: M
             )
         assert frag.hops_ns.shape == (8, 4) and (frag.hops_ns >= 0).all()
     assert ray.get(server.info.remote())["batch_rows"]
+
+
+def test_agents_that_leave_or_join_are_answered_only_while_live(
+    local_ray: None, helpers: ModuleType
+) -> None:
+    from pettingzoo.test import parallel_api_test
+
+    parallel_api_test(helpers.dwindle(), num_cycles=12)  # the env follows PettingZoo's API
+    server, registry = rlightning_ray.start_server(
+        partial(SharedBatchPolicy, helpers.dwindle_ppo, helpers.dwindle),
+        order=["runner-0"],
+        num_cpus=0.25,
+    )
+    (runner,) = rlightning_ray.start_runners(
+        helpers.dwindle,
+        server,
+        n_runners=1,
+        envs_per_runner=2,
+        seed=0,
+        num_cpus=0.25,
+        runner_class=ParallelEnvRunner,
+    )
+    rlightning_ray.publish_weights(server, registry, 0, policy_weights(helpers.dwindle_ppo()))
+    (frag,) = rlightning_ray.Collector([runner]).sample(8, current_version=0)
+    live = [["a0", "a1", "a2"], ["a0", "a1", "a2", "a3"], ["a1", "a2", "a3"]]
+    live += [["a1", "a2", "a3"], ["a2", "a3"], ["a2"]]
+    expected = live + live[:2]  # the env is reset after step 6 (no agent left)
+    for t, (asked, answers) in enumerate(zip(frag.observations, frag.answers, strict=True)):
+        for env_asked, answer in zip(asked, answers, strict=True):
+            # only live agents are asked and answered, in possible_agents order
+            assert list(env_asked) == expected[t], t
+            assert list(answer.action) == expected[t], t
+            assert all(int(answer.action[a]) in (0, 1) for a in expected[t])
+            assert all(env_asked[a][1] == t % 6 for a in expected[t])
+    assert frag.resets.tolist() == [[t == 5] * 2 for t in range(8)]
+    # step t+1's results (index t) name the agents that acted, with those that left
+    assert frag.terminations[1][0] == {"a0": True, "a1": False, "a2": False, "a3": False}
+    assert frag.terminations[4][0] == {"a2": False, "a3": True}
+    assert frag.terminations[5][1] == {"a2": True}

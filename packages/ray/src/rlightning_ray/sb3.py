@@ -3,12 +3,15 @@
 Needs the ``[sb3]`` extra (``pip install "rlightning-ray[sb3]"``). SB3's semantics stay in
 ``rlightning_sb3``: the server answers through :meth:`rlightning_sb3.SB3PolicyAdapter.act` and the
 driver fills the model's ``RolloutBuffer`` with :func:`rlightning_sb3.add_rollout_step` and
-:func:`rlightning_sb3.finish_rollout`, as SB3's ``OnPolicyAlgorithm.collect_rollouts`` does.
+:func:`rlightning_sb3.finish_rollout`, as SB3's ``OnPolicyAlgorithm.collect_rollouts`` does, or an
+off-policy model's ``ReplayBuffer`` with :func:`rlightning_sb3.add_replay_step`, as
+``OffPolicyAlgorithm.collect_rollouts`` does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,16 +24,60 @@ from rlightning_ray.runner import Fragment
 try:
     import torch
     from stable_baselines3.common.base_class import BaseAlgorithm
+    from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
     from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+    from stable_baselines3.common.type_aliases import TrainFrequencyUnit
     from stable_baselines3.common.utils import set_random_seed
 
-    from rlightning_sb3 import SB3PolicyAdapter, add_rollout_step, finish_rollout
+    from rlightning_sb3 import SB3PolicyAdapter, add_replay_step, add_rollout_step, finish_rollout
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         f'rlightning_ray.sb3 needs the [sb3] extra: pip install "rlightning-ray[sb3]" ({exc})'
     ) from exc
 
-__all__ = ["SB3BatchPolicy", "collect_rollout", "policy_weights"]
+__all__ = [
+    "ActingState",
+    "SB3BatchPolicy",
+    "acting_state",
+    "collect_replay",
+    "collect_rollout",
+    "policy_weights",
+]
+
+
+@dataclass(frozen=True)
+class ActingState:
+    """What an off-policy model's exploration reads besides its weights, from the learner.
+
+    ``OffPolicyAlgorithm._sample_action`` samples the action space while ``num_timesteps <
+    learning_starts``, and DQN's ``predict`` acts at random with probability
+    ``exploration_rate``: both are the learner's counters, which a server's copy of the model
+    only knows through a publish (:func:`acting_state`).
+
+    Attributes:
+        policy: ``policy.state_dict()`` CPU copies (as :func:`policy_weights`).
+        num_timesteps: The learner's ``model.num_timesteps`` at the publish.
+        exploration_rate: DQN's ``model.exploration_rate`` at the publish (None for models
+            without one).
+    """
+
+    policy: dict[str, torch.Tensor]
+    num_timesteps: int
+    exploration_rate: float | None = None
+
+
+def acting_state(model: BaseAlgorithm) -> ActingState:
+    """Weights and exploration counters of an off-policy model to publish (:class:`ActingState`).
+
+    Returns:
+        An :class:`ActingState` of ``model`` now (CPU copies; the learner may train on).
+    """
+    rate = getattr(model, "exploration_rate", None)
+    return ActingState(
+        policy_weights(model),
+        int(model.num_timesteps),
+        None if rate is None else float(rate),
+    )
 
 
 class SB3BatchPolicy:
@@ -60,6 +107,7 @@ class SB3BatchPolicy:
         self.explore = explore
         if seed is not None:
             set_random_seed(seed)
+        self._off_policy = isinstance(self.model, OffPolicyAlgorithm)
 
     def __call__(
         self,
@@ -68,17 +116,38 @@ class SB3BatchPolicy:
         episode_start: np.ndarray,
         ts_env_sent_ns: list[int],
     ) -> ResponseBatch[PolicyResponse]:
-        """One ``SB3PolicyAdapter.act`` call for the whole batch (see its docstring)."""
-        return self.adapter.act(
+        """One ``SB3PolicyAdapter.act`` call for the whole batch (see its docstring).
+
+        For an off-policy model that explores, ``model.num_timesteps`` then grows by the batch's
+        rows, as the learner's grows by ``n_envs`` per step (``add_replay_step``), so that the
+        ``learning_starts`` warm-up ends at the same step on both sides between publishes.
+        """
+        answer = self.adapter.act(
             observation,
             env_ids,
             episode_start=episode_start,
             explore=self.explore,
             ts_env_sent_ns=ts_env_sent_ns,
         )
+        if self._off_policy and self.explore:
+            self.model.num_timesteps += len(env_ids)
+        return answer
 
-    def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
-        """Load a ``policy.state_dict()`` (from :func:`policy_weights`) into the model's policy."""
+    def set_weights(self, weights: dict[str, torch.Tensor] | ActingState) -> None:
+        """Load published weights into the model's policy.
+
+        Args:
+            weights: A ``policy.state_dict()`` (:func:`policy_weights`), or an
+                :class:`ActingState` (:func:`acting_state`), whose ``num_timesteps`` and
+                ``exploration_rate`` (when not None) are also set on the model.
+        """
+        if isinstance(weights, ActingState):
+            self.model.policy.load_state_dict(weights.policy)
+            self.model.num_timesteps = weights.num_timesteps
+            if weights.exploration_rate is not None:
+                # DQN's attribute; mypy sees BaseAlgorithm.
+                self.model.exploration_rate = weights.exploration_rate  # type: ignore[attr-defined]
+            return
         self.model.policy.load_state_dict(weights)
 
 
@@ -143,3 +212,84 @@ def collect_rollout(
         env_ids=env_ids,
     )
     return fragments
+
+
+def collect_replay(
+    model: OffPolicyAlgorithm,
+    collector: Collector,
+    *,
+    n_steps: int | None = None,
+    current_version: int | None = None,
+) -> tuple[bool, list[Fragment]]:
+    """Add ``n_steps`` steps of every runner to ``model.replay_buffer``, as ``collect_rollouts``.
+
+    Asks every runner for ``n_steps`` steps, then adds step ``t`` of all runners (columns in
+    runner order: :attr:`Collector.env_ids`) with :func:`rlightning_sb3.add_replay_step`: the
+    terminal observation of a finished episode as its next observation, ``TimeLimit.truncated``
+    as the buffer's timeout, ``num_timesteps``, episode infos, DQN's ``_on_step`` and the
+    action-noise resets, as ``OffPolicyAlgorithm.collect_rollouts`` and ``_store_transition``.
+    Exploration (warm-up sampling before ``learning_starts``, DQN's epsilon, the action noise,
+    one process per env) is drawn on the server by :meth:`rlightning_sb3.SB3PolicyAdapter.act`:
+    publish :func:`acting_state` (not only the weights) before each call so that the server's
+    ``num_timesteps`` and ``exploration_rate`` are the learner's. Between publishes the server
+    advances ``num_timesteps`` itself; DQN's ``exploration_rate`` stays the published one (SB3
+    lowers it every step: with ``n_steps`` steps per publish it lags by at most ``n_steps``
+    steps), and the server's action noise is not reset at episode ends (a no-op for
+    ``NormalActionNoise``; an ``OrnsteinUhlenbeckActionNoise`` carries its state over).
+
+    Train afterwards as ``OffPolicyAlgorithm.learn`` does: ``if model.num_timesteps >
+    model.learning_starts: model.train(batch_size=model.batch_size,
+    gradient_steps=model.gradient_steps)``.
+
+    Args:
+        model: An off-policy SB3 model (SAC, TD3, DDPG, DQN) prepared with
+            :func:`rlightning_sb3.start_training` and built with a VecEnv of
+            ``len(collector.env_ids)`` envs (its spaces and ``n_envs`` size the buffer).
+        collector: The runners' collector.
+        n_steps: Steps per env; default ``model.train_freq.frequency`` (its unit must then be
+            ``"step"``).
+        current_version: The policy version published for these steps.
+
+    Returns:
+        ``(rollout_done, fragments)``: whether the last step ended a rollout of
+        ``model.train_freq`` (:func:`~rlightning_sb3.add_replay_step`'s return), and the
+        fragments in runner order. Mutates the model's buffer and bookkeeping as the helper
+        documents.
+
+    Raises:
+        ValueError: the model's ``n_envs`` is not the runners' env count, ``n_steps`` is None
+            and ``model.train_freq`` counts episodes, or a helper refuses a step (its message
+            names the env).
+    """
+    env_ids = collector.env_ids
+    if model.n_envs != len(env_ids):
+        raise ValueError(
+            f"the model has n_envs={model.n_envs} but the runners host {len(env_ids)} envs "
+            f"{env_ids}: build the model with a VecEnv of {len(env_ids)} envs"
+        )
+    if n_steps is None:
+        train_freq: Any = model.train_freq  # a TrainFreq since _setup_model
+        if train_freq.unit != TrainFrequencyUnit.STEP:
+            raise ValueError(
+                f"model.train_freq={train_freq} counts episodes: pass n_steps (steps per env "
+                "per call) to collect_replay"
+            )
+        n_steps = int(train_freq.frequency)
+    fragments = collector.sample(n_steps, current_version)
+    done = False
+    for t in range(n_steps):
+        responses = [r for f in fragments for r in ResponseBatch(f.answers[t])]
+        after = [
+            f.observations[t + 1] if t + 1 < n_steps else f.last_observation for f in fragments
+        ]
+        done = add_replay_step(
+            model,
+            concat_observations([f.observations[t] for f in fragments]),
+            responses,
+            concat_observations(after),
+            np.concatenate([f.rewards[t] for f in fragments]),
+            np.concatenate([f.dones[t] for f in fragments]),
+            [info for f in fragments for info in f.infos[t]],
+            env_ids=env_ids,
+        )
+    return done, fragments

@@ -1,0 +1,34 @@
+"""SB3BatchPolicy in-process: what an off-policy publish carries to the server's model."""
+
+from __future__ import annotations
+
+import numpy as np
+from stable_baselines3 import DQN
+from stable_baselines3.common.env_util import make_vec_env
+
+from rlightning_ray.sb3 import ActingState, SB3BatchPolicy, acting_state
+from rlightning_sb3 import start_training
+
+
+def make_dqn() -> DQN:
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    return DQN("MlpPolicy", env, learning_starts=4, seed=0, device="cpu")
+
+
+def test_acting_state_sets_the_learners_counters_on_the_server_model() -> None:
+    learner = make_dqn()
+    start_training(learner, 1_000)
+    learner.num_timesteps, learner.exploration_rate = 6, 0.25
+    state = acting_state(learner)
+    assert isinstance(state, ActingState)
+    assert (state.num_timesteps, state.exploration_rate) == (6, 0.25)
+    policy = SB3BatchPolicy(make_dqn)
+    policy.set_weights(state)
+    assert policy.model.num_timesteps == 6 and policy.model.exploration_rate == 0.25
+    for name, tensor in learner.policy.state_dict().items():
+        assert bool((policy.model.policy.state_dict()[name] == tensor).all()), name
+    obs = np.zeros((3, 4), np.float32)
+    answer = policy(obs, ["a", "b", "c"], np.zeros(3, bool), [1, 1, 1])
+    assert len(answer) == 3
+    # the server counts the rows it explored for, as the learner counts n_envs per step
+    assert policy.model.num_timesteps == 9
