@@ -30,6 +30,7 @@ SMOKE: dict[str, tuple[list[str], str]] = {
         ["--smoke", "--plot", "{tmp}/shared.png"],
         "mean per-agent episode return over 2 episodes",
     ),
+    "ray_ppo_cartpole.py": (["--smoke"], "finished at 512 steps"),
     "ray_rollout.py": (["--smoke"], "2 env actors x 20 steps done"),
     "sb3_custom_loop.py": (
         ["--smoke", "--out", "{tmp}/loop", "--run-dir", "{tmp}/run"],
@@ -50,8 +51,9 @@ def test_every_example_has_a_smoke_run_and_a_readme_entry() -> None:
 
 @pytest.mark.parametrize("script", sorted(SMOKE))
 def test_example_smoke_run(script: str, tmp_path: Path) -> None:
-    if script == "ray_rollout.py" and importlib.util.find_spec("ray") is None:
-        pytest.skip("ray is not installed here (the `examples` and `ray` tox environments have it)")
+    needs = {"ray_rollout.py": "ray", "ray_ppo_cartpole.py": "rlightning_ray"}.get(script)
+    if needs is not None and importlib.util.find_spec(needs) is None:
+        pytest.skip(f"{needs} is not installed here (the `examples` tox environment has it)")
     args, expected = SMOKE[script]
     env = dict(os.environ, MPLBACKEND="Agg", SDL_VIDEODRIVER="dummy", RAY_USAGE_STATS_ENABLED="0")
     done = subprocess.run(
