@@ -17,7 +17,7 @@ from importlib.util import find_spec
 __all__ = ["main", "system_info"]
 
 #: rlightning's own distributions, in the order printed.
-DISTRIBUTIONS = ("rlightning-core", "rlightning-sb3", "rlightning-pettingzoo")
+DISTRIBUTIONS = ("rlightning-core", "rlightning-sb3", "rlightning-pettingzoo", "rlightning-ray")
 #: Third-party distributions whose versions matter in a bug report, in the order printed.
 THIRD_PARTY = (
     "numpy",
