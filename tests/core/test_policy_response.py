@@ -11,6 +11,7 @@ import pickle
 import re
 import time
 from collections import OrderedDict, defaultdict, namedtuple
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -469,3 +470,33 @@ def test_container_types_untouched_without_tensors():
     r.numpy().cpu()
     assert r.dd is dd
     assert type(r.od) is OrderedDict and type(r.nt) is Hidden
+
+
+@pytest.mark.parametrize(
+    "clock",
+    [time.monotonic_ns, time.perf_counter_ns, lambda: time.time_ns() // 1000],
+    ids=["monotonic_ns", "perf_counter_ns", "epoch-microseconds"],
+)
+def test_stamp_from_another_clock_read_against_time_ns_warns(clock: Callable[[], int]) -> None:
+    # Read against time.time_ns(), these would give a latency of decades; 0.0 and a warning.
+    response = PolicyResponse("env-0", ts_env_sent_ns=clock())
+    with pytest.warns(rlightning.StampWarning) as caught:
+        assert response.compute_sent_latency() == 0.0
+    message = str(caught[0].message)
+    for part in (
+        "ts_env_sent_ns is ",
+        "before 2001 read against time.time_ns()=",
+        "from another clock (time.monotonic_ns(), perf_counter_ns()) or unit",
+        "fix: stamp with time.time_ns() (int nanoseconds since the epoch), or pass now_ns from "
+        "the same clock the stamp came from",
+        "[rule timestamp]",
+    ):
+        assert part in message, (part, message)
+
+
+def test_any_clock_may_be_used_with_an_explicit_now(recwarn: pytest.WarningsRecorder) -> None:
+    sent = time.monotonic_ns()
+    response = PolicyResponse("env-0", ts_env_sent_ns=sent)
+    assert response.compute_sent_latency(now_ns=sent + 2_000_000) == pytest.approx(0.002)
+    assert rlightning.rules.STAMP_EPOCH_FLOOR_NS == 978_307_200 * 10**9  # 2001-01-01T00:00Z
+    assert not [w for w in recwarn if issubclass(w.category, rlightning.StampWarning)]

@@ -17,7 +17,11 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import gymnasium as gym
 import numpy as np
 
-from rlightning.rules._values import _stamp_problem, _unusable_stamp_latency
+from rlightning.rules._values import (
+    STAMP_EPOCH_FLOOR_NS,
+    _stamp_problem,
+    _unusable_stamp_latency,
+)
 
 if TYPE_CHECKING:
     from rlightning.types.policy_response import PolicyResponse
@@ -37,7 +41,8 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**64 - 1  # signed or unsigned 64-bit
 
 
 def _latency_s(stamp: object, now_ns: int | None, stamp_name: str, method: str) -> float:
-    if now_ns is None:
+    wall_clock = now_ns is None
+    if wall_clock:
         now_ns = time.time_ns()
     elif isinstance(now_ns, bool) or not isinstance(now_ns, (int, np.integer)):
         raise TypeError(
@@ -56,6 +61,10 @@ def _latency_s(stamp: object, now_ns: int | None, stamp_name: str, method: str) 
     else:
         elapsed_ns = 0
     if elapsed_ns > 0:
+        if wall_clock and elapsed_ns > now_ns - STAMP_EPOCH_FLOOR_NS:
+            # Read against time.time_ns(), a stamp before 2001 came from another clock
+            # (time.monotonic_ns(), perf_counter_ns()) or unit (us, ms): 0.0, warned once.
+            return _unusable_stamp_latency(stamp_name, stamp, int(now_ns), method, other_clock=True)
         return elapsed_ns / 1e9
     # No stamp, an invalid one or one not before now: 0.0, warned once when it is a bug.
     return _unusable_stamp_latency(stamp_name, stamp, int(now_ns), method)

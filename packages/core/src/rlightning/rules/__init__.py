@@ -16,7 +16,8 @@ rule                              owner
                                   :func:`mask_violation`
 ``no-legal-action``               :func:`check_action_mask` (and all that call it)
 ``timestamp``                     :data:`STAMP_FIELDS`, :func:`check_stamp`,
-                                  :class:`StampWarning`, :data:`STAMP_FUTURE_TOLERANCE_NS`
+                                  :class:`StampWarning`, :data:`STAMP_FUTURE_TOLERANCE_NS`,
+                                  :data:`STAMP_EPOCH_FLOOR_NS`
 ``boolean``                       :func:`as_bools`
 (every message)                   :func:`rule_error`, :func:`rule_message`, :func:`describe`
 ================================  ==========================================================
@@ -34,6 +35,7 @@ from rlightning.rules._mask_actions import action_allowed, mask_violation
 from rlightning.rules._masks import MaskLayout, check_action_mask, flat_mask, mask_size
 from rlightning.rules._space import contains, space_violation
 from rlightning.rules._values import (
+    STAMP_EPOCH_FLOOR_NS,
     STAMP_FIELDS,
     STAMP_FUTURE_TOLERANCE_NS,
     StampWarning,
@@ -43,6 +45,7 @@ from rlightning.rules._values import (
 
 __all__ = [
     "RULES",
+    "STAMP_EPOCH_FLOOR_NS",
     "STAMP_FIELDS",
     "STAMP_FUTURE_TOLERANCE_NS",
     "MaskLayout",

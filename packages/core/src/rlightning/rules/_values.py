@@ -28,6 +28,14 @@ _NOT_INT = "must be an int of nanoseconds since the epoch (time.time_ns())"
 #: stamp up to a minute ahead is clock skew and reads as 0.0 silently; further ahead it is a bug.
 STAMP_FUTURE_TOLERANCE_NS = 60 * 10**9
 
+#: 2001-01-01T00:00:00Z in nanoseconds since the epoch. Read against ``time.time_ns()`` (a latency
+#: method called without ``now_ns``), a stamp before it is not a wall-clock stamp in nanoseconds:
+#: ``time.monotonic_ns()`` and ``time.perf_counter_ns()`` count from boot (far below it), and
+#: epoch stamps in microseconds or milliseconds are 1,000x and 10**6x too small. The latency
+#: methods then return 0.0 and warn (reason ``clock``) instead of a latency of decades. With an
+#: explicit ``now_ns`` any clock may be used for both, and no floor applies.
+STAMP_EPOCH_FLOOR_NS = 978_307_200 * 10**9
+
 _EXPECTED = "an int of nanoseconds since the epoch from time.time_ns(), at most {tolerance} s ahead"
 
 
@@ -37,10 +45,13 @@ class StampWarning(RuntimeWarning):
     ``compute_sent_latency`` and ``compute_policy_latency`` return 0.0 for a stamp that breaks the
     ``timestamp`` rule, as the original API page asks ("0.0 if ts_env_sent_ns is missing or
     invalid"); so that the 0.0 is not silent, they warn with this class, once per field and reason
-    (not an int -- e.g. float seconds from ``time.time()`` --, negative, beyond 64 bits, or more
-    than :data:`STAMP_FUTURE_TOLERANCE_NS` ahead of ``now_ns``). The message names the field, the
-    value and what was expected. A missing or None stamp ("not stamped") never warns, nor does a
-    stamp less than a minute ahead (clock skew between machines).
+    (not an int -- e.g. float seconds from ``time.time()`` --, negative, beyond 64 bits, more
+    than :data:`STAMP_FUTURE_TOLERANCE_NS` ahead of ``now_ns``, or, read against
+    ``time.time_ns()`` because no ``now_ns`` was given, before :data:`STAMP_EPOCH_FLOOR_NS`: a
+    stamp from ``time.monotonic_ns()``/``perf_counter_ns()`` or in microseconds/milliseconds).
+    The message names the field, the value and what was expected. A missing or None stamp ("not
+    stamped") never warns, nor does a stamp less than a minute ahead (clock skew between
+    machines).
 
     Silence it, or turn it into an error, with the ``warnings`` filters::
 
@@ -74,6 +85,11 @@ def _stamp_problem(value: object) -> str | None:
 
 
 def _stamp_fix(value: object, reason: str) -> str:
+    if reason == "clock":
+        return (
+            "stamp with time.time_ns() (int nanoseconds since the epoch), or pass now_ns from "
+            "the same clock the stamp came from"
+        )
     if reason == "future":
         return (
             "stamp with time.time_ns() when the message is sent, on clocks kept in step (NTP); "
@@ -84,7 +100,9 @@ def _stamp_fix(value: object, reason: str) -> str:
     return "stamp with time.time_ns() (int nanoseconds since the epoch)"
 
 
-def _unusable_stamp_latency(name: str, stamp: object, now_ns: int, method: str) -> float:
+def _unusable_stamp_latency(
+    name: str, stamp: object, now_ns: int, method: str, *, other_clock: bool = False
+) -> float:
     """Return 0.0, the latency of a stamp that is invalid or not before ``now_ns``, warning once.
 
     The latency methods' slow path (they compute the latency themselves when ``stamp`` is a valid
@@ -97,17 +115,28 @@ def _unusable_stamp_latency(name: str, stamp: object, now_ns: int, method: str) 
         stamp: The stamp read, None when missing.
         now_ns: The current time in nanoseconds since the epoch (already checked).
         method: The latency method, named in the warning (``"compute_sent_latency"``).
+        other_clock: The stamp is valid and before ``now_ns``, but ``now_ns`` came from
+            ``time.time_ns()`` and the stamp is before :data:`STAMP_EPOCH_FLOOR_NS` (another
+            clock or unit): warn with reason ``clock``.
 
     Returns:
         0.0.
 
     Warns:
-        StampWarning: the stamp is not an int, is negative, beyond 64 bits or far in the future.
+        StampWarning: the stamp is not an int, is negative, beyond 64 bits, far in the future, or
+            from another clock (``other_clock``).
     """
     if stamp is None:
         return 0.0
     reason = _stamp_reason(stamp)
-    if reason is None:
+    if other_clock:
+        reason = (
+            "clock",
+            f"is {int(cast('int', stamp))} ns, before 2001 read against time.time_ns()="
+            f"{now_ns}: from another clock (time.monotonic_ns(), perf_counter_ns()) or unit "
+            f"(microseconds, milliseconds)",
+        )
+    elif reason is None:
         ahead_ns = int(cast("int", stamp)) - now_ns  # a valid stamp not before now_ns
         if ahead_ns <= STAMP_FUTURE_TOLERANCE_NS:
             return 0.0
