@@ -114,7 +114,10 @@ def test_missing_action_for_selected_agent() -> None:
         ),
     ):
         aec_action(response, env)
-    with pytest.raises(TypeError, match="for live agent 'player_1', got NoneType"):
+    with pytest.raises(
+        TypeError,
+        match="response for live agent 'player_1' must be a MultiAgentPolicyResponse, got NoneType",
+    ):
         aec_action(None, env)
 
 
@@ -261,3 +264,20 @@ def test_sample_response_after_the_game_ended_gives_no_action() -> None:
     except ValueError:
         return
     assert response.action == {}
+
+
+def test_single_agent_response_says_how_to_make_a_multi_agent_one() -> None:
+    from rlightning import PolicyResponse
+
+    env = tictactoe_v3.env()
+    env.reset(seed=0)
+    with pytest.raises(TypeError) as caught:
+        aec_action(PolicyResponse("e", action=1), env)  # type: ignore[arg-type]
+    message = str(caught.value)
+    assert message.startswith(
+        "response for live agent 'player_1' must be a MultiAgentPolicyResponse, got a "
+        "single-agent PolicyResponse (env_id='e', fields ['action']): an AEC env's response "
+        "holds the acting agent's action keyed by its id (action={'player_1': ...}); make one "
+        "with MultiAgentPolicyResponse(env_id, action={agent: action, ...})"
+    ), message
+    assert "MultiAgentPolicyResponse.from_agents(env_id, {agent: response, ...})" in message

@@ -321,3 +321,13 @@ def test_negative_per_env_stamp_names_the_env(ppo2_adapter: SB3PolicyAdapter) ->
 def test_non_numeric_list_observation_is_refused(ppo2_adapter: SB3PolicyAdapter) -> None:
     with pytest.raises(ValueError, match="must convert to a numeric array"):
         ppo2_adapter.act([["x"] * 4, ["y"] * 4], ["a", "b"])
+
+
+def test_env_ids_in_the_observations_place_get_a_hint(ppo2_adapter: SB3PolicyAdapter) -> None:
+    obs = np.zeros((2, 4), np.float32)
+    with pytest.raises(ValueError, match="must convert to a numeric array") as caught:
+        ppo2_adapter.act(["a", "b"], obs)  # type: ignore[arg-type]
+    assert str(caught.value).endswith(
+        "(env ids where the observation belongs? the observation comes first, env ids by "
+        "keyword: act(obs, env_ids=ids))"
+    ), caught.value

@@ -22,6 +22,7 @@ from rlightning import MultiAgentPolicyResponse
 from rlightning.rules import describe, mask_violation, space_violation
 from rlightning_pettingzoo._envs import aec_acting_agent, describe_env, require_aec
 from rlightning_pettingzoo.masks import find_action_mask
+from rlightning_pettingzoo.parallel import _not_multi_agent_message
 
 __all__ = ["aec_action"]
 
@@ -73,8 +74,12 @@ def aec_action(
         return None
     if not isinstance(response, MultiAgentPolicyResponse):
         raise TypeError(
-            f"response must be a MultiAgentPolicyResponse for live agent {agent!r}, "
-            f"got {type(response).__name__}"
+            _not_multi_agent_message(
+                response,
+                why=f"an AEC env's response holds the acting agent's action keyed by its id "
+                f"(action={{{agent!r}: ...}})",
+                subject=f"response for live agent {agent!r}",
+            )
         )
     actions: dict[Any, Any] = response.action
     if agent not in actions:

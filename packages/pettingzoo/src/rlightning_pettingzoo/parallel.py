@@ -273,11 +273,21 @@ def from_parallel_actions(
     return MultiAgentPolicyResponse(env_id, **data)
 
 
-def _not_multi_agent_message(response: object) -> str:
-    """The ``TypeError`` message of :func:`to_parallel_actions` for a non-multi-agent response.
+def _not_multi_agent_message(
+    response: object,
+    why: str = (
+        "a parallel env steps every agent at once, so the response needs one action per agent"
+    ),
+    subject: str = "response",
+) -> str:
+    """The ``TypeError`` message for a response that is not a :class:`MultiAgentPolicyResponse`.
+
+    Used by :func:`to_parallel_actions` and ``aec_action``.
 
     Args:
         response: What was given instead of a :class:`MultiAgentPolicyResponse`.
+        why: Why the caller needs a multi-agent response (said for a single-agent one).
+        subject: What the message calls the argument.
 
     Returns:
         The message: what was given, and how to make a multi-agent response from it.
@@ -290,8 +300,7 @@ def _not_multi_agent_message(response: object) -> str:
     )
     if isinstance(response, PolicyResponse):
         return (
-            f"response must be a MultiAgentPolicyResponse, got a single-agent PolicyResponse "
-            f"(env_id={response.env_id!r}, fields {list(response.to_dict())}): a parallel env "
-            f"steps every agent at once, so the response needs one action per agent; {how}"
+            f"{subject} must be a MultiAgentPolicyResponse, got a single-agent PolicyResponse "
+            f"(env_id={response.env_id!r}, fields {list(response.to_dict())}): {why}; {how}"
         )
-    return f"response must be a MultiAgentPolicyResponse, got {type(response).__name__}; {how}"
+    return f"{subject} must be a MultiAgentPolicyResponse, got {type(response).__name__}; {how}"

@@ -101,9 +101,15 @@ def _to_array(value: Any, name: str) -> np.ndarray:
             f"obs_to_tensor converts it (np.array): {error}"
         ) from None
     if array.dtype.kind not in "biuf":
+        hint = (
+            " (env ids where the observation belongs? the observation comes first, env ids by "
+            "keyword: act(obs, env_ids=ids))"
+            if array.dtype.kind in "US"
+            else ""
+        )
         raise ValueError(
             f"{name} must convert to a numeric array as SB3's obs_to_tensor converts it "
-            f"(np.array), got dtype {array.dtype} from {type(value).__name__} {value!r}"
+            f"(np.array), got dtype {array.dtype} from {type(value).__name__} {value!r}{hint}"
         )
     return array
 
