@@ -130,10 +130,14 @@ def monitored_pendulum(max_episode_steps: int | None = None) -> gym.Env[Any, Any
     return Monitor(pendulum(max_episode_steps))
 
 
-def make_td3(n_envs: int, seed: int, max_episode_steps: int, learning_starts: int) -> Any:
+def make_td3(
+    n_envs: int, seed: int, max_episode_steps: int, learning_starts: int, noise: str = "normal"
+) -> Any:
+    """TD3 on Pendulum; ``noise`` is ``"normal"`` or ``"ou"`` (Ornstein-Uhlenbeck)."""
     from stable_baselines3 import TD3
-    from stable_baselines3.common.noise import NormalActionNoise
+    from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise
 
+    kinds = {"normal": NormalActionNoise, "ou": OrnsteinUhlenbeckActionNoise}
     env = make_vec_env(
         pendulum, n_envs=n_envs, seed=seed, env_kwargs={"max_episode_steps": max_episode_steps}
     )
@@ -144,7 +148,31 @@ def make_td3(n_envs: int, seed: int, max_episode_steps: int, learning_starts: in
         batch_size=16,
         buffer_size=1_000,
         policy_kwargs={"net_arch": [32, 32]},
-        action_noise=NormalActionNoise(np.zeros(1), 0.3 * np.ones(1)),
+        action_noise=kinds[noise](np.zeros(1), 0.3 * np.ones(1)),
+        seed=seed,
+        device="cpu",
+    )
+
+
+def make_dqn(
+    n_envs: int, seed: int, max_episode_steps: int, learning_starts: int, train_freq: int
+) -> Any:
+    """DQN on CartPole whose exploration rate falls from 1.0 to 0.05 over its whole run."""
+    from stable_baselines3 import DQN
+
+    env = make_vec_env(
+        cartpole, n_envs=n_envs, seed=seed, env_kwargs={"max_episode_steps": max_episode_steps}
+    )
+    return DQN(
+        "MlpPolicy",
+        env,
+        learning_starts=learning_starts,
+        train_freq=train_freq,
+        batch_size=16,
+        buffer_size=1_000,
+        exploration_fraction=1.0,
+        target_update_interval=8,
+        policy_kwargs={"net_arch": [32, 32]},
         seed=seed,
         device="cpu",
     )
