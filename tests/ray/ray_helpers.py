@@ -122,6 +122,33 @@ def spread_ppo() -> PPO:
     return PPO("MlpPolicy", AgentSpaces(), n_steps=8, batch_size=8, seed=0, device="cpu")
 
 
+class AgentSlot(gym.Env[Any, Any]):
+    """One agent's spaces as a gymnasium env, for a shared model's VecEnv (never stepped)."""
+
+    def __init__(self, observation_space: Any, action_space: Any) -> None:
+        self.observation_space, self.action_space = observation_space, action_space
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        return self.observation_space.sample() * 0, {}
+
+    def step(self, action: Any) -> Any:
+        raise RuntimeError("AgentSlot only sizes a shared model's buffer; it is never stepped")
+
+
+def spread_slots_ppo(n_slots: int, n_steps: int = 8) -> PPO:
+    """A shared PPO for simple_spread with a VecEnv of ``n_slots`` agent slots."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    env = spread()
+    env.reset(seed=0)
+    obs_space, act_space = env.observation_space("agent_0"), env.action_space("agent_0")
+    venv = DummyVecEnv([lambda: AgentSlot(obs_space, act_space)] * n_slots)
+    return PPO(
+        "MlpPolicy", venv, n_steps=n_steps, batch_size=n_slots * n_steps, seed=0, device="cpu"
+    )
+
+
 def pendulum(max_episode_steps: int | None = None) -> gym.Env[Any, Any]:
     return gym.make("Pendulum-v1", max_episode_steps=max_episode_steps)
 
