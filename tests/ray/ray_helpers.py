@@ -122,6 +122,33 @@ def spread_ppo() -> PPO:
     return PPO("MlpPolicy", AgentSpaces(), n_steps=8, batch_size=8, seed=0, device="cpu")
 
 
+class AgentSlot(gym.Env[Any, Any]):
+    """One agent's spaces as a gymnasium env, for a shared model's VecEnv (never stepped)."""
+
+    def __init__(self, observation_space: Any, action_space: Any) -> None:
+        self.observation_space, self.action_space = observation_space, action_space
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        return self.observation_space.sample() * 0, {}
+
+    def step(self, action: Any) -> Any:
+        raise RuntimeError("AgentSlot only sizes a shared model's buffer; it is never stepped")
+
+
+def spread_slots_ppo(n_slots: int, n_steps: int = 8) -> PPO:
+    """A shared PPO for simple_spread with a VecEnv of ``n_slots`` agent slots."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    env = spread()
+    env.reset(seed=0)
+    obs_space, act_space = env.observation_space("agent_0"), env.action_space("agent_0")
+    venv = DummyVecEnv([lambda: AgentSlot(obs_space, act_space)] * n_slots)
+    return PPO(
+        "MlpPolicy", venv, n_steps=n_steps, batch_size=n_slots * n_steps, seed=0, device="cpu"
+    )
+
+
 def pendulum(max_episode_steps: int | None = None) -> gym.Env[Any, Any]:
     return gym.make("Pendulum-v1", max_episode_steps=max_episode_steps)
 
@@ -130,10 +157,14 @@ def monitored_pendulum(max_episode_steps: int | None = None) -> gym.Env[Any, Any
     return Monitor(pendulum(max_episode_steps))
 
 
-def make_td3(n_envs: int, seed: int, max_episode_steps: int, learning_starts: int) -> Any:
+def make_td3(
+    n_envs: int, seed: int, max_episode_steps: int, learning_starts: int, noise: str = "normal"
+) -> Any:
+    """TD3 on Pendulum; ``noise`` is ``"normal"`` or ``"ou"`` (Ornstein-Uhlenbeck)."""
     from stable_baselines3 import TD3
-    from stable_baselines3.common.noise import NormalActionNoise
+    from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise
 
+    kinds = {"normal": NormalActionNoise, "ou": OrnsteinUhlenbeckActionNoise}
     env = make_vec_env(
         pendulum, n_envs=n_envs, seed=seed, env_kwargs={"max_episode_steps": max_episode_steps}
     )
@@ -144,7 +175,31 @@ def make_td3(n_envs: int, seed: int, max_episode_steps: int, learning_starts: in
         batch_size=16,
         buffer_size=1_000,
         policy_kwargs={"net_arch": [32, 32]},
-        action_noise=NormalActionNoise(np.zeros(1), 0.3 * np.ones(1)),
+        action_noise=kinds[noise](np.zeros(1), 0.3 * np.ones(1)),
+        seed=seed,
+        device="cpu",
+    )
+
+
+def make_dqn(
+    n_envs: int, seed: int, max_episode_steps: int, learning_starts: int, train_freq: int
+) -> Any:
+    """DQN on CartPole whose exploration rate falls from 1.0 to 0.05 over its whole run."""
+    from stable_baselines3 import DQN
+
+    env = make_vec_env(
+        cartpole, n_envs=n_envs, seed=seed, env_kwargs={"max_episode_steps": max_episode_steps}
+    )
+    return DQN(
+        "MlpPolicy",
+        env,
+        learning_starts=learning_starts,
+        train_freq=train_freq,
+        batch_size=16,
+        buffer_size=1_000,
+        exploration_fraction=1.0,
+        target_update_interval=8,
+        policy_kwargs={"net_arch": [32, 32]},
         seed=seed,
         device="cpu",
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import partial
 from types import ModuleType
 
@@ -12,8 +13,9 @@ import ray
 import rlightning_ray
 from rlightning import MultiAgentPolicyResponse
 from rlightning_pettingzoo import SharedPolicyAdapter
-from rlightning_ray.pettingzoo import ParallelEnvRunner, SharedBatchPolicy
+from rlightning_ray.pettingzoo import ParallelEnvRunner, SharedBatchPolicy, collect_shared_rollout
 from rlightning_ray.sb3 import policy_weights
+from rlightning_sb3 import start_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
 
@@ -97,3 +99,77 @@ def test_agents_that_leave_or_join_are_answered_only_while_live(
     assert frag.terminations[1][0] == {"a0": True, "a1": False, "a2": False, "a3": False}
     assert frag.terminations[4][0] == {"a2": False, "a3": True}
     assert frag.terminations[5][1] == {"a2": True}
+
+
+def test_a_shared_rollout_has_one_row_per_agent_and_step(
+    local_ray: None, helpers: ModuleType
+) -> None:
+    agents = ["agent_0", "agent_1", "agent_2"]
+    server, registry = rlightning_ray.start_server(
+        partial(SharedBatchPolicy, helpers.spread_ppo, helpers.spread),
+        max_batch=2,
+        max_wait_us=5000,
+        num_cpus=0.25,
+    )
+    runners = rlightning_ray.start_runners(
+        helpers.spread,
+        server,
+        n_runners=2,
+        envs_per_runner=1,
+        seed=0,
+        num_cpus=0.25,
+        runner_class=ParallelEnvRunner,
+    )
+    model = helpers.spread_slots_ppo(6)
+    start_training(model, 1_000)
+    collector = rlightning_ray.Collector(runners)
+    rlightning_ray.publish_weights(server, registry, 0, policy_weights(model))
+    fragments = collect_shared_rollout(model, collector, agents, current_version=0)
+    buf = model.rollout_buffer
+    assert buf.full and model.num_timesteps == 8 * 6
+    adapter = SharedPolicyAdapter(model)
+    for r, frag in enumerate(fragments):
+        for t in range(8):
+            answer = frag.answers[t][0]
+            for j, agent in enumerate(agents):
+                slot = 3 * r + j
+                np.testing.assert_array_equal(
+                    buf.observations[t, slot], frag.observations[t][0][agent]
+                )
+                np.testing.assert_array_equal(buf.actions[t, slot], answer.buffer_action[agent])
+                assert buf.values[t, slot] == answer.value[agent]
+                assert buf.log_probs[t, slot] == answer.log_prob[agent]
+                assert buf.episode_starts[t, slot] == (t in (0, 6))  # max_cycles=6
+                reward = frag.rewards[t][0][agent]
+                if t == 5:  # truncated: SB3 adds gamma * V(last observation)
+                    final = frag.final_observations[t][0]
+                    assert final is not None
+                    reward += model.gamma * adapter.predict_values(helpers.spread(), final)[agent]
+                # the bootstrap's value comes from a batched forward pass: tolerance
+                np.testing.assert_allclose(buf.rewards[t, slot], reward, rtol=1e-5, atol=1e-6)
+    assert buf.advantages.any() and buf.returns.any()
+    for actor in [server, registry, *runners]:
+        ray.kill(actor)
+
+
+def test_a_shared_rollout_refuses_agents_that_leave(local_ray: None, helpers: ModuleType) -> None:
+    message = "env 'env-0' at step 1 has live agents ['a0', 'a1', 'a2', 'a3']"
+    server, registry = rlightning_ray.start_server(
+        partial(SharedBatchPolicy, helpers.dwindle_ppo, helpers.dwindle), num_cpus=0.25
+    )
+    runners = rlightning_ray.start_runners(
+        helpers.dwindle,
+        server,
+        n_runners=1,
+        envs_per_runner=1,
+        num_cpus=0.25,
+        runner_class=ParallelEnvRunner,
+    )
+    model = helpers.spread_slots_ppo(3)
+    start_training(model, 1_000)
+    try:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            collect_shared_rollout(model, rlightning_ray.Collector(runners), ["a0", "a1", "a2"])
+    finally:
+        for actor in [server, registry, *runners]:
+            ray.kill(actor)

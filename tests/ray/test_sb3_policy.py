@@ -6,7 +6,7 @@ import numpy as np
 from stable_baselines3 import DQN
 from stable_baselines3.common.env_util import make_vec_env
 
-from rlightning_ray.sb3 import ActingState, SB3BatchPolicy, acting_state
+from rlightning_ray.sb3 import ActingState, SB3BatchPolicy, acting_state, policy_weights
 from rlightning_sb3 import start_training
 
 
@@ -21,7 +21,7 @@ def test_acting_state_sets_the_learners_counters_on_the_server_model() -> None:
     learner.num_timesteps, learner.exploration_rate = 6, 0.25
     state = acting_state(learner)
     assert isinstance(state, ActingState)
-    assert (state.num_timesteps, state.exploration_rate) == (6, 0.25)
+    assert (state.num_timesteps, state.exploration_rate, state.total_timesteps) == (6, 0.25, 1_000)
     policy = SB3BatchPolicy(make_dqn)
     policy.set_weights(state)
     assert policy.model.num_timesteps == 6 and policy.model.exploration_rate == 0.25
@@ -30,5 +30,14 @@ def test_acting_state_sets_the_learners_counters_on_the_server_model() -> None:
     obs = np.zeros((3, 4), np.float32)
     answer = policy(obs, ["a", "b", "c"], np.zeros(3, bool), [1, 1, 1])
     assert len(answer) == 3
-    # the server counts the rows it explored for, as the learner counts n_envs per step
+    # the server counts the rows it explored for, as the learner counts n_envs per step, and
+    # sets DQN's rate from the progress remaining after them, as DQN._on_step
     assert policy.model.num_timesteps == 9
+    assert policy.model.exploration_rate == learner.exploration_schedule(1.0 - 9 / 1_000)
+
+
+def test_a_publish_without_total_timesteps_keeps_the_published_rate() -> None:
+    policy = SB3BatchPolicy(make_dqn)
+    policy.set_weights(ActingState(policy_weights(policy.model), 6, 0.25))
+    policy(np.zeros((2, 4), np.float32), ["a", "b"], np.zeros(2, bool), [1, 1])
+    assert (policy.model.num_timesteps, policy.model.exploration_rate) == (8, 0.25)

@@ -23,7 +23,9 @@ from rlightning_ray.runner import Fragment
 
 try:
     import torch
+    from gymnasium import spaces
     from stable_baselines3.common.base_class import BaseAlgorithm
+    from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
     from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
     from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
     from stable_baselines3.common.type_aliases import TrainFrequencyUnit
@@ -52,18 +54,25 @@ class ActingState:
     ``OffPolicyAlgorithm._sample_action`` samples the action space while ``num_timesteps <
     learning_starts``, and DQN's ``predict`` acts at random with probability
     ``exploration_rate``: both are the learner's counters, which a server's copy of the model
-    only knows through a publish (:func:`acting_state`).
+    only knows through a publish (:func:`acting_state`). Between publishes the server advances
+    them itself, as ``collect_rollouts`` does after each step (:class:`SB3BatchPolicy`), which
+    needs the learner's ``total_timesteps`` (DQN's schedule reads the progress remaining).
 
     Attributes:
         policy: ``policy.state_dict()`` CPU copies (as :func:`policy_weights`).
         num_timesteps: The learner's ``model.num_timesteps`` at the publish.
         exploration_rate: DQN's ``model.exploration_rate`` at the publish (None for models
             without one).
+        total_timesteps: The learner's ``model._total_timesteps`` (what ``_setup_learn``, hence
+            :func:`rlightning_sb3.start_training`, set; the denominator of SB3's
+            ``_current_progress_remaining``), or None (then the server keeps the published
+            ``exploration_rate`` until the next publish).
     """
 
     policy: dict[str, torch.Tensor]
     num_timesteps: int
     exploration_rate: float | None = None
+    total_timesteps: int | None = None
 
 
 def acting_state(model: BaseAlgorithm) -> ActingState:
@@ -73,10 +82,12 @@ def acting_state(model: BaseAlgorithm) -> ActingState:
         An :class:`ActingState` of ``model`` now (CPU copies; the learner may train on).
     """
     rate = getattr(model, "exploration_rate", None)
+    total = getattr(model, "_total_timesteps", 0)
     return ActingState(
         policy_weights(model),
         int(model.num_timesteps),
         None if rate is None else float(rate),
+        int(total) if total else None,
     )
 
 
@@ -86,12 +97,32 @@ class SB3BatchPolicy:
     Built in the server's process by a factory, e.g.
     ``lambda: SB3BatchPolicy(lambda: PPO("MlpPolicy", env, device="cpu"))``.
 
+    An off-policy model that explores also gets, between publishes, what
+    ``OffPolicyAlgorithm.collect_rollouts`` does to the acting side around each step:
+
+    * the action-noise process of each env whose ``episode_start`` is True is reset before its
+      next action is drawn (``collect_rollouts`` calls ``action_noise.reset(indices=[idx])``
+      after the step that ended env ``idx``'s episode). The env's index is the one
+      ``SB3PolicyAdapter.act`` gave it: its row in the first exploring call (as ``act``
+      documents); on that first call every process is fresh and none is reset, as SB3's first
+      step resets none;
+    * after each batch ``num_timesteps`` grows by the batch's rows (the learner's grows by
+      ``n_envs`` per step), so that the ``learning_starts`` warm-up ends at the same step on
+      both sides; and, for a model with an ``exploration_schedule`` (DQN, QR-DQN) once an
+      :class:`ActingState` with ``total_timesteps`` was published, ``exploration_rate`` becomes
+      ``exploration_schedule`` of the new progress remaining, computed by SB3's own
+      ``_update_current_progress_remaining``, as ``DQN._on_step`` sets it after each step.
+
+    With a fixed batch composition (the server's ``order=``, all envs in every batch) these
+    equal SB3's ``collect_rollouts`` step for step.
+
     Args:
         make_model: Builds the SB3 model (its spaces must be the runners' envs' spaces; its
             weights are replaced by each publish).
         seed: When given, ``stable_baselines3.common.utils.set_random_seed(seed)`` runs after the
             model is built, so the server's random draws (torch's global RNG, which
-            ``collect_rollouts`` samples from) start from a known state.
+            ``collect_rollouts`` samples from, and numpy's, which the action noise draws from)
+            start from a known state.
         explore: ``act``'s ``explore`` (False: deterministic actions).
     """
 
@@ -108,6 +139,10 @@ class SB3BatchPolicy:
         if seed is not None:
             set_random_seed(seed)
         self._off_policy = isinstance(self.model, OffPolicyAlgorithm)
+        self._total_timesteps: int | None = None
+        # The env ids of the first exploring call that drew action noise: env id -> the index
+        # of its process in ``model.action_noise`` (SB3PolicyAdapter.act's documented rule).
+        self._noise_index: dict[str, int] | None = None
 
     def __call__(
         self,
@@ -118,10 +153,19 @@ class SB3BatchPolicy:
     ) -> ResponseBatch[PolicyResponse]:
         """One ``SB3PolicyAdapter.act`` call for the whole batch (see its docstring).
 
-        For an off-policy model that explores, ``model.num_timesteps`` then grows by the batch's
-        rows, as the learner's grows by ``n_envs`` per step (``add_replay_step``), so that the
-        ``learning_starts`` warm-up ends at the same step on both sides between publishes.
+        Off-policy and exploring, first resets the action noise of the envs starting an
+        episode, and afterwards advances ``num_timesteps`` and DQN's ``exploration_rate`` (see
+        the class docstring). Mutates the model (those counters, the noise) and the adapter.
         """
+        acting = self._off_policy and self.explore
+        noisy = (
+            acting
+            and self.model.action_noise is not None
+            and isinstance(self.model.action_space, spaces.Box)
+        )
+        noise, index = self.model.action_noise, self._noise_index
+        if noisy and noise is not None and index is not None:
+            _reset_noise(noise, index, env_ids, episode_start)
         answer = self.adapter.act(
             observation,
             env_ids,
@@ -129,17 +173,30 @@ class SB3BatchPolicy:
             explore=self.explore,
             ts_env_sent_ns=ts_env_sent_ns,
         )
-        if self._off_policy and self.explore:
-            self.model.num_timesteps += len(env_ids)
+        if noisy and self._noise_index is None:
+            self._noise_index = {env_id: i for i, env_id in enumerate(env_ids)}
+        if acting:
+            self._advance(len(env_ids))
         return answer
+
+    def _advance(self, rows: int) -> None:
+        """After a batch of ``rows`` rows: ``collect_rollouts``' step counters (class docstring)."""
+        model: Any = self.model
+        model.num_timesteps += rows
+        schedule = getattr(model, "exploration_schedule", None)
+        if self._total_timesteps is not None and schedule is not None:
+            model._update_current_progress_remaining(model.num_timesteps, self._total_timesteps)
+            model.exploration_rate = float(schedule(model._current_progress_remaining))
 
     def set_weights(self, weights: dict[str, torch.Tensor] | ActingState) -> None:
         """Load published weights into the model's policy.
 
         Args:
             weights: A ``policy.state_dict()`` (:func:`policy_weights`), or an
-                :class:`ActingState` (:func:`acting_state`), whose ``num_timesteps`` and
-                ``exploration_rate`` (when not None) are also set on the model.
+                :class:`ActingState` (:func:`acting_state`), whose ``num_timesteps``,
+                ``exploration_rate`` (when not None) and ``total_timesteps`` (when not None;
+                the server then advances ``exploration_rate`` itself until the next publish)
+                are also taken.
         """
         if isinstance(weights, ActingState):
             self.model.policy.load_state_dict(weights.policy)
@@ -147,8 +204,24 @@ class SB3BatchPolicy:
             if weights.exploration_rate is not None:
                 # DQN's attribute; mypy sees BaseAlgorithm.
                 self.model.exploration_rate = weights.exploration_rate  # type: ignore[attr-defined]
+            if weights.total_timesteps is not None:
+                self._total_timesteps = weights.total_timesteps
             return
         self.model.policy.load_state_dict(weights)
+
+
+def _reset_noise(
+    noise: ActionNoise, index: dict[str, int], env_ids: list[str], episode_start: np.ndarray
+) -> None:
+    """Reset the noise process of each env of ``env_ids`` whose ``episode_start`` is True."""
+    starts = [e for e, s in zip(env_ids, np.asarray(episode_start, bool), strict=True) if s]
+    if not starts:
+        return
+    if isinstance(noise, VectorizedActionNoise):
+        # an id the noise has no process for is left to act(), which names it
+        noise.reset(indices=[index[e] for e in starts if e in index])
+    else:  # one env: SB3 resets the noise itself
+        noise.reset()
 
 
 def policy_weights(model: BaseAlgorithm) -> dict[str, torch.Tensor]:
@@ -231,11 +304,11 @@ def collect_replay(
     Exploration (warm-up sampling before ``learning_starts``, DQN's epsilon, the action noise,
     one process per env) is drawn on the server by :meth:`rlightning_sb3.SB3PolicyAdapter.act`:
     publish :func:`acting_state` (not only the weights) before each call so that the server's
-    ``num_timesteps`` and ``exploration_rate`` are the learner's. Between publishes the server
-    advances ``num_timesteps`` itself; DQN's ``exploration_rate`` stays the published one (SB3
-    lowers it every step: with ``n_steps`` steps per publish it lags by at most ``n_steps``
-    steps), and the server's action noise is not reset at episode ends (a no-op for
-    ``NormalActionNoise``; an ``OrnsteinUhlenbeckActionNoise`` carries its state over).
+    ``num_timesteps``, ``exploration_rate`` and ``total_timesteps`` are the learner's. Between
+    publishes the server advances ``num_timesteps`` and DQN's ``exploration_rate`` itself and
+    resets the action noise of each env whose episode ended, as ``collect_rollouts`` does
+    after each step (:class:`SB3BatchPolicy`): with the server's ``order=`` the buffer equals
+    SB3's, array for array.
 
     Train afterwards as ``OffPolicyAlgorithm.learn`` does: ``if model.num_timesteps >
     model.learning_starts: model.train(batch_size=model.batch_size,
