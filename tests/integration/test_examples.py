@@ -52,7 +52,11 @@ def test_every_example_has_a_smoke_run_and_a_readme_entry() -> None:
 
 @pytest.mark.parametrize("script", sorted(SMOKE))
 def test_example_smoke_run(script: str, tmp_path: Path) -> None:
-    needs = {"ray_rollout.py": "ray", "ray_ppo_cartpole.py": "rlightning_ray"}.get(script)
+    needs = {
+        "ray_rollout.py": "ray",
+        "ray_ppo_cartpole.py": "rlightning_ray",
+        "ray_pettingzoo_shared.py": "rlightning_ray",
+    }.get(script)
     if needs is not None and importlib.util.find_spec(needs) is None:
         pytest.skip(f"{needs} is not installed here (the `examples` tox environment has it)")
     args, expected = SMOKE[script]

@@ -90,6 +90,35 @@ def test_a_stale_policy_version_is_refused(local_ray: None, helpers: ModuleType)
         rlightning_ray.publish_weights(server, None, 2, {"w": 0})
 
 
+def test_a_runner_missing_from_the_order_is_refused(local_ray: None, helpers: ModuleType) -> None:
+    # env ids where runner ids belong: the request could never join a batch; refused, not hung
+    server, _ = rlightning_ray.start_server(
+        helpers.EchoPolicy, order=["env-0", "env-1"], num_cpus=0.25
+    )
+    (runner,) = rlightning_ray.start_runners(
+        _counter_fns(helpers, 2), server, n_runners=1, envs_per_runner=2, num_cpus=0.25
+    )
+    message = (
+        "runner 'runner-0' (envs ['env-0', 'env-1']) is not in the server's order "
+        "['env-0', 'env-1']: in the deterministic mode a batch is formed only from the runners "
+        "named there"
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ray.get(runner.sample.remote(1), timeout=120)
+
+
+def test_runners_that_cannot_be_placed_are_warned_about(
+    local_ray: None, helpers: ModuleType
+) -> None:
+    server, _ = rlightning_ray.start_server(helpers.EchoPolicy, num_cpus=0.25)
+    with pytest.warns(rlightning_ray.UnschedulableWarning, match=r"need 200 CPUs, but the"):
+        runners = rlightning_ray.start_runners(
+            _counter_fns(helpers, 2), server, n_runners=2, envs_per_runner=1, num_cpus=100
+        )
+    for runner in runners:
+        ray.kill(runner)
+
+
 def test_check_answer_refuses_missing_rows_and_versions() -> None:
     answer = PolicyResponse(None, env_ids=["e0"], action=[0])
     with pytest.raises(ValueError, match=re.escape("got answers for 1 envs ['e0'], but it has 2")):

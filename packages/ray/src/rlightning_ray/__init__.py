@@ -11,7 +11,8 @@ Public names:
   between batches, recovered by a restarted server;
 * :class:`Collector` -- the driver's side: fragments in runner order, checked, with per-hop
   latency (:func:`latency_report`, :data:`HOPS`);
-* :func:`start_server`, :func:`start_runners` -- the actors with Ray's restarts and retries;
+* :func:`start_server`, :func:`start_runners` -- the actors with Ray's restarts and retries
+  (:class:`UnschedulableWarning` when the runners cannot all be placed);
 * :func:`check_answer` -- the routing rules (env ids, policy staleness);
 * :mod:`rlightning_ray.sb3` (``[sb3]`` extra) -- ``SB3BatchPolicy``, ``policy_weights``,
   ``collect_rollout``; :mod:`rlightning_ray.pettingzoo` (``[pettingzoo]`` extra) -- runners of
@@ -33,7 +34,7 @@ from rlightning_ray._versions import (
 
 check_ray_version(_ray.__version__)
 
-from rlightning_ray.actors import start_runners, start_server  # noqa: E402
+from rlightning_ray.actors import UnschedulableWarning, start_runners, start_server  # noqa: E402
 from rlightning_ray.checks import POLICY_VERSION_FIELD, check_answer  # noqa: E402
 from rlightning_ray.collector import Collector  # noqa: E402
 from rlightning_ray.latency import HOPS, HopStats, LatencyReport, latency_report  # noqa: E402
@@ -58,6 +59,7 @@ __all__ = [
     "HopStats",
     "LatencyReport",
     "PolicyServer",
+    "UnschedulableWarning",
     "UntestedVersionWarning",
     "WeightsRegistry",
     "__version__",

@@ -19,7 +19,7 @@ from rlightning_ray.runner import EnvRunner
 from rlightning_ray.server import BatchPolicy, PolicyServer
 from rlightning_ray.weights import WeightsRegistry
 
-__all__ = ["start_runners", "start_server"]
+__all__ = ["UnschedulableWarning", "start_runners", "start_server"]
 
 
 def start_server(
@@ -124,6 +124,7 @@ def start_runners(
             f"env_fn holds {len(fns)} callables for {n_runners} runners x {envs_per_runner} envs"
             f" = {total} envs: give one callable, or one per env"
         )
+    _warn_if_unschedulable(ray, server, n_runners, num_cpus)
     actor: Any = ray.remote(runner_class).options(
         num_cpus=num_cpus,
         resources=resources or {},
@@ -144,3 +145,48 @@ def start_runners(
             )
         )
     return runners
+
+
+class UnschedulableWarning(UserWarning):
+    """The runners :func:`start_runners` is asked for need more CPUs than the cluster has free.
+
+    Ray then leaves the runners it cannot place pending, and a collector waiting for them waits
+    forever with no error: lower ``num_cpus`` (a runner mostly waits for the server: 0.5 or less
+    per runner is usual on a small machine) or add nodes. Clusters with an autoscaler may grow to
+    fit, so this is a warning, not an error.
+    """
+
+
+def _warn_if_unschedulable(ray: Any, server: Any, n_runners: int, num_cpus: float) -> None:
+    """Warn :class:`UnschedulableWarning` when ``n_runners * num_cpus`` exceeds the free CPUs.
+
+    Waits up to 30 s for the server to start first, so that its own reservation is counted.
+
+    Args:
+        ray: The ``ray`` module.
+        server: The policy server handle.
+        n_runners: Runners to start.
+        num_cpus: CPUs each reserves.
+
+    Warns:
+        UnschedulableWarning: the CPUs free after the server started are fewer than the runners
+            need; names both figures.
+    """
+    import contextlib
+    import warnings
+
+    # Not started within 30 s (or failing): judge what is free now.
+    with contextlib.suppress(Exception):
+        ray.get(server.info.remote(), timeout=30)
+    free = float(ray.available_resources().get("CPU", 0.0))
+    need = n_runners * num_cpus
+    if need > free:
+        warnings.warn(
+            f"start_runners: {n_runners} runners x num_cpus={num_cpus} need {need:g} CPUs, but "
+            f"the cluster has {free:g} free (the policy server's reservation already taken): "
+            f"the runners Ray cannot place stay pending and a collector waits for them forever; "
+            f"pass a smaller num_cpus (e.g. num_cpus={max(free, 0.1) / n_runners:.2g}) or add "
+            f"nodes",
+            UnschedulableWarning,
+            stacklevel=3,
+        )

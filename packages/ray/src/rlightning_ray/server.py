@@ -167,9 +167,19 @@ class PolicyServer:
             responses, each stamped and versioned.
 
         Raises:
+            ValueError: in the deterministic mode, ``runner_id`` is not one of ``order``'s
+                runners (its request could never join a batch: refused instead of waiting
+                forever; the message names both).
             Exception: what the policy raised for the batch this request was in.
         """
         recv = time.time_ns()
+        if self._order is not None and runner_id not in self._order:
+            raise ValueError(
+                f"runner {runner_id!r} (envs {list(env_ids)}) is not in the server's order "
+                f"{self._order}: in the deterministic mode a batch is formed only from the "
+                f"runners named there, so this request would wait forever; name the runners "
+                f"start_runners made (runner-0, runner-1, ...), not env ids"
+            )
         future: asyncio.Future[PolicyResponse] = asyncio.get_running_loop().create_future()
         self._pending.append(
             _Request(
