@@ -537,3 +537,31 @@ def test_example_runs_sb3_callbacks_as_learn(
     assert any(row.get("rollout/ep_rew_mean") for row in logged) == (threshold > 1e3)
     assert any(row.get("eval/mean_reward") for row in logged)
     _assert_same_params(reference, model)
+
+
+def test_a_new_run_starts_with_an_empty_rollout_buffer() -> None:
+    """Rows of a run stopped mid-rollout are not finished with the next run's (learn() resets)."""
+    model = STOPPED["ppo"]()
+    obs = start_training(model, 100, callback=StopAt(3))
+    steps: list[tuple[Any, ...]] = []
+    with pytest.raises(StopTraining):
+        _step_until_stopped(model, obs, steps)
+    assert model.rollout_buffer.pos == 2
+    finish_training(model)
+    start_training(model, 100)
+    assert model.rollout_buffer.pos == 0 and not model.rollout_buffer.full
+    finish_training(model)
+
+
+def test_a_run_with_a_callback_must_be_finished_before_the_next() -> None:
+    model = PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, seed=0, device="cpu")
+    recorder = Recorder()
+    start_training(model, 100, callback=recorder)
+    with pytest.raises(ValueError, match=re.escape("call finish_training(model) first")):
+        start_training(model, 100, callback=Recorder())
+    assert recorder.calls["on_training_end"] == 0
+    assert finish_training(model) is recorder
+    assert recorder.calls["on_training_end"] == 1
+    start_training(model, 100)  # a run without a callback has nothing to end
+    start_training(model, 100)
+    assert finish_training(model) is None

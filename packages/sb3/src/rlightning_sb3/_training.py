@@ -139,6 +139,10 @@ def start_training(
     :func:`~rlightning_sb3.finish_rollout` and :func:`~rlightning_sb3.add_replay_step` call the
     callback and dump the logger where ``learn`` does, and :func:`finish_training` ends the run.
 
+    An on-policy model's rollout buffer is emptied (``RolloutBuffer.reset``), as
+    ``collect_rollouts`` empties it when a rollout begins: steps of an earlier run stopped
+    mid-rollout are not mixed with this run's.
+
     Args:
         model: The SB3 model (it must have an env).
         total_timesteps: The step budget of the loop, as passed to ``learn``.
@@ -159,7 +163,8 @@ def start_training(
 
     Raises:
         TypeError: ``total_timesteps`` is not an int (a bool is refused too).
-        ValueError: ``total_timesteps`` is not positive, or the model has no env.
+        ValueError: ``total_timesteps`` is not positive, the model has no env, or a run with a
+            callback was started on this model and not finished (:func:`finish_training`).
         ImportError: ``progress_bar`` without ``tqdm`` and ``rich`` (raised by SB3).
     """
     if isinstance(total_timesteps, bool) or not isinstance(total_timesteps, int):
@@ -173,11 +178,22 @@ def start_training(
         raise ValueError(
             f"{type(model).__name__} has no env: build it with one or call model.set_env(env)"
         )
+    previous = _RUNS.get(model)
+    if previous is not None and previous.callback is not None:
+        raise ValueError(
+            f"this {type(model).__name__} has a training run with a callback that was not "
+            "finished: call finish_training(model) first (it calls the callback's "
+            "on_training_end, as learn() does when it returns), then start_training again"
+        )
     if log_interval == -1:
         log_interval = _learn_default(model, "log_interval")
     if tb_log_name is None:
         tb_log_name = _learn_default(model, "tb_log_name") or "run"
     _RUNS.pop(model, None)
+    if isinstance(model, OnPolicyAlgorithm):
+        # learn() begins every rollout with an empty buffer (collect_rollouts resets it): rows
+        # of a run a callback stopped mid-rollout must not be finished with this run's.
+        model.rollout_buffer.reset()
     total, built = model._setup_learn(
         total_timesteps,
         callback=callback,
