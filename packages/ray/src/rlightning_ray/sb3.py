@@ -197,9 +197,14 @@ class SB3BatchPolicy:
                 ``exploration_rate`` (when not None) and ``total_timesteps`` (when not None;
                 the server then advances ``exploration_rate`` itself until the next publish)
                 are also taken.
+
+        Raises:
+            RuntimeError: ``load_state_dict`` refused the weights (missing or unexpected keys,
+                shapes of another architecture); the model keeps its previous weights and
+                counters (torch copies the matching tensors before raising: they are put back).
         """
         if isinstance(weights, ActingState):
-            self.model.policy.load_state_dict(weights.policy)
+            self._load(weights.policy)
             self.model.num_timesteps = weights.num_timesteps
             if weights.exploration_rate is not None:
                 # DQN's attribute; mypy sees BaseAlgorithm.
@@ -207,7 +212,17 @@ class SB3BatchPolicy:
             if weights.total_timesteps is not None:
                 self._total_timesteps = weights.total_timesteps
             return
-        self.model.policy.load_state_dict(weights)
+        self._load(weights)
+
+    def _load(self, state: dict[str, torch.Tensor]) -> None:
+        """``policy.load_state_dict(state)``, all or nothing (see :meth:`set_weights`)."""
+        policy = self.model.policy
+        saved = {k: v.detach().clone() for k, v in policy.state_dict().items()}
+        try:
+            policy.load_state_dict(state)
+        except Exception:
+            policy.load_state_dict(saved)
+            raise
 
 
 def _reset_noise(

@@ -86,6 +86,13 @@ def _stacked(answer: Any) -> PolicyResponse | list[MultiAgentPolicyResponse]:
     )
 
 
+def _fail(batch: list[_Request], error: BaseException) -> None:
+    """Set ``error`` on every request of ``batch`` not answered yet."""
+    for request in batch:
+        if not request.future.done():
+            request.future.set_exception(error)
+
+
 class PolicyServer:
     """Dynamic batching over the requests of every runner (see the module docstring).
 
@@ -260,21 +267,43 @@ class PolicyServer:
         return batch
 
     def _run(self, batch: list[_Request]) -> None:
-        """One forward pass for ``batch``; each request's future gets its rows."""
+        """One forward pass for ``batch``; each request's future gets its rows or the error.
+
+        Whatever goes wrong (weights that cannot be loaded, the policy raising, an answer of the
+        wrong shape) reaches every request of the batch: nothing is raised here, where a timer
+        callback would lose it.
+        """
+        try:
+            self._run_batch(batch)
+        except Exception as exc:  # every runner of the batch gets the error
+            _fail(batch, exc)
+
+    def _run_batch(self, batch: list[_Request]) -> None:
         if self._next is not None:  # between batches only
             version, weights = self._next
             self._next = None
             set_weights = getattr(self._policy, "set_weights", None)
             if set_weights is None:
-                error = TypeError(
-                    f"{type(self._policy).__name__} has no set_weights(); weights version "
-                    f"{version} cannot be used"
+                _fail(
+                    batch,
+                    TypeError(
+                        f"{type(self._policy).__name__} has no set_weights(); weights version "
+                        f"{version} cannot be used"
+                    ),
                 )
-                for request in batch:
-                    if not request.future.done():
-                        request.future.set_exception(error)
                 return
-            set_weights(weights)
+            try:
+                set_weights(weights)
+            except Exception as exc:
+                error = RuntimeError(
+                    f"the server could not load the published weights version {version} into "
+                    f"{type(self._policy).__name__}: {type(exc).__name__}: {exc}; it keeps "
+                    f"version {self._version} (publish weights of the served model's "
+                    f"architecture under a newer version)"
+                )
+                error.__cause__ = exc
+                _fail(batch, error)
+                return
             self._version = version
         start = time.time_ns()
         env_ids = [env_id for r in batch for env_id in r.env_ids]
@@ -289,9 +318,7 @@ class PolicyServer:
                 )
             )
         except Exception as exc:  # every runner of the batch gets the policy's error
-            for request in batch:
-                if not request.future.done():
-                    request.future.set_exception(exc)
+            _fail(batch, exc)
             return
         done = time.time_ns()
         self._batch_rows.append(len(env_ids))

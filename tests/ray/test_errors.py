@@ -1,0 +1,71 @@
+"""Errors reach every runner: weights the server cannot load, a failing env, a wrong setup.
+
+Every ``ray.get`` here has a timeout: a regression (a request left waiting) fails the test
+instead of hanging it.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from types import ModuleType
+from typing import Any
+
+import pytest
+import ray
+import torch
+
+import rlightning_ray
+from rlightning_ray.sb3 import SB3BatchPolicy, policy_weights
+
+pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
+
+TIMEOUT_S = 30
+
+
+def _start(
+    helpers: ModuleType, order: list[str] | None, env_fns: list[Any] | None = None
+) -> tuple[Any, Any, list[Any]]:
+    server, registry = rlightning_ray.start_server(
+        partial(SB3BatchPolicy, partial(helpers.counter_ppo, 4)),
+        order=order,
+        max_batch=256,
+        max_wait_us=2000,
+        num_cpus=0.25,
+    )
+    fns = env_fns or [partial(helpers.CounterEnv, i) for i in range(4)]
+    runners = rlightning_ray.start_runners(
+        fns, server, n_runners=2, envs_per_runner=2, num_cpus=0.25
+    )
+    return server, registry, runners
+
+
+def _kill(*actors: Any) -> None:
+    for actor in actors:
+        ray.kill(actor, no_restart=True)
+
+
+@pytest.mark.parametrize("order", [["runner-0", "runner-1"], None], ids=["order", "dynamic"])
+def test_weights_the_server_cannot_load_fail_every_request_and_keep_the_old_ones(
+    local_ray: None, helpers: ModuleType, order: list[str] | None
+) -> None:
+    server, registry, runners = _start(helpers, order)
+    good = policy_weights(helpers.counter_ppo(4))
+    bad = {name: torch.zeros(1) for name in good}  # every shape wrong
+    rlightning_ray.publish_weights(server, registry, 1, bad)
+    refs = [r.sample.remote(2) for r in runners]
+    errors = []
+    for ref in refs:
+        # in the dynamic mode a runner's first request may come after the failed batch
+        try:
+            ray.get(ref, timeout=TIMEOUT_S)
+        except ray.exceptions.RayTaskError as exc:
+            errors.append(str(exc))
+    assert errors  # the batch that loaded version 1 failed, all of it
+    for error in errors:
+        assert "could not load the published weights version 1" in error
+        assert "size mismatch" in error and "keeps version 0" in error
+    assert ray.get(server.info.remote(), timeout=TIMEOUT_S)["version"] == 0
+    rlightning_ray.publish_weights(server, registry, 2, good)
+    fragments = ray.get([r.sample.remote(2) for r in runners], timeout=TIMEOUT_S)
+    assert {a.policy_version for f in fragments for a in f.answers} == {2}
+    _kill(server, *runners)
