@@ -69,3 +69,19 @@ def test_weights_the_server_cannot_load_fail_every_request_and_keep_the_old_ones
     fragments = ray.get([r.sample.remote(2) for r in runners], timeout=TIMEOUT_S)
     assert {a.policy_version for f in fragments for a in f.answers} == {2}
     _kill(server, *runners)
+
+
+@pytest.mark.parametrize("order", [["runner-0", "runner-1"], None], ids=["order", "dynamic"])
+def test_an_env_raising_fails_the_sample_naming_it_and_frees_the_other_runners(
+    local_ray: None, helpers: ModuleType, order: list[str] | None
+) -> None:
+    fns = [partial(helpers.FailingEnv, 0, 2)] + [
+        partial(helpers.CounterEnv, i, 100) for i in range(1, 4)
+    ]
+    server, _, runners = _start(helpers, order, fns)
+    collector = rlightning_ray.Collector(runners)
+    with pytest.raises(RuntimeError, match=r"runner 'runner-0'.*env 'env-0'.*env 0 broke"):
+        collector.sample(3, timeout_s=TIMEOUT_S)
+    # runner-1 is free again (its request was failed, not left waiting): it answers a ping
+    assert ray.get(runners[1].ping.remote(), timeout=TIMEOUT_S) == "runner-1"
+    _kill(server, *runners)

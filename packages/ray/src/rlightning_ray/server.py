@@ -221,15 +221,43 @@ class PolicyServer:
         return version
 
     async def info(self) -> dict[str, Any]:
-        """``version`` in use, the rows of each batch so far, ``restarted``, Ray ``node_id``."""
+        """The server's state.
+
+        Keys: ``version`` in use, ``batch_rows`` (the rows of each batch so far), ``restarted``,
+        Ray ``node_id``, ``actor_id`` (hex) and ``order`` (the deterministic mode's runner ids,
+        or None).
+        """
         import ray
 
+        context = ray.get_runtime_context()
         return {
             "version": self._version,
             "batch_rows": list(self._batch_rows),
             "restarted": self._restarted,
-            "node_id": ray.get_runtime_context().get_node_id(),
+            "node_id": context.get_node_id(),
+            "actor_id": context.get_actor_id(),
+            "order": None if self._order is None else list(self._order),
         }
+
+    async def fail_pending(self, reason: str) -> int:
+        """Fail every request waiting for a batch with ``RuntimeError(reason)``.
+
+        The :class:`~rlightning_ray.Collector` calls it when a runner failed: in the
+        deterministic mode the other runners' requests would otherwise wait forever for the
+        failed runner's (and their actors stay busy). Nothing else changes (weights, version).
+
+        Args:
+            reason: The error message the waiting runners get (names the runner that failed).
+
+        Returns:
+            How many requests were failed.
+        """
+        pending, self._pending = self._pending, []
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        _fail(pending, RuntimeError(reason))
+        return len(pending)
 
     # ------------------------------------------------------------------ batching
     def _schedule(self) -> None:
