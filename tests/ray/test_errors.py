@@ -6,6 +6,7 @@ instead of hanging it.
 
 from __future__ import annotations
 
+import re
 from functools import partial
 from types import ModuleType
 from typing import Any
@@ -84,4 +85,15 @@ def test_an_env_raising_fails_the_sample_naming_it_and_frees_the_other_runners(
         collector.sample(3, timeout_s=TIMEOUT_S)
     # runner-1 is free again (its request was failed, not left waiting): it answers a ping
     assert ray.get(runners[1].ping.remote(), timeout=TIMEOUT_S) == "runner-1"
+    _kill(server, *runners)
+
+
+def test_a_collector_refuses_an_order_that_is_not_its_runners_and_repeated_ids(
+    local_ray: None, helpers: ModuleType
+) -> None:
+    server, _, runners = _start(helpers, ["runner-0", "runner-1", "runner-2"])
+    with pytest.raises(ValueError, match=re.escape("order entries with no runner ['runner-2']")):
+        rlightning_ray.Collector(runners)
+    with pytest.raises(ValueError, match=re.escape("distinct runner ids, got ['runner-0']")):
+        rlightning_ray.Collector([runners[0], runners[0]])
     _kill(server, *runners)

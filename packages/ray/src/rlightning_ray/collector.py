@@ -28,6 +28,11 @@ class Collector:
             order (the deterministic mode's buffer column order).
         max_staleness: Policy versions an answer may lag behind the newest published one.
 
+    Raises:
+        ValueError: no runner, a runner id or env id repeated (the same runner twice, or two
+            ``start_runners`` calls naming theirs alike), or a server's deterministic ``order``
+            names a runner id that is not here or misses one that is (sampling would hang).
+
     Attributes:
         env_ids: Every runner's env ids, concatenated in runner order (the buffer's columns).
         restarts: How many fragments came from a restarted runner so far.
@@ -44,6 +49,14 @@ class Collector:
         self.runner_ids: list[str] = [d["runner_id"] for d in described]
         self.runner_env_ids: list[list[str]] = [list(d["env_ids"]) for d in described]
         self.env_ids: list[str] = [e for ids in self.runner_env_ids for e in ids]
+        for kind, ids in (("runner", self.runner_ids), ("env", self.env_ids)):
+            repeated = sorted({i for i in ids if ids.count(i) > 1})
+            if repeated:
+                raise ValueError(
+                    f"a Collector needs distinct {kind} ids, got {repeated} more than once in "
+                    f"{ids}: pass each runner once, and start all the runners in one "
+                    f"start_runners call (separate calls name theirs alike: runner-0, env-0, ...)"
+                )
         self.restarts = 0
         self._hops: list[Any] = []
         handles = [d["server"] for d in described if d.get("server") is not None]
@@ -54,6 +67,21 @@ class Collector:
             if info["actor_id"] not in seen:
                 seen.add(info["actor_id"])
                 self._servers.append(handle)
+                self._check_order(info.get("order"))
+
+    def _check_order(self, order: list[str] | None) -> None:
+        """Refuse a deterministic ``order`` that is not exactly these runners (it would hang)."""
+        if order is None:
+            return
+        unknown = [r for r in order if r not in self.runner_ids]
+        missing = [r for r in self.runner_ids if r not in order]
+        if unknown or missing:
+            raise ValueError(
+                f"the server's order {order} does not name exactly this collector's runners "
+                f"{self.runner_ids}: order entries with no runner {unknown}, runners missing "
+                f"from the order {missing} (a batch waits for every runner of the order, so "
+                f"sampling would hang)"
+            )
 
     def sample(
         self, n_steps: int, current_version: int | None = None, *, timeout_s: float | None = None
