@@ -255,7 +255,9 @@ def collect_rollout(
 
     Asks every runner for ``model.n_steps`` steps, then adds step ``t`` of all runners (columns
     in runner order: :attr:`Collector.env_ids`) with :func:`rlightning_sb3.add_rollout_step`
-    (truncation bootstrap, ``num_timesteps``, episode infos) and finishes with
+    (truncation bootstrap, ``num_timesteps``, episode infos, the callback of
+    :func:`rlightning_sb3.start_training` with ``new_obs``: the next step's observation, as
+    ``env.step`` returned it) and finishes with
     :func:`rlightning_sb3.finish_rollout` (returns and advantages). The model must have been
     prepared with :func:`rlightning_sb3.start_training` and built with a VecEnv of
     ``len(collector.env_ids)`` envs (its spaces and ``n_envs`` size the buffer; it is never
@@ -284,6 +286,10 @@ def collect_rollout(
     fragments = collector.sample(model.n_steps, current_version)
     for t in range(model.n_steps):
         responses = [r for f in fragments for r in ResponseBatch(f.answers[t])]
+        after = [  # what env.step returned (reset where done): the callback's new_obs
+            f.observations[t + 1] if t + 1 < model.n_steps else f.last_observation
+            for f in fragments
+        ]
         add_rollout_step(
             model,
             concat_observations([f.observations[t] for f in fragments]),
@@ -292,6 +298,7 @@ def collect_rollout(
             np.concatenate([f.dones[t] for f in fragments]),
             [info for f in fragments for info in f.infos[t]],
             env_ids=env_ids,
+            new_observation=concat_observations(after),
         )
     finish_rollout(
         model,
