@@ -199,6 +199,10 @@ class SB3BatchPolicy:
                 are also taken.
 
         Raises:
+            TypeError: plain weights for an exploring off-policy model whose exploration reads
+                the learner's counters (``learning_starts`` > 0, or DQN's ``exploration_rate``):
+                without an :class:`ActingState` the server would explore with its own stale
+                counters (e.g. DQN's epsilon of a fresh model), silently.
             RuntimeError: ``load_state_dict`` refused the weights (missing or unexpected keys,
                 shapes of another architecture); the model keeps its previous weights and
                 counters (torch copies the matching tensors before raising: they are put back).
@@ -212,6 +216,17 @@ class SB3BatchPolicy:
             if weights.total_timesteps is not None:
                 self._total_timesteps = weights.total_timesteps
             return
+        model: Any = self.model
+        schedule = getattr(model, "exploration_schedule", None)
+        if self._off_policy and self.explore and (schedule is not None or model.learning_starts):
+            raise TypeError(
+                f"{type(model).__name__} explores from the learner's state (learning_starts="
+                f"{model.learning_starts}"
+                + (", DQN's exploration_rate" if schedule is not None else "")
+                + f") but the publish carried only the weights ({type(weights).__name__} of "
+                f"{len(weights)} tensors): publish rlightning_ray.sb3.acting_state(model), not "
+                "policy_weights(model), or serve it with explore=False"
+            )
         self._load(weights)
 
     def _load(self, state: dict[str, torch.Tensor]) -> None:
