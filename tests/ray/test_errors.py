@@ -16,7 +16,8 @@ import ray
 import torch
 
 import rlightning_ray
-from rlightning_ray.sb3 import SB3BatchPolicy, policy_weights
+from rlightning_ray.sb3 import SB3BatchPolicy, collect_replay, policy_weights
+from rlightning_sb3 import start_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
 
@@ -96,4 +97,24 @@ def test_a_collector_refuses_an_order_that_is_not_its_runners_and_repeated_ids(
         rlightning_ray.Collector(runners)
     with pytest.raises(ValueError, match=re.escape("distinct runner ids, got ['runner-0']")):
         rlightning_ray.Collector([runners[0], runners[0]])
+    _kill(server, *runners)
+
+
+def test_action_noise_under_dynamic_batching_is_refused_up_front(
+    local_ray: None, helpers: ModuleType
+) -> None:
+    make_model = partial(helpers.make_td3, 4, 0, 20, 0)
+    model = make_model()
+    start_training(model, 100)
+    server, _ = rlightning_ray.start_server(
+        partial(SB3BatchPolicy, make_model), max_batch=4, num_cpus=0.25
+    )
+    runners = rlightning_ray.start_runners(
+        helpers.pendulum, server, n_runners=2, envs_per_runner=2, num_cpus=0.25
+    )
+    collector = rlightning_ray.Collector(runners)
+    assert not collector.deterministic
+    with pytest.raises(ValueError, match=re.escape("start the server in the deterministic mode")):
+        collect_replay(model, collector, n_steps=2)
+    assert model.num_timesteps == 0  # refused before any step
     _kill(server, *runners)

@@ -36,6 +36,8 @@ class Collector:
     Attributes:
         env_ids: Every runner's env ids, concatenated in runner order (the buffer's columns).
         restarts: How many fragments came from a restarted runner so far.
+        deterministic: Whether the runners' servers all batch in the deterministic mode
+            (``order=``: every batch holds every runner's rows, in that order).
     """
 
     def __init__(self, runners: Sequence[Any], *, max_staleness: int = 0) -> None:
@@ -62,6 +64,7 @@ class Collector:
         handles = [d["server"] for d in described if d.get("server") is not None]
         infos = ray.get([h.info.remote() for h in handles])
         self._servers: list[Any] = []  # one handle per distinct server actor
+        self.deterministic = bool(infos) and all(i.get("order") is not None for i in infos)
         seen: set[str] = set()
         for handle, info in zip(handles, infos, strict=True):
             if info["actor_id"] not in seen:

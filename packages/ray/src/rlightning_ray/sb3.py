@@ -368,14 +368,23 @@ def collect_replay(
 
     Raises:
         ValueError: the model's ``n_envs`` is not the runners' env count, ``n_steps`` is None
-            and ``model.train_freq`` counts episodes, or a helper refuses a step (its message
-            names the env).
+            and ``model.train_freq`` counts episodes, the model has action noise and several
+            envs but the server batches dynamically (no ``order``: a batch would not hold every
+            env's noise process), or a helper refuses a step (its message names the env).
     """
     env_ids = collector.env_ids
     if model.n_envs != len(env_ids):
         raise ValueError(
             f"the model has n_envs={model.n_envs} but the runners host {len(env_ids)} envs "
             f"{env_ids}: build the model with a VecEnv of {len(env_ids)} envs"
+        )
+    if model.action_noise is not None and len(env_ids) > 1 and not collector.deterministic:
+        raise ValueError(
+            f"model.action_noise={model.action_noise} keeps one noise process per env, which "
+            f"the server's SB3PolicyAdapter.act can only follow when every batch holds all "
+            f"{len(env_ids)} envs {env_ids}; under dynamic batching a batch holds whichever "
+            "runners asked: start the server in the deterministic mode "
+            "(start_server(..., order=[the runner ids])), or build the model without action noise"
         )
     if n_steps is None:
         train_freq: Any = model.train_freq  # a TrainFreq since _setup_model
