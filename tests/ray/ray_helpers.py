@@ -274,3 +274,16 @@ def dwindle_ppo() -> PPO:
         action_space = env.action_space("a0")
 
     return PPO("MlpPolicy", AgentSpaces(), n_steps=8, batch_size=8, seed=0, device="cpu")
+
+
+class FailingEnv(CounterEnv):
+    """A :class:`CounterEnv` whose ``step`` raises RuntimeError at step ``fail_at``."""
+
+    def __init__(self, tag: int, fail_at: int) -> None:
+        super().__init__(tag, length=100)
+        self.fail_at = fail_at
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self.t + 1 == self.fail_at:
+            raise RuntimeError(f"env {self.tag} broke")
+        return super().step(action)

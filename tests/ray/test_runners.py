@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import ray
 import torch
+from stable_baselines3.common.callbacks import BaseCallback
 
 import rlightning_ray
 from rlightning import PolicyResponse
@@ -149,3 +150,38 @@ def test_sb3_rollouts_with_dynamic_batches(local_ray: None, helpers: ModuleType)
         assert answer.value.dtype == torch.float32 and answer.action.dtype == np.int64
         model.train()
     assert model.num_timesteps == 2 * 8 * 4
+
+
+class _CountSteps(BaseCallback):
+    """Counts ``on_step`` calls and keeps the ``new_obs`` each one saw."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.new_obs: list[np.ndarray] = []
+
+    def _on_step(self) -> bool:
+        self.new_obs.append(np.array(self.locals["new_obs"]))
+        return True
+
+
+def test_sb3_rollouts_run_the_training_callback(local_ray: None, helpers: ModuleType) -> None:
+    # as OnPolicyAlgorithm.collect_rollouts: one on_step per step (of all n_envs), new_obs given
+    model = helpers.counter_ppo(4)
+    callback = _CountSteps()
+    start_training(model, 1000, callback=callback)
+    server, _ = rlightning_ray.start_server(
+        partial(SB3BatchPolicy, partial(helpers.counter_ppo, 4)),
+        max_batch=4,
+        max_wait_us=2000,
+        num_cpus=0.25,
+    )
+    runners = rlightning_ray.start_runners(
+        _counter_fns(helpers, 4), server, n_runners=2, envs_per_runner=2, num_cpus=0.25
+    )
+    collect_rollout(model, rlightning_ray.Collector(runners))
+    assert callback.n_calls == model.n_steps == 8 and model.num_timesteps == 8 * 4
+    buffer = model.rollout_buffer.observations
+    # new_obs of step t is the observation of step t + 1 (CounterEnv's length 5 > 1 step apart)
+    np.testing.assert_array_equal(np.stack(callback.new_obs[:-1]), buffer[1:])
+    for actor in [server, *runners]:
+        ray.kill(actor, no_restart=True)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
+import pytest
+import torch
 from stable_baselines3 import DQN
 from stable_baselines3.common.env_util import make_vec_env
 
@@ -41,3 +45,24 @@ def test_a_publish_without_total_timesteps_keeps_the_published_rate() -> None:
     policy.set_weights(ActingState(policy_weights(policy.model), 6, 0.25))
     policy(np.zeros((2, 4), np.float32), ["a", "b"], np.zeros(2, bool), [1, 1])
     assert (policy.model.num_timesteps, policy.model.exploration_rate) == (8, 0.25)
+
+
+def test_plain_weights_for_an_exploring_off_policy_model_are_refused() -> None:
+    policy = SB3BatchPolicy(make_dqn)
+    with pytest.raises(
+        TypeError, match=re.escape("publish rlightning_ray.sb3.acting_state(model)")
+    ):
+        policy.set_weights(policy_weights(policy.model))
+    SB3BatchPolicy(make_dqn, explore=False).set_weights(policy_weights(policy.model))  # greedy
+
+
+def test_weights_of_another_architecture_leave_the_model_as_it_was() -> None:
+    policy = SB3BatchPolicy(make_dqn)
+    before = policy_weights(policy.model)
+    bad = {name: torch.zeros_like(t) for name, t in before.items()}
+    bad["q_net.q_net.0.weight"] = torch.zeros(1)  # one shape wrong: torch copies the others first
+    with pytest.raises(RuntimeError, match=re.escape("size mismatch for q_net.q_net.0.weight")):
+        policy.set_weights(ActingState(bad, 6, 0.25))
+    for name, tensor in policy.model.policy.state_dict().items():
+        assert bool((tensor == before[name]).all()), name
+    assert policy.model.num_timesteps == 0

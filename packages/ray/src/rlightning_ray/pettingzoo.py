@@ -205,7 +205,7 @@ class ParallelEnvRunner:
         self._starts = np.ones(len(self._envs), dtype=bool)
 
     def describe(self) -> dict[str, Any]:
-        """``runner_id``, ``env_ids``, Ray ``node_id`` and ``restarted``."""
+        """``runner_id``, ``env_ids``, Ray ``node_id``, ``restarted`` and the ``server`` handle."""
         import ray
 
         context = ray.get_runtime_context()
@@ -214,6 +214,7 @@ class ParallelEnvRunner:
             "env_ids": self.env_ids,
             "node_id": context.get_node_id(),
             "restarted": bool(context.was_current_actor_reconstructed),
+            "server": self._server,
         }
 
     def sample(

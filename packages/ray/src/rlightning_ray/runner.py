@@ -142,9 +142,10 @@ class EnvRunner:
         self._starts = np.ones(len(self._envs), dtype=bool)
 
     def describe(self) -> dict[str, Any]:
-        """Where this runner lives: ``runner_id``, ``env_ids``, Ray ``node_id``, ``restarted``.
+        """Where this runner lives, and what it asks.
 
-        ``restarted`` is True in a runner Ray re-created after a crash.
+        Keys: ``runner_id``, ``env_ids``, Ray ``node_id``, ``restarted`` and ``server`` (the
+        handle it asks). ``restarted`` is True in a runner Ray re-created after a crash.
         """
         import ray
 
@@ -154,6 +155,7 @@ class EnvRunner:
             "env_ids": self.env_ids,
             "node_id": context.get_node_id(),
             "restarted": bool(context.was_current_actor_reconstructed),
+            "server": self._server,
         }
 
     def sample(
@@ -180,6 +182,8 @@ class EnvRunner:
         Raises:
             ValueError: ``n_steps`` is not positive, or an answer breaks a rule of
                 :func:`~rlightning_ray.check_answer` or lost its ``ts_env_sent_ns`` stamp.
+            RuntimeError: an env raised in ``step`` (names the env and the runner; the cause is
+                chained), or the server failed this runner's request.
         """
         import ray
 
@@ -208,7 +212,13 @@ class EnvRunner:
             infos: list[dict[str, Any]] = []
             next_obs = []
             for i, env in enumerate(self._envs):
-                obs, reward, terminated, truncated, info = env.step(actions[i])
+                try:
+                    obs, reward, terminated, truncated, info = env.step(actions[i])
+                except Exception as exc:
+                    raise RuntimeError(
+                        f"env {self.env_ids[i]!r} of runner {self.runner_id!r} raised in step "
+                        f"{t} of this fragment: {type(exc).__name__}: {exc}"
+                    ) from exc
                 rewards[t, i] = reward
                 dones[t, i] = terminated or truncated
                 info = dict(info)

@@ -197,9 +197,18 @@ class SB3BatchPolicy:
                 ``exploration_rate`` (when not None) and ``total_timesteps`` (when not None;
                 the server then advances ``exploration_rate`` itself until the next publish)
                 are also taken.
+
+        Raises:
+            TypeError: plain weights for an exploring off-policy model whose exploration reads
+                the learner's counters (``learning_starts`` > 0, or DQN's ``exploration_rate``):
+                without an :class:`ActingState` the server would explore with its own stale
+                counters (e.g. DQN's epsilon of a fresh model), silently.
+            RuntimeError: ``load_state_dict`` refused the weights (missing or unexpected keys,
+                shapes of another architecture); the model keeps its previous weights and
+                counters (torch copies the matching tensors before raising: they are put back).
         """
         if isinstance(weights, ActingState):
-            self.model.policy.load_state_dict(weights.policy)
+            self._load(weights.policy)
             self.model.num_timesteps = weights.num_timesteps
             if weights.exploration_rate is not None:
                 # DQN's attribute; mypy sees BaseAlgorithm.
@@ -207,7 +216,28 @@ class SB3BatchPolicy:
             if weights.total_timesteps is not None:
                 self._total_timesteps = weights.total_timesteps
             return
-        self.model.policy.load_state_dict(weights)
+        model: Any = self.model
+        schedule = getattr(model, "exploration_schedule", None)
+        if self._off_policy and self.explore and (schedule is not None or model.learning_starts):
+            raise TypeError(
+                f"{type(model).__name__} explores from the learner's state (learning_starts="
+                f"{model.learning_starts}"
+                + (", DQN's exploration_rate" if schedule is not None else "")
+                + f") but the publish carried only the weights ({type(weights).__name__} of "
+                f"{len(weights)} tensors): publish rlightning_ray.sb3.acting_state(model), not "
+                "policy_weights(model), or serve it with explore=False"
+            )
+        self._load(weights)
+
+    def _load(self, state: dict[str, torch.Tensor]) -> None:
+        """``policy.load_state_dict(state)``, all or nothing (see :meth:`set_weights`)."""
+        policy = self.model.policy
+        saved = {k: v.detach().clone() for k, v in policy.state_dict().items()}
+        try:
+            policy.load_state_dict(state)
+        except Exception:
+            policy.load_state_dict(saved)
+            raise
 
 
 def _reset_noise(
@@ -240,7 +270,9 @@ def collect_rollout(
 
     Asks every runner for ``model.n_steps`` steps, then adds step ``t`` of all runners (columns
     in runner order: :attr:`Collector.env_ids`) with :func:`rlightning_sb3.add_rollout_step`
-    (truncation bootstrap, ``num_timesteps``, episode infos) and finishes with
+    (truncation bootstrap, ``num_timesteps``, episode infos, the callback of
+    :func:`rlightning_sb3.start_training` with ``new_obs``: the next step's observation, as
+    ``env.step`` returned it) and finishes with
     :func:`rlightning_sb3.finish_rollout` (returns and advantages). The model must have been
     prepared with :func:`rlightning_sb3.start_training` and built with a VecEnv of
     ``len(collector.env_ids)`` envs (its spaces and ``n_envs`` size the buffer; it is never
@@ -269,6 +301,10 @@ def collect_rollout(
     fragments = collector.sample(model.n_steps, current_version)
     for t in range(model.n_steps):
         responses = [r for f in fragments for r in ResponseBatch(f.answers[t])]
+        after = [  # what env.step returned (reset where done): the callback's new_obs
+            f.observations[t + 1] if t + 1 < model.n_steps else f.last_observation
+            for f in fragments
+        ]
         add_rollout_step(
             model,
             concat_observations([f.observations[t] for f in fragments]),
@@ -277,6 +313,7 @@ def collect_rollout(
             np.concatenate([f.dones[t] for f in fragments]),
             [info for f in fragments for info in f.infos[t]],
             env_ids=env_ids,
+            new_observation=concat_observations(after),
         )
     finish_rollout(
         model,
@@ -331,14 +368,23 @@ def collect_replay(
 
     Raises:
         ValueError: the model's ``n_envs`` is not the runners' env count, ``n_steps`` is None
-            and ``model.train_freq`` counts episodes, or a helper refuses a step (its message
-            names the env).
+            and ``model.train_freq`` counts episodes, the model has action noise and several
+            envs but the server batches dynamically (no ``order``: a batch would not hold every
+            env's noise process), or a helper refuses a step (its message names the env).
     """
     env_ids = collector.env_ids
     if model.n_envs != len(env_ids):
         raise ValueError(
             f"the model has n_envs={model.n_envs} but the runners host {len(env_ids)} envs "
             f"{env_ids}: build the model with a VecEnv of {len(env_ids)} envs"
+        )
+    if model.action_noise is not None and len(env_ids) > 1 and not collector.deterministic:
+        raise ValueError(
+            f"model.action_noise={model.action_noise} keeps one noise process per env, which "
+            f"the server's SB3PolicyAdapter.act can only follow when every batch holds all "
+            f"{len(env_ids)} envs {env_ids}; under dynamic batching a batch holds whichever "
+            "runners asked: start the server in the deterministic mode "
+            "(start_server(..., order=[the runner ids])), or build the model without action noise"
         )
     if n_steps is None:
         train_freq: Any = model.train_freq  # a TrainFreq since _setup_model

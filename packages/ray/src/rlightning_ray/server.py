@@ -86,6 +86,13 @@ def _stacked(answer: Any) -> PolicyResponse | list[MultiAgentPolicyResponse]:
     )
 
 
+def _fail(batch: list[_Request], error: BaseException) -> None:
+    """Set ``error`` on every request of ``batch`` not answered yet."""
+    for request in batch:
+        if not request.future.done():
+            request.future.set_exception(error)
+
+
 class PolicyServer:
     """Dynamic batching over the requests of every runner (see the module docstring).
 
@@ -214,15 +221,43 @@ class PolicyServer:
         return version
 
     async def info(self) -> dict[str, Any]:
-        """``version`` in use, the rows of each batch so far, ``restarted``, Ray ``node_id``."""
+        """The server's state.
+
+        Keys: ``version`` in use, ``batch_rows`` (the rows of each batch so far), ``restarted``,
+        Ray ``node_id``, ``actor_id`` (hex) and ``order`` (the deterministic mode's runner ids,
+        or None).
+        """
         import ray
 
+        context = ray.get_runtime_context()
         return {
             "version": self._version,
             "batch_rows": list(self._batch_rows),
             "restarted": self._restarted,
-            "node_id": ray.get_runtime_context().get_node_id(),
+            "node_id": context.get_node_id(),
+            "actor_id": context.get_actor_id(),
+            "order": None if self._order is None else list(self._order),
         }
+
+    async def fail_pending(self, reason: str) -> int:
+        """Fail every request waiting for a batch with ``RuntimeError(reason)``.
+
+        The :class:`~rlightning_ray.Collector` calls it when a runner failed: in the
+        deterministic mode the other runners' requests would otherwise wait forever for the
+        failed runner's (and their actors stay busy). Nothing else changes (weights, version).
+
+        Args:
+            reason: The error message the waiting runners get (names the runner that failed).
+
+        Returns:
+            How many requests were failed.
+        """
+        pending, self._pending = self._pending, []
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        _fail(pending, RuntimeError(reason))
+        return len(pending)
 
     # ------------------------------------------------------------------ batching
     def _schedule(self) -> None:
@@ -260,21 +295,43 @@ class PolicyServer:
         return batch
 
     def _run(self, batch: list[_Request]) -> None:
-        """One forward pass for ``batch``; each request's future gets its rows."""
+        """One forward pass for ``batch``; each request's future gets its rows or the error.
+
+        Whatever goes wrong (weights that cannot be loaded, the policy raising, an answer of the
+        wrong shape) reaches every request of the batch: nothing is raised here, where a timer
+        callback would lose it.
+        """
+        try:
+            self._run_batch(batch)
+        except Exception as exc:  # every runner of the batch gets the error
+            _fail(batch, exc)
+
+    def _run_batch(self, batch: list[_Request]) -> None:
         if self._next is not None:  # between batches only
             version, weights = self._next
             self._next = None
             set_weights = getattr(self._policy, "set_weights", None)
             if set_weights is None:
-                error = TypeError(
-                    f"{type(self._policy).__name__} has no set_weights(); weights version "
-                    f"{version} cannot be used"
+                _fail(
+                    batch,
+                    TypeError(
+                        f"{type(self._policy).__name__} has no set_weights(); weights version "
+                        f"{version} cannot be used"
+                    ),
                 )
-                for request in batch:
-                    if not request.future.done():
-                        request.future.set_exception(error)
                 return
-            set_weights(weights)
+            try:
+                set_weights(weights)
+            except Exception as exc:
+                error = RuntimeError(
+                    f"the server could not load the published weights version {version} into "
+                    f"{type(self._policy).__name__}: {type(exc).__name__}: {exc}; it keeps "
+                    f"version {self._version} (publish weights of the served model's "
+                    f"architecture under a newer version)"
+                )
+                error.__cause__ = exc
+                _fail(batch, error)
+                return
             self._version = version
         start = time.time_ns()
         env_ids = [env_id for r in batch for env_id in r.env_ids]
@@ -289,9 +346,7 @@ class PolicyServer:
                 )
             )
         except Exception as exc:  # every runner of the batch gets the policy's error
-            for request in batch:
-                if not request.future.done():
-                    request.future.set_exception(exc)
+            _fail(batch, exc)
             return
         done = time.time_ns()
         self._batch_rows.append(len(env_ids))
