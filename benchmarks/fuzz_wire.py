@@ -99,11 +99,47 @@ _XX1, _XX2, _XX5 = 11400714785074694791, 14029467366897019727, 28701774500126002
 
 def message(header: list[Any], payload: bytes = b"") -> bytes:
     """Hand-build a version-1 message without checksum (docs/transport.md's layout)."""
-    import msgpack
-
-    packed: bytes = msgpack.packb(header, use_bin_type=True)
+    packed = _pack(header)
     pad = (-(16 + len(packed))) % 8
     return struct.pack("<4sBBHII", b"RLWF", 1, 0, 0, len(packed), 0) + packed + bytes(pad) + payload
+
+
+def _pack(obj: Any) -> bytes:
+    """msgpack bytes of ``obj`` (lists, tuples and dicts walked without recursion).
+
+    ``msgpack.packb`` refuses nesting deeper than its recursion limit (512 in msgpack 1.0.x,
+    the lowest version we support), and the hostile messages nest up to 1000 deep.
+    """
+    import msgpack
+
+    out = bytearray()
+    todo: list[Any] = [obj]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, (list, tuple)):
+            n = len(item)
+            out += (
+                bytes([0x90 | n])
+                if n < 16
+                else (
+                    b"\xdc" + struct.pack(">H", n) if n < 2**16 else b"\xdd" + struct.pack(">I", n)
+                )
+            )
+            todo.extend(reversed(item))
+        elif isinstance(item, dict):
+            n = len(item)
+            out += (
+                bytes([0x80 | n])
+                if n < 16
+                else (
+                    b"\xde" + struct.pack(">H", n) if n < 2**16 else b"\xdf" + struct.pack(">I", n)
+                )
+            )
+            for key, value in reversed(list(item.items())):
+                todo.extend((value, key))
+        else:
+            out += msgpack.packb(item, use_bin_type=True)
+    return bytes(out)
 
 
 def nested(depth: int, leaf: Any = 0) -> Any:
