@@ -26,6 +26,7 @@ from rlightning.rules import check_stamp
 from rlightning_ray.checks import check_answer
 from rlightning_ray.collector import Collector
 from rlightning_ray.latency import HOPS
+from rlightning_ray.runner import checked_env_ids
 
 try:
     import torch
@@ -191,12 +192,8 @@ class ParallelEnvRunner:
     ) -> None:
         import ray
 
-        if not env_fns:
-            raise ValueError(f"runner {runner_id!r} needs at least one env, got env_fns=[]")
         self.runner_id = runner_id
-        self.env_ids = (
-            [f"{runner_id}-{i}" for i in range(len(env_fns))] if env_ids is None else list(env_ids)
-        )
+        self.env_ids = checked_env_ids(runner_id, env_fns, env_ids, seeds)
         self._server = server
         self._envs = [fn() for fn in env_fns]
         self.restarted = bool(ray.get_runtime_context().was_current_actor_reconstructed)

@@ -113,23 +113,11 @@ class EnvRunner:
         env_ids: Sequence[str] | None = None,
         seeds: Sequence[int | None] | None = None,
     ) -> None:
-        if not env_fns:
-            raise ValueError(f"runner {runner_id!r} needs at least one env, got env_fns=[]")
-        ids = [f"{runner_id}-{i}" for i in range(len(env_fns))] if env_ids is None else env_ids
-        if len(ids) != len(env_fns) or len(set(ids)) != len(ids):
-            raise ValueError(
-                f"runner {runner_id!r} needs one distinct env id per env: got env_ids={list(ids)} "
-                f"for {len(env_fns)} envs"
-            )
-        if seeds is not None and len(seeds) != len(env_fns):
-            raise ValueError(
-                f"runner {runner_id!r} got {len(seeds)} seeds for {len(env_fns)} envs: "
-                "give one seed (or None) per env"
-            )
+        ids = checked_env_ids(runner_id, env_fns, env_ids, seeds)
         import ray
 
         self.runner_id = runner_id
-        self.env_ids = list(ids)
+        self.env_ids = ids
         self._server = server
         self._envs = [fn() for fn in env_fns]
         self._space = self._envs[0].observation_space
@@ -255,3 +243,33 @@ class EnvRunner:
     def ping(self) -> str:
         """Return ``runner_id`` (a cheap call to wait until the actor is up)."""
         return self.runner_id
+
+
+def checked_env_ids(
+    runner_id: str,
+    env_fns: Sequence[Callable[[], Any]],
+    env_ids: Sequence[str] | None,
+    seeds: Sequence[int | None] | None,
+) -> list[str]:
+    """A runner's env ids (``f"{runner_id}-{i}"`` when None), after its constructor's checks.
+
+    Shared by :class:`EnvRunner` and ``rlightning_ray.pettingzoo.ParallelEnvRunner``.
+
+    Raises:
+        ValueError: no env, ``env_ids`` or ``seeds`` of another length than ``env_fns``, or
+            repeated env ids (the runner named).
+    """
+    if not env_fns:
+        raise ValueError(f"runner {runner_id!r} needs at least one env, got env_fns=[]")
+    ids = [f"{runner_id}-{i}" for i in range(len(env_fns))] if env_ids is None else env_ids
+    if len(ids) != len(env_fns) or len(set(ids)) != len(ids):
+        raise ValueError(
+            f"runner {runner_id!r} needs one distinct env id per env: got env_ids={list(ids)} "
+            f"for {len(env_fns)} envs"
+        )
+    if seeds is not None and len(seeds) != len(env_fns):
+        raise ValueError(
+            f"runner {runner_id!r} got {len(seeds)} seeds for {len(env_fns)} envs: "
+            "give one seed (or None) per env"
+        )
+    return list(ids)
