@@ -25,11 +25,12 @@ import gymnasium as gym
 import numpy as np
 import ray
 import torch
+from pettingzoo_shared_policy import evaluate as evaluate_on  # the sibling example's loop
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import rlightning_ray
-from rlightning_pettingzoo import SharedPolicyAdapter, sample_response, to_parallel_actions
+from rlightning_pettingzoo import SharedPolicyAdapter
 from rlightning_ray.pettingzoo import ParallelEnvRunner, SharedBatchPolicy, collect_shared_rollout
 from rlightning_ray.sb3 import policy_weights
 from rlightning_sb3 import start_training
@@ -80,26 +81,9 @@ def make_model(n_slots: int, seed: int) -> PPO:
 def evaluate(adapter: SharedPolicyAdapter | None, episodes: int, seed: int) -> float:
     """Mean per-agent episode return: the shared policy (deterministic), or random if None.
 
-    The loop of ``pettingzoo_shared_policy.py``'s ``evaluate`` (same seeds).
+    ``pettingzoo_shared_policy.py``'s ``evaluate`` (same loop, same seeds) on this script's env.
     """
-    env = make_env()
-    returns = []
-    for episode in range(episodes):
-        observations, infos = env.reset(seed=seed + episode)
-        for i, agent in enumerate(env.possible_agents):
-            env.action_space(agent).seed(seed + 1000 * episode + i)
-        totals = dict.fromkeys(env.possible_agents, 0.0)
-        while env.agents:
-            if adapter is None:
-                response = sample_response(env, "eval", observations, infos)
-            else:
-                response = adapter.act(env, observations, "eval", infos=infos, deterministic=True)
-            observations, rewards, _, _, infos = env.step(to_parallel_actions(response, env))
-            for agent, reward in rewards.items():
-                totals[agent] += float(reward)
-        returns.append(float(np.mean(list(totals.values()))))
-    env.close()
-    return float(np.mean(returns))
+    return evaluate_on(make_env, adapter, episodes, seed)
 
 
 def episode_returns(fragments: list[Any], totals: dict[str, float], out: list[float]) -> None:
