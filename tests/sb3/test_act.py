@@ -21,6 +21,7 @@ from stable_baselines3.common.utils import obs_as_tensor
 
 from rlightning import PolicyResponse
 from rlightning_sb3 import SB3PolicyAdapter
+from rlightning_sb3._state import mode_dependent_modules
 
 pytestmark = pytest.mark.torch
 
@@ -530,6 +531,9 @@ def test_act_runs_in_eval_mode_after_any_switch_to_training() -> None:
     policy.features_extractor.train()  # one submodule only
     assert th.equal(values(), expected)
     assert not policy.features_extractor.training
+    policy.features_extractor.dropout.train()  # the one module whose output depends on it
+    assert th.equal(values(), expected)
+    assert not policy.features_extractor.dropout.training
     policy.train()
     assert th.equal(values(), expected)
     with th.no_grad():  # the policy's training-mode output does differ (dropout active)
@@ -537,6 +541,33 @@ def test_act_runs_in_eval_mode_after_any_switch_to_training() -> None:
         th.manual_seed(0)
         trained = policy.predict_values(obs_as_tensor(batch, model.device)).flatten()
     assert not th.equal(trained, expected)
+
+
+class _LoggingLinear(th.nn.Linear):
+    """A user subclass of a mode-free torch type: its forward could read ``self.training``."""
+
+
+def test_only_modules_whose_mode_matters_are_checked() -> None:
+    plain = _cartpole_ppo().policy
+    assert mode_dependent_modules(plain) == (plain,)  # Linear, Tanh, Sequential, MlpExtractor...
+    dropout = _cartpole_ppo(features_extractor_class=DropoutExtractor).policy
+    assert mode_dependent_modules(dropout) == (
+        dropout,
+        dropout.features_extractor,  # a user-defined extractor
+        dropout.features_extractor.dropout,
+    )
+    custom = _cartpole_ppo().policy
+    custom.action_net = _LoggingLinear(16, 2)
+    assert mode_dependent_modules(custom) == (custom, custom.action_net)  # exact types only
+    adapter = SB3PolicyAdapter(_cartpole_ppo(n_envs=1))
+    policy = adapter.model.policy
+    obs = np.zeros((1, 4), dtype=np.float32)
+    adapter.act(obs, ["e0"])  # a new model's policy is in training mode: switched to eval
+    assert not any(m.training for m in policy.modules())
+    policy.mlp_extractor.policy_net.train()  # a mode-free module: no number changes
+    adapter.act(obs, ["e0"])
+    assert policy.mlp_extractor.policy_net.training  # left as the user set it
+    assert not policy.training
 
 
 @pytest.mark.parametrize("n_envs", [1, 3])

@@ -139,3 +139,32 @@ def response_from_checked(cls: type[_R], env_id: str | None, fields: dict[str, A
     data["env_id"] = env_id
     data.update(fields)
     return response
+
+
+def response_from_fields(cls: type[_R], fields: dict[str, Any]) -> _R:
+    """Build a response from its whole field mapping, ``env_id`` first, without ``__init__``.
+
+    Public as :func:`rlightning.types.response_from_fields`. As :func:`response_from_checked`
+    (the same guarantees are the caller's: nothing is checked), for a caller that builds the
+    mapping itself: ``fields`` holds ``env_id`` as its first key, then the other fields in
+    order. Copying a mapping that already starts with ``env_id`` into the new response is one
+    copy of the whole table (CPython copies a plain dict into an empty one in bulk), where
+    ``response_from_checked`` inserts ``env_id`` and then every field one at a time.
+
+    Args:
+        cls: ``PolicyResponse`` or a subclass.
+        fields: ``{"env_id": ..., **other_fields}`` (a plain dict); copied into the response's
+            ``__dict__`` (values not copied, ``fields`` itself not kept).
+
+    Returns:
+        The new response, equal (``==``) to ``cls(fields["env_id"], **other_fields)``.
+
+    Examples:
+        >>> from rlightning import PolicyResponse
+        >>> from rlightning.types import response_from_fields
+        >>> response_from_fields(PolicyResponse, {"env_id": "env-0", "action": 1})
+        PolicyResponse(env_id='env-0', action=1)
+    """
+    response = _new_namespace(cls)
+    response.__dict__.update(fields)
+    return response

@@ -26,8 +26,7 @@ __all__ = [
     "check_action_masks",
     "exploration_noise",
     "off_policy_actions",
-    "on_policy_buffer_actions",
-    "on_policy_env_actions",
+    "on_policy_actions",
     "refuse_action_dtypes",
 ]
 
@@ -41,17 +40,19 @@ ACTION_KINDS: dict[type[spaces.Space[Any]], str] = {
 }
 
 
-def on_policy_env_actions(
-    policy: BasePolicy, action_space: spaces.Space[Any], actions: np.ndarray, *, unscale: bool
-) -> np.ndarray:
-    """Turn the policy's sampled actions into what the env's ``step`` takes.
+def on_policy_actions(
+    policy: BasePolicy, action_space: spaces.Space[Any], actions: np.ndarray, unscale: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Turn the policy's sampled actions into what the env's ``step`` takes and what SB3 stores.
 
-    As SB3's ``OnPolicyAlgorithm.collect_rollouts``: for a Box space, actions of a squashing
-    policy (``policy.squash_output``, output in [-1, 1]) are unscaled to ``[low, high]`` with
-    ``policy.unscale_action``; otherwise they are clipped to ``[low, high]`` (the Gaussian is
-    unbounded). Other spaces pass through. sb3-contrib's ``RecurrentPPO.collect_rollouts`` always
-    clips (``unscale=False``), while its ``predict`` unscales a squashing policy's actions as
-    ``BasePolicy.predict`` does.
+    As SB3's ``OnPolicyAlgorithm.collect_rollouts``. Env actions: for a Box space, actions of
+    a squashing policy (``policy.squash_output``, output in [-1, 1]) are unscaled to
+    ``[low, high]`` with ``policy.unscale_action``; otherwise they are clipped to ``[low, high]``
+    (the Gaussian is unbounded); other spaces pass through. sb3-contrib's
+    ``RecurrentPPO.collect_rollouts`` always clips (``unscale=False``), while its ``predict``
+    unscales a squashing policy's actions as ``BasePolicy.predict`` does. Buffer actions (what
+    ``RolloutBuffer.add`` is given): the sampled actions, unclipped and unscaled, with Discrete
+    actions reshaped from ``(n_envs,)`` to ``(n_envs, 1)``.
 
     Args:
         policy: The model's policy.
@@ -60,31 +61,17 @@ def on_policy_env_actions(
         unscale: Whether a squashing policy's actions are unscaled (False: always clip).
 
     Returns:
-        ``(n_envs, *action_shape)`` env actions (a new array for Box, ``actions`` otherwise).
+        ``(env_actions, buffer_actions)``: ``(n_envs, *action_shape)`` env actions (a new array
+        for Box, ``actions`` otherwise) and the buffer actions (``(n_envs, 1)`` for Discrete,
+        ``actions`` itself otherwise).
     """
     if isinstance(action_space, spaces.Box):
         if unscale and policy.squash_output:
-            return np.asarray(policy.unscale_action(actions))
-        return np.asarray(np.clip(actions, action_space.low, action_space.high))
-    return actions
-
-
-def on_policy_buffer_actions(action_space: spaces.Space[Any], actions: np.ndarray) -> np.ndarray:
-    """Return the actions SB3 stores in its ``RolloutBuffer``.
-
-    As ``OnPolicyAlgorithm.collect_rollouts``: the sampled (unclipped, unscaled) actions, with
-    Discrete actions reshaped from ``(n_envs,)`` to ``(n_envs, 1)``.
-
-    Args:
-        action_space: The model's action space.
-        actions: ``(n_envs, *action_shape)`` sampled actions.
-
-    Returns:
-        ``(n_envs, action_dim)`` for Discrete, ``actions`` itself otherwise.
-    """
+            return np.asarray(policy.unscale_action(actions)), actions
+        return np.asarray(np.clip(actions, action_space.low, action_space.high)), actions
     if isinstance(action_space, spaces.Discrete):
-        return actions.reshape(-1, 1)
-    return actions
+        return actions, actions.reshape(-1, 1)
+    return actions, actions
 
 
 def exploration_noise(model: OffPolicyAlgorithm, n_envs: int) -> ActionNoise | None:

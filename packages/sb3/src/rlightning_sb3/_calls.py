@@ -1,14 +1,13 @@
 """The checks every ``predict`` and ``act`` call starts with, read into one :class:`CallInput`.
 
 :func:`read_call` reads the adapter's state through its
-:class:`~rlightning_sb3._state.AdapterState` methods (the Box-shape cache, the env ids seen) and
-changes nothing else; the steps in :mod:`rlightning_sb3._step` and :mod:`rlightning_sb3._predict`
-read the fields of the :class:`CallInput` it returns.
+:class:`~rlightning_sb3._state.AdapterState` methods (the observation-form cache, the env ids
+seen) and changes nothing else; the steps in :mod:`rlightning_sb3._step` and
+:mod:`rlightning_sb3._predict` read the fields of the :class:`CallInput` it returns.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,9 +23,8 @@ if TYPE_CHECKING:
 __all__ = ["CallInput", "nan_checked_by_torch", "read_call"]
 
 
-@dataclass(slots=True)
 class CallInput:
-    """One call's checked input, as :func:`read_call` found it.
+    """One call's checked input, as :func:`read_call` found it (read, never changed).
 
     Attributes:
         batch: The observation batch, ``(n_envs, *obs_shape)`` numpy (a dict of such arrays
@@ -42,6 +40,18 @@ class CallInput:
         stamps: ``ts_env_sent_ns`` per env, or None.
         masks: MaskablePPO action masks ``(n_envs, mask_dims)``, or None.
     """
+
+    __slots__ = (
+        "batch",
+        "checked_by_torch",
+        "ids",
+        "masks",
+        "n_envs",
+        "ready",
+        "seen",
+        "stamps",
+        "vectorized",
+    )
 
     batch: Any
     n_envs: int
@@ -94,7 +104,8 @@ def read_call(
     state = adapter._state
     batch, n_envs, vectorized, ready = state.read_batch(adapter._model.policy, observation)
     ids, seen = state.resolve_ids(env_ids, n_envs, vectorized)
-    checked_by_torch = adapter._on_policy and nan_checked_by_torch()
+    # nan_checked_by_torch(), read inline (this runs on every call)
+    checked_by_torch = adapter._on_policy and bool(_DISTRIBUTION._validate_args)
     if not checked_by_torch:
         refuse_nan(batch, ids)
     stamps = None if ts_env_sent_ns is None else per_env_stamps(ts_env_sent_ns, ids)
@@ -103,4 +114,18 @@ def read_call(
         if action_masks is None
         else check_action_masks(adapter._model, adapter._maskable, action_masks, ids)
     )
-    return CallInput(batch, n_envs, vectorized, ready, ids, seen, checked_by_torch, stamps, masks)
+    # The slots set here, without an __init__ frame (this runs on every call).
+    call = _new_call(CallInput)
+    call.batch = batch
+    call.n_envs = n_envs
+    call.vectorized = vectorized
+    call.ready = ready
+    call.ids = ids
+    call.seen = seen
+    call.checked_by_torch = checked_by_torch
+    call.stamps = stamps
+    call.masks = masks
+    return call
+
+
+_new_call = object.__new__

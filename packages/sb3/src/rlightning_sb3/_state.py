@@ -18,7 +18,7 @@ from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 from rlightning_sb3._batch import resolve_env_ids
 from rlightning_sb3._observations import batch_observation, native_arrays
 
-__all__ = ["AdapterState"]
+__all__ = ["MODE_FREE", "AdapterState", "mode_dependent_modules"]
 
 
 class AdapterState:
@@ -31,19 +31,20 @@ class AdapterState:
         last_ids: The env ids of the last successful batched call, all of them in ``carried``:
             a call with an equal list skips the id checks and needs no new registration
             (:meth:`resolve_ids`).
-        box_shape: ``(observation space, its shape if a Box else None)`` for the fast path of
-            :meth:`read_batch`.
-        policy_modules: ``(policy, every module of it)`` as of the first :meth:`eval_mode`.
+        ready_form: ``(observation space, shape, strides, dtype)`` of the last observation
+            batch :meth:`read_batch` passed to ``obs_as_tensor`` as it is, or None.
+        policy_modules: ``(policy, its modules whose mode matters)`` as of the first
+            :meth:`eval_mode` (:func:`mode_dependent_modules`).
         noise_envs: ``(model.action_noise, the env id of each of its envs)``
             (:meth:`noise_rows`).
     """
 
-    __slots__ = ("box_shape", "carried", "last_ids", "noise_envs", "policy_modules")
+    __slots__ = ("carried", "last_ids", "noise_envs", "policy_modules", "ready_form")
 
     def __init__(self) -> None:
         self.carried: dict[str, Any] = {}
         self.last_ids: list[str] | None = None
-        self.box_shape: tuple[Any, tuple[int, ...] | None] | None = None
+        self.ready_form: tuple[Any, tuple[int, ...], tuple[int, ...], np.dtype[Any]] | None = None
         self.policy_modules: tuple[Any, tuple[th.nn.Module, ...]] | None = None
         self.noise_envs: tuple[VectorizedActionNoise, list[str]] | None = None
 
@@ -101,9 +102,11 @@ class AdapterState:
         Fast path for the common step: a numpy array of shape ``(n_envs, *space.shape)`` for
         a Box observation space is a batch by SB3's rule (``is_vectorized_box_observation``;
         no ``maybe_transpose`` applies to an array of the space's own shape) and is what
-        ``collect_rollouts`` hands to ``obs_as_tensor``, so the general checks are skipped.
-        Caches the space's shape (a space's shape never changes). Arrays torch cannot view (a
-        negative stride, a non-native byte order) are read from a native copy
+        ``collect_rollouts`` hands to ``obs_as_tensor``, so the general checks are skipped
+        when its byte order is native and no stride is negative. Its form (shape, strides,
+        dtype) is remembered: an array of the same form, for the same space, passes with
+        three comparisons (a loop's observations all have one form). Arrays torch cannot view
+        (a negative stride, a non-native byte order) are read from a native copy
         (:func:`~rlightning_sb3._observations.native_arrays`): the same values, where SB3's
         ``obs_as_tensor`` would raise.
 
@@ -112,23 +115,26 @@ class AdapterState:
             ``obs_as_tensor`` as it is (False: let ``obs_tensor`` decide).
         """
         space = policy.observation_space
-        cached = self.box_shape
-        if cached is None or cached[0] is not space:
-            cached = self.box_shape = (
-                space,
-                space.shape if type(space) is spaces.Box else None,
-            )
-        shape = cached[1]
-        if shape is not None and type(observation) is np.ndarray:
+        if type(observation) is np.ndarray:
+            form = self.ready_form
             rows = observation.shape
-            # ``rows[1:] == shape`` with ``rows`` not empty: ndim is ``len(shape) + 1``
             if (
-                rows[1:] == shape
+                form is not None
+                and rows == form[1]
+                and observation.strides == form[2]
+                and observation.dtype is form[3]
+                and space is form[0]
+            ):
+                return observation, rows[0], True, True
+            if type(space) is spaces.Box and (
+                # ``rows[1:] == space.shape`` with ``rows`` not empty: ndim is one more
+                rows[1:] == space.shape
                 and rows
                 and rows[0]
                 and observation.dtype.isnative
                 and min(observation.strides) >= 0
             ):
+                self.ready_form = (space, rows, observation.strides, observation.dtype)
                 return observation, rows[0], True, True
         batch, n_envs, vectorized = batch_observation(policy, observation)
         return native_arrays(batch), n_envs, vectorized, False
@@ -151,19 +157,20 @@ class AdapterState:
             return last, True
         return resolve_env_ids(env_ids, n_envs, vectorized), False
 
-    def register(self, ids: list[str], vectorized: bool, seen: bool) -> None:
-        """Mark ``ids`` as seen (after a successful call) and remember them for the next."""
-        if not seen:
-            carried = self.carried
-            for env_id in ids:
-                carried.setdefault(env_id, None)
+    def register(self, ids: list[str], vectorized: bool) -> None:
+        """Mark ``ids`` as seen (after a successful call) and remember them for the next.
+
+        Not needed after a call whose ids :meth:`resolve_ids` found seen: those ids are the
+        remembered ones, all of them seen.
+        """
+        carried = self.carried
+        for env_id in ids:
+            carried.setdefault(env_id, None)
         if vectorized:
             self.last_ids = ids
 
-    def default_starts(self, ids: Sequence[str], seen: bool) -> list[bool]:
+    def default_starts(self, ids: Sequence[str]) -> list[bool]:
         """``act``'s default ``episode_start``: True for the ids not seen yet."""
-        if seen:
-            return [False] * len(ids)
         carried = self.carried
         return [env_id not in carried for env_id in ids]
 
@@ -194,17 +201,55 @@ class AdapterState:
 
         SB3 calls ``policy.set_training_mode(False)`` once at the start of each rollout (and
         ``train()`` switches back with ``set_training_mode(True)``); calling it every step
-        costs more than a small MLP's forward pass. Every module of the policy is checked (a
-        ``train()`` on the policy or on any of its submodules is seen), and the call is made
-        when one of them is in training mode. The modules are listed once per policy object:
-        a submodule assigned into the policy after the first ``act`` is not checked, so call
-        ``model.policy.set_training_mode(False)`` after such surgery, as SB3's next rollout
-        would.
+        costs more than a small MLP's forward pass. The policy and every submodule whose output
+        can depend on its mode are checked (a ``train()`` on the policy or on any of them is
+        seen), and the call is made when one of them is in training mode. Submodules of the
+        exact types in :data:`MODE_FREE` (``Linear``, activations, ``Sequential``, SB3's
+        ``MlpExtractor``, ...) compute the same numbers in either mode, so their flags are not
+        read; a subclass of one of them is checked. The modules are listed once per policy
+        object: a submodule assigned into the policy after the first ``act`` is not checked, so
+        call ``model.policy.set_training_mode(False)`` after such surgery, as SB3's next
+        rollout would.
         """
         cached = self.policy_modules
         if cached is None or cached[0] is not policy:
-            cached = self.policy_modules = (policy, tuple(policy.modules()))
+            cached = self.policy_modules = (policy, mode_dependent_modules(policy))
         for module in cached[1]:
             if module.training:
                 policy.set_training_mode(False)
                 return
+
+
+def mode_dependent_modules(policy: th.nn.Module) -> tuple[th.nn.Module, ...]:
+    """``policy`` and those of its submodules whose output may depend on train/eval mode.
+
+    Every module of ``policy.modules()`` except those whose exact type is in
+    :data:`MODE_FREE`; ``policy`` itself is always first.
+    """
+    return (policy, *(m for m in policy.modules() if m is not policy and type(m) not in MODE_FREE))
+
+
+def _mode_free_types() -> frozenset[type]:
+    from stable_baselines3.common import torch_layers
+
+    nn = th.nn
+    return frozenset(
+        {
+            nn.Linear, nn.Identity, nn.Flatten, nn.Unflatten, nn.Sequential, nn.ModuleList,
+            nn.ModuleDict, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.MaxPool1d, nn.MaxPool2d,
+            nn.AvgPool1d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.LayerNorm, nn.Embedding,
+            nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU,
+            nn.Mish, nn.Tanh, nn.Sigmoid, nn.Softplus, nn.Softsign, nn.Hardtanh, nn.Softmax,
+            nn.LogSoftmax,
+            torch_layers.FlattenExtractor, torch_layers.NatureCNN, torch_layers.MlpExtractor,
+            torch_layers.CombinedExtractor,
+        }
+    )  # fmt: skip
+
+
+#: Module types whose ``forward`` never reads ``self.training`` (torch's and SB3's own, matched
+#: by exact type): their train/eval flag changes no number, so ``eval_mode`` does not read it.
+#: Not here, as their output depends on the mode: ``Dropout*``, ``BatchNorm*``,
+#: ``InstanceNorm*``, ``RReLU``, ``RNN``/``LSTM``/``GRU`` (dropout between layers),
+#: ``MultiheadAttention`` and ``Transformer*`` (dropout), and every user-defined module.
+MODE_FREE: frozenset[type] = _mode_free_types()

@@ -33,13 +33,15 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning import PolicyResponse, ResponseBatch
 from rlightning_sb3._actions import ACTION_KINDS, refuse_action_dtypes
-from rlightning_sb3._batch import order_responses, stacked_in_order
+from rlightning_sb3._answer import answer
+from rlightning_sb3._batch import order_responses, per_env_bools, stacked_in_order
+from rlightning_sb3._calls import read_call
 from rlightning_sb3._contrib import contrib_kind
-from rlightning_sb3._observations import as_arrays, batch_observation
-from rlightning_sb3._predict import predict_step
+from rlightning_sb3._observations import as_arrays, batch_observation, native_arrays, refuse_nan
+from rlightning_sb3._predict import predict_actions
 from rlightning_sb3._spaces import unsupported_space
 from rlightning_sb3._state import AdapterState
-from rlightning_sb3._step import act_step
+from rlightning_sb3._step import act_off_policy, act_on_policy
 
 __all__ = ["SB3PolicyAdapter"]
 
@@ -238,16 +240,46 @@ class SB3PolicyAdapter:
                 "batch (one str for an unbatched observation) by keyword, as in "
                 "responses = adapter.predict(obs, env_ids=ids)"
             )
-        return predict_step(
-            self,
-            observation,
-            env_ids,
-            state,
-            episode_start,
-            deterministic,
-            action_masks,
-            ts_env_sent_ns,
+        observation = as_arrays(observation)  # lists, as SB3's obs_to_tensor converts them
+        call = read_call(self, observation, env_ids, ts_env_sent_ns, action_masks)
+        if not call.ready:  # (the fast path's batch is the observation, already native)
+            observation = native_arrays(observation)  # what torch cannot view, a native copy
+        ids = call.ids
+        masks = call.masks
+        starts = (
+            None
+            if episode_start is None
+            else per_env_bools(episode_start, "episode_start", ids, None)
         )
+        next_states: list[tuple[np.ndarray, ...]] | None = None
+        try:
+            if masks is None and state is None and not self._recurrent:
+                # predict_actions' common case, without its call
+                actions, _ = self._model.predict(observation, deterministic=deterministic)
+            else:
+                extra: dict[str, Any] = {}
+                if masks is not None:
+                    extra["action_masks"] = masks if call.vectorized else masks[0]
+                actions, next_states = predict_actions(
+                    self, observation, state, starts, deterministic, extra, ids
+                )
+        except (ValueError, RuntimeError):
+            if call.checked_by_torch:
+                refuse_nan(call.batch, ids)  # names the envs when a NaN made torch raise
+            raise
+        if not call.seen:  # (a call with the last call's ids changes nothing there)
+            self._state.register(ids, call.vectorized)
+        fields = (
+            {"env_id": None, "env_ids": list(ids), "action": actions}
+            if call.vectorized
+            else {"env_id": ids[0], "action": actions}
+        )
+        columns = (
+            ()  # the common call: none of the optional fields
+            if next_states is None and masks is None and call.stamps is None
+            else (("state", next_states), ("action_mask", masks), ("ts_env_sent_ns", call.stamps))
+        )
+        return answer(call.vectorized, fields, columns)
 
     # ------------------------------------------------------------------ act
     @overload
@@ -380,9 +412,32 @@ class SB3PolicyAdapter:
             call ``model.policy.reset_noise(n_envs)`` (off-policy: ``model.actor.reset_noise``)
             where ``collect_rollouts`` would.
         """
-        return act_step(
-            self, observation, env_ids, episode_start, action_masks, explore, ts_env_sent_ns
-        )
+        state = self._state
+        call = read_call(self, observation, env_ids, ts_env_sent_ns, action_masks)
+        ids = call.ids
+        if episode_start is not None:
+            starts = per_env_bools(episode_start, "episode_start", ids, None).tolist()
+        elif call.seen:  # every id was seen: default_starts' answer, without its call
+            starts = [False] * call.n_envs
+        else:
+            starts = state.default_starts(ids)
+        if self._on_policy:
+            try:
+                fields, columns = act_on_policy(self, call, starts, explore)
+            except (ValueError, RuntimeError):
+                if call.checked_by_torch:
+                    refuse_nan(call.batch, ids)  # names the envs when a NaN made torch raise
+                raise
+        elif self._off_policy:
+            fields, columns = act_off_policy(self, call, explore)
+        else:
+            raise TypeError(
+                f"act() supports on-policy and off-policy SB3 algorithms; "
+                f"{type(self._model).__name__} is neither (use predict())"
+            )
+        if not call.seen:  # (a call with the last call's ids changes nothing there)
+            state.register(ids, call.vectorized)
+        return answer(call.vectorized, fields, columns)
 
     # ------------------------------------------------------------------ predict_values
     def predict_values(self, observation: Any) -> np.ndarray:
