@@ -15,8 +15,10 @@ are counted only while it is on the stack), followed by ``_operator._compare_dig
 starts again from zero). The instructions per call are the count of the loop of ``R`` calls
 minus the count of the same loop of 0 calls (what entering the region costs), over ``R``.
 Every implementation is warmed up first (CPython 3.11 specialises bytecode on its first runs),
-the garbage collector is off inside a region (as in the timed rows), and every region is
-measured twice so the results file shows how far two counts of the same work differ.
+the garbage collector is off inside a region (as in the timed rows), glibc's malloc runs without
+fast bins (``GLIBC_TUNABLES=glibc.malloc.mxfast=0``: its ``malloc_consolidate`` otherwise lands
+in one region and not another, by the heap's history), and every region is measured twice so the
+results file shows how far two counts of the same work differ.
 
 Where the overhead goes (the profile): each Python function of ``rlightning_sb3`` and
 ``rlightning`` that one adapter call runs (found with ``sys.setprofile`` before counting) is
@@ -335,6 +337,11 @@ def _worker_env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.setdefault("PYTHONHASHSEED", "0")
     env.setdefault("OMP_NUM_THREADS", "1")
+    # glibc's malloc without fast bins: otherwise malloc_consolidate runs whenever the heap's
+    # history makes it, adding up to ~9k instructions per call to one region and not the next
+    # (0.5% spread between two rounds of the same floor loop); without them the two rounds agree
+    # to ~0.05%. The same setting for the floors and rlightning.
+    env.setdefault("GLIBC_TUNABLES", "glibc.malloc.mxfast=0")
     return env
 
 

@@ -37,6 +37,8 @@ _REPR_ITEMS = 8
 #: Taken by the first split of any batch (never on reads after it), so that two threads reading
 #: an unsplit batch at once get the same responses.
 _SPLIT_LOCK = threading.Lock()
+#: ``object.__new__``: an empty batch for :meth:`ResponseBatch.trusted`, no attribute look-up.
+_new_object = object.__new__
 
 
 class ResponseBatch(Sequence[_R], Generic[_R]):
@@ -131,7 +133,7 @@ class ResponseBatch(Sequence[_R], Generic[_R]):
         Returns:
             The batch.
         """
-        batch: ResponseBatch[_R] = cls.__new__(cls)
+        batch: ResponseBatch[_R] = _new_object(cls)  # (an adapter's per-step path)
         batch._stacked = stacked
         batch._responses = None
         batch._trusted = True

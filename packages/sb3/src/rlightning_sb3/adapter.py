@@ -32,6 +32,7 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning import PolicyResponse, ResponseBatch
+from rlightning.types import response_from_fields
 from rlightning_sb3._actions import ACTION_KINDS, refuse_action_dtypes
 from rlightning_sb3._answer import answer
 from rlightning_sb3._batch import order_responses, per_env_bools, stacked_in_order
@@ -240,7 +241,8 @@ class SB3PolicyAdapter:
                 "batch (one str for an unbatched observation) by keyword, as in "
                 "responses = adapter.predict(obs, env_ids=ids)"
             )
-        observation = as_arrays(observation)  # lists, as SB3's obs_to_tensor converts them
+        if type(observation) is not np.ndarray:  # (as_arrays keeps an array as it is)
+            observation = as_arrays(observation)  # lists, as SB3's obs_to_tensor converts them
         call = read_call(self, observation, env_ids, ts_env_sent_ns, action_masks)
         if not call.ready:  # (the fast path's batch is the observation, already native)
             observation = native_arrays(observation)  # what torch cannot view, a native copy
@@ -437,7 +439,10 @@ class SB3PolicyAdapter:
             )
         if not call.seen:  # (a call with the last call's ids changes nothing there)
             state.register(ids, call.vectorized)
-        return answer(call.vectorized, fields, columns)
+        if columns or not call.vectorized:
+            return answer(call.vectorized, fields, columns)
+        # answer()'s batch case with no optional column, without its call (every step)
+        return ResponseBatch.trusted(response_from_fields(PolicyResponse, fields))
 
     # ------------------------------------------------------------------ predict_values
     def predict_values(self, observation: Any) -> np.ndarray:
