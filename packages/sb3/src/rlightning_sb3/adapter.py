@@ -271,17 +271,21 @@ class SB3PolicyAdapter:
             raise
         if not call.seen:  # (a call with the last call's ids changes nothing there)
             self._state.register(ids, call.vectorized)
-        fields = (
-            {"env_id": None, "env_ids": list(ids), "action": actions}
-            if call.vectorized
-            else {"env_id": ids[0], "action": actions}
+        if not call.vectorized:
+            return answer(
+                False,
+                {"env_id": ids[0], "action": actions},
+                (("state", next_states), ("action_mask", masks), ("ts_env_sent_ns", call.stamps)),
+            )
+        fields = {"env_id": None, "env_ids": list(ids), "action": actions}
+        if next_states is None and masks is None and call.stamps is None:
+            # answer()'s batch case with no optional column, without its call (every step)
+            return ResponseBatch.trusted(response_from_fields(PolicyResponse, fields))
+        return answer(
+            True,
+            fields,
+            (("state", next_states), ("action_mask", masks), ("ts_env_sent_ns", call.stamps)),
         )
-        columns = (
-            ()  # the common call: none of the optional fields
-            if next_states is None and masks is None and call.stamps is None
-            else (("state", next_states), ("action_mask", masks), ("ts_env_sent_ns", call.stamps))
-        )
-        return answer(call.vectorized, fields, columns)
 
     # ------------------------------------------------------------------ act
     @overload
