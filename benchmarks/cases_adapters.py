@@ -184,6 +184,7 @@ def sb3_call(kind: str, impl: str, n_envs: int) -> Callable[[Any], object]:
         # episode starts) wrapped in a ResponseBatch -- with no input checked. The structural
         # floor of act's contract, to show what is left for the checks.
         from rlightning import PerEnv, PolicyResponse, ResponseBatch
+        from rlightning.types import response_from_fields
 
         def call(o: Any) -> object:
             with torch.no_grad():
@@ -195,14 +196,17 @@ def sb3_call(kind: str, impl: str, n_envs: int) -> Callable[[Any], object]:
                 actions.reshape(-1, 1) if isinstance(action_space, spaces.Discrete) else actions
             )
             return ResponseBatch.trusted(
-                PolicyResponse(
-                    None,
-                    env_ids=list(env_ids),
-                    action=actions,
-                    buffer_action=buffer,
-                    value=values.flatten(),
-                    log_prob=log_probs,
-                    episode_start=PerEnv([False] * n_envs),
+                response_from_fields(
+                    PolicyResponse,
+                    {
+                        "env_id": None,
+                        "env_ids": list(env_ids),
+                        "action": actions,
+                        "buffer_action": buffer,
+                        "value": values.ravel(),
+                        "log_prob": log_probs,
+                        "episode_start": PerEnv([False] * n_envs),
+                    },
                 )
             )
 

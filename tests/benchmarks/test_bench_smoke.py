@@ -162,7 +162,7 @@ def test_instruction_rows_cover_predict_and_act(instructions: dict) -> None:
 
     rows = instructions["rows"]
     assert {(r["kind"], r["impl"], r["n_envs"]) for r in rows} == {
-        (kind, impl, 1) for kind in KINDS for impl in IMPLS
+        (kind, impl, 1) for kind in KINDS for impl in IMPLS[kind]
     }
     assert all(r["calls"] == CALLS_SMOKE for r in rows)
     if valgrind_path() is None:
@@ -173,7 +173,7 @@ def test_instruction_rows_cover_predict_and_act(instructions: dict) -> None:
         assert row["status"] == "ok", row
         assert row["ir_per_call"] > 10_000  # a forward pass of PPO's MLP, at least
         assert len(row["ir_per_call_rounds"]) == 2
-        if row["impl"] == "rlightning":
+        if row["impl"] != "floor":
             floor = next(r for r in rows if r["kind"] == row["kind"] and r["impl"] == "floor")
             assert row["overhead"] == pytest.approx(row["ir_per_call"] / floor["ir_per_call"] - 1)
 
