@@ -117,29 +117,24 @@ def _pack(obj: Any) -> bytes:
     while todo:
         item = todo.pop()
         if isinstance(item, (list, tuple)):
-            n = len(item)
-            out += (
-                bytes([0x90 | n])
-                if n < 16
-                else (
-                    b"\xdc" + struct.pack(">H", n) if n < 2**16 else b"\xdd" + struct.pack(">I", n)
-                )
-            )
+            out += _container_header(len(item), 0x90, b"\xdc", b"\xdd")
             todo.extend(reversed(item))
         elif isinstance(item, dict):
-            n = len(item)
-            out += (
-                bytes([0x80 | n])
-                if n < 16
-                else (
-                    b"\xde" + struct.pack(">H", n) if n < 2**16 else b"\xdf" + struct.pack(">I", n)
-                )
-            )
+            out += _container_header(len(item), 0x80, b"\xde", b"\xdf")
             for key, value in reversed(list(item.items())):
                 todo.extend((value, key))
         else:
             out += msgpack.packb(item, use_bin_type=True)
     return bytes(out)
+
+
+def _container_header(n: int, fix: int, wide16: bytes, wide32: bytes) -> bytes:
+    """msgpack's header of an array or map of ``n`` items: fix form, 16-bit or 32-bit length."""
+    if n < 16:
+        return bytes([fix | n])
+    if n < 2**16:
+        return wide16 + struct.pack(">H", n)
+    return wide32 + struct.pack(">I", n)
 
 
 def nested(depth: int, leaf: Any = 0) -> Any:
