@@ -34,6 +34,8 @@ def answer(
         A trusted :class:`~rlightning.ResponseBatch` (stacked: ``env_ids`` plus the fields) or
         a :class:`~rlightning.PolicyResponse`.
     """
+    if vectorized and not columns:  # the common step: nothing to add
+        return ResponseBatch.trusted(response_from_fields(PolicyResponse, fields))
     for name, column in columns:
         if column is not None:
             if not vectorized:

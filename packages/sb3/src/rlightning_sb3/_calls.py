@@ -20,7 +20,7 @@ from rlightning_sb3._observations import refuse_nan
 if TYPE_CHECKING:
     from rlightning_sb3.adapter import SB3PolicyAdapter
 
-__all__ = ["CallInput", "nan_checked_by_torch", "read_call"]
+__all__ = ["CallInput", "read_call"]
 
 
 class CallInput:
@@ -64,20 +64,8 @@ class CallInput:
     masks: np.ndarray | None
 
 
-def nan_checked_by_torch() -> bool:
-    """Whether torch.distributions validates its arguments by default (torch's own default).
-
-    SB3's on-policy policies sample from ``torch.distributions`` objects built with the default
-    validation, which refuses NaN parameters; a NaN in an observation reaches them (a NaN row
-    stays NaN through SB3's networks). With validation on, the adapter need not scan every
-    observation for NaN: it does so only when the forward pass raises, to name the envs.
-    ``torch.distributions.Distribution.set_default_validate_args(False)`` turns it off, and
-    the adapter then scans every batch.
-    """
-    return bool(getattr(_DISTRIBUTION, "_validate_args", False))
-
-
-#: Where ``Distribution.set_default_validate_args`` keeps its setting (a class attribute).
+#: Where ``Distribution.set_default_validate_args`` keeps its setting (the class attribute
+#: ``_validate_args``, always defined; torch's default is True).
 _DISTRIBUTION = th.distributions.Distribution
 
 
@@ -91,8 +79,15 @@ def read_call(
     """The checks ``predict`` and ``act`` both start with, in the order their errors come.
 
     ``AdapterState.read_batch``, ``AdapterState.resolve_ids``, the NaN scan unless torch's
-    distribution validation will catch a NaN (:func:`nan_checked_by_torch`: on-policy models),
-    the stamps (``per_env_stamps``) and the action masks (``check_action_masks``).
+    distribution validation will catch a NaN, the stamps (``per_env_stamps``) and the action
+    masks (``check_action_masks``).
+
+    The NaN scan: SB3's on-policy policies sample from ``torch.distributions`` objects built
+    with the default validation, which refuses NaN parameters, and a NaN in an observation
+    reaches them (a NaN row stays NaN through SB3's networks). With validation on (torch's
+    default) an on-policy call is not scanned up front: the caller scans only if the forward
+    pass raises, to name the envs. ``Distribution.set_default_validate_args(False)`` turns it
+    off, and every batch is then scanned; off-policy batches are always scanned.
 
     Returns:
         The checked input; the adapter's state is not changed (the caller registers the ids
@@ -104,7 +99,6 @@ def read_call(
     state = adapter._state
     batch, n_envs, vectorized, ready = state.read_batch(adapter._model.policy, observation)
     ids, seen = state.resolve_ids(env_ids, n_envs, vectorized)
-    # nan_checked_by_torch(), read inline (this runs on every call)
     checked_by_torch = adapter._on_policy and bool(_DISTRIBUTION._validate_args)
     if not checked_by_torch:
         refuse_nan(batch, ids)

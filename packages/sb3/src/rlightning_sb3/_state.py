@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from stable_baselines3.common import torch_layers
 from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 
 from rlightning_sb3._batch import resolve_env_ids
@@ -229,27 +230,49 @@ def mode_dependent_modules(policy: th.nn.Module) -> tuple[th.nn.Module, ...]:
     return (policy, *(m for m in policy.modules() if m is not policy and type(m) not in MODE_FREE))
 
 
-def _mode_free_types() -> frozenset[type]:
-    from stable_baselines3.common import torch_layers
-
-    nn = th.nn
-    return frozenset(
-        {
-            nn.Linear, nn.Identity, nn.Flatten, nn.Unflatten, nn.Sequential, nn.ModuleList,
-            nn.ModuleDict, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.MaxPool1d, nn.MaxPool2d,
-            nn.AvgPool1d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.LayerNorm, nn.Embedding,
-            nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU,
-            nn.Mish, nn.Tanh, nn.Sigmoid, nn.Softplus, nn.Softsign, nn.Hardtanh, nn.Softmax,
-            nn.LogSoftmax,
-            torch_layers.FlattenExtractor, torch_layers.NatureCNN, torch_layers.MlpExtractor,
-            torch_layers.CombinedExtractor,
-        }
-    )  # fmt: skip
-
-
 #: Module types whose ``forward`` never reads ``self.training`` (torch's and SB3's own, matched
 #: by exact type): their train/eval flag changes no number, so ``eval_mode`` does not read it.
 #: Not here, as their output depends on the mode: ``Dropout*``, ``BatchNorm*``,
 #: ``InstanceNorm*``, ``RReLU``, ``RNN``/``LSTM``/``GRU`` (dropout between layers),
 #: ``MultiheadAttention`` and ``Transformer*`` (dropout), and every user-defined module.
-MODE_FREE: frozenset[type] = _mode_free_types()
+MODE_FREE: frozenset[type] = frozenset(
+    {
+        th.nn.Linear,
+        th.nn.Identity,
+        th.nn.Flatten,
+        th.nn.Unflatten,
+        th.nn.Sequential,
+        th.nn.ModuleList,
+        th.nn.ModuleDict,
+        th.nn.Conv1d,
+        th.nn.Conv2d,
+        th.nn.Conv3d,
+        th.nn.MaxPool1d,
+        th.nn.MaxPool2d,
+        th.nn.AvgPool1d,
+        th.nn.AvgPool2d,
+        th.nn.AdaptiveAvgPool2d,
+        th.nn.LayerNorm,
+        th.nn.Embedding,
+        th.nn.ReLU,
+        th.nn.ReLU6,
+        th.nn.LeakyReLU,
+        th.nn.ELU,
+        th.nn.SELU,
+        th.nn.CELU,
+        th.nn.GELU,
+        th.nn.SiLU,
+        th.nn.Mish,
+        th.nn.Tanh,
+        th.nn.Sigmoid,
+        th.nn.Softplus,
+        th.nn.Softsign,
+        th.nn.Hardtanh,
+        th.nn.Softmax,
+        th.nn.LogSoftmax,
+        torch_layers.FlattenExtractor,
+        torch_layers.NatureCNN,
+        torch_layers.MlpExtractor,
+        torch_layers.CombinedExtractor,
+    }
+)

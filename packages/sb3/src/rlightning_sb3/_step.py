@@ -32,7 +32,37 @@ from rlightning_sb3._recurrent import split_rnn_states, stack_rnn_states, zero_r
 if TYPE_CHECKING:
     from rlightning_sb3.adapter import SB3PolicyAdapter
 
-__all__ = ["act_off_policy", "act_on_policy"]
+__all__ = ["act_off_policy", "act_on_policy", "action_fields"]
+
+
+def action_fields(
+    ids: list[str], vectorized: bool, env_acts: np.ndarray, buffer_acts: np.ndarray
+) -> dict[str, Any]:
+    """The first fields of every ``act`` answer, for :func:`~rlightning_sb3._answer.answer`.
+
+    Args:
+        ids: The env ids, in row order.
+        vectorized: Whether the call was batched.
+        env_acts: ``(n_envs, *action_shape)`` actions for ``env.step``.
+        buffer_acts: ``(n_envs, ...)`` actions as SB3 stores them.
+
+    Returns:
+        For a batch ``{"env_id": None, "env_ids": [...], "action": env_acts, "buffer_action":
+        buffer_acts}`` (a new ids list); for an unbatched call ``{"env_id": ids[0], "action":
+        <row 0 as an array>, "buffer_action": <row 0>}``. The caller adds its own fields.
+    """
+    if vectorized:
+        return {
+            "env_id": None,
+            "env_ids": list(ids),
+            "action": env_acts,
+            "buffer_action": buffer_acts,
+        }
+    return {
+        "env_id": ids[0],
+        "action": np.asarray(env_acts[0]),
+        "buffer_action": buffer_acts[0],
+    }
 
 
 def act_off_policy(
@@ -57,20 +87,7 @@ def act_off_policy(
     env_acts, buffer_acts = off_policy_actions(
         off, call.batch, call.n_envs, explore, noise, adapter._state.noise_rows(noise, ids)
     )
-    fields: dict[str, Any]
-    if call.vectorized:
-        fields = {
-            "env_id": None,
-            "env_ids": list(ids),
-            "action": env_acts,
-            "buffer_action": buffer_acts,
-        }
-    else:
-        fields = {
-            "env_id": ids[0],
-            "action": np.asarray(env_acts[0]),
-            "buffer_action": buffer_acts[0],
-        }
+    fields = action_fields(ids, call.vectorized, env_acts, buffer_acts)
     return fields, (("ts_env_sent_ns", call.stamps),)
 
 
@@ -121,25 +138,15 @@ def act_on_policy(
     # A batch stays batched (a ResponseBatch splits it only when an env's response is read):
     # ``values.ravel()`` (``values.flatten()``'s view of the ``(n_envs, 1)`` output, one torch
     # call cheaper) and ``log_probs`` are ``(n_envs,)``, whose rows are 0-d views.
+    fields = action_fields(ids, call.vectorized, env_acts, buffer_acts)
     if call.vectorized:
-        fields = {
-            "env_id": None,
-            "env_ids": list(ids),
-            "action": env_acts,
-            "buffer_action": buffer_acts,
-            "value": values.ravel(),
-            "log_prob": log_probs,
-            "episode_start": PerEnv(starts),
-        }
+        fields["value"] = values.ravel()
+        fields["log_prob"] = log_probs
+        fields["episode_start"] = PerEnv(starts)
     else:
-        fields = {
-            "env_id": ids[0],
-            "action": np.asarray(env_acts[0]),
-            "buffer_action": buffer_acts[0],
-            "value": values.reshape(()),
-            "log_prob": log_probs.reshape(()),
-            "episode_start": starts[0],
-        }
+        fields["value"] = values.reshape(())
+        fields["log_prob"] = log_probs.reshape(())
+        fields["episode_start"] = starts[0]
     columns = (
         ()  # the common step: none of the optional fields
         if states_out is None and masks is None and call.stamps is None

@@ -32,7 +32,6 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning import PolicyResponse, ResponseBatch
-from rlightning.types import response_from_fields
 from rlightning_sb3._actions import ACTION_KINDS, refuse_action_dtypes
 from rlightning_sb3._answer import answer
 from rlightning_sb3._batch import order_responses, per_env_bools, stacked_in_order
@@ -271,21 +270,17 @@ class SB3PolicyAdapter:
             raise
         if not call.seen:  # (a call with the last call's ids changes nothing there)
             self._state.register(ids, call.vectorized)
-        if not call.vectorized:
-            return answer(
-                False,
-                {"env_id": ids[0], "action": actions},
-                (("state", next_states), ("action_mask", masks), ("ts_env_sent_ns", call.stamps)),
-            )
-        fields = {"env_id": None, "env_ids": list(ids), "action": actions}
-        if next_states is None and masks is None and call.stamps is None:
-            # answer()'s batch case with no optional column, without its call (every step)
-            return ResponseBatch.trusted(response_from_fields(PolicyResponse, fields))
-        return answer(
-            True,
-            fields,
-            (("state", next_states), ("action_mask", masks), ("ts_env_sent_ns", call.stamps)),
+        fields = (
+            {"env_id": None, "env_ids": list(ids), "action": actions}
+            if call.vectorized
+            else {"env_id": ids[0], "action": actions}
         )
+        columns = (
+            ()  # the common call: none of the optional fields
+            if next_states is None and masks is None and call.stamps is None
+            else (("state", next_states), ("action_mask", masks), ("ts_env_sent_ns", call.stamps))
+        )
+        return answer(call.vectorized, fields, columns)
 
     # ------------------------------------------------------------------ act
     @overload
@@ -443,10 +438,7 @@ class SB3PolicyAdapter:
             )
         if not call.seen:  # (a call with the last call's ids changes nothing there)
             state.register(ids, call.vectorized)
-        if columns or not call.vectorized:
-            return answer(call.vectorized, fields, columns)
-        # answer()'s batch case with no optional column, without its call (every step)
-        return ResponseBatch.trusted(response_from_fields(PolicyResponse, fields))
+        return answer(call.vectorized, fields, columns)
 
     # ------------------------------------------------------------------ predict_values
     def predict_values(self, observation: Any) -> np.ndarray:
