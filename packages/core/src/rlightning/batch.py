@@ -22,6 +22,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
+from types import SimpleNamespace
 from typing import Any, Generic, TypeVar, overload
 
 from rlightning._stack import ENV_IDS_FIELD
@@ -39,6 +40,8 @@ _REPR_ITEMS = 8
 _SPLIT_LOCK = threading.Lock()
 #: ``object.__new__``: an empty batch for :meth:`ResponseBatch.trusted`, no attribute look-up.
 _new_object = object.__new__
+#: ``SimpleNamespace.__new__``: an empty response (``PolicyResponse`` is a ``SimpleNamespace``).
+_new_namespace = SimpleNamespace.__new__
 
 
 class ResponseBatch(Sequence[_R], Generic[_R]):
@@ -134,6 +137,45 @@ class ResponseBatch(Sequence[_R], Generic[_R]):
             The batch.
         """
         batch: ResponseBatch[_R] = _new_object(cls)  # (an adapter's per-step path)
+        batch._stacked = stacked
+        batch._responses = None
+        batch._trusted = True
+        return batch
+
+    @classmethod
+    def trusted_from_fields(
+        cls, response_cls: type[_R], fields: dict[str, Any]
+    ) -> ResponseBatch[_R]:
+        """``trusted(response_from_fields(response_cls, fields))`` in one call.
+
+        For adapters' per-step paths (the SB3 adapter's ``predict`` and ``act`` answer with
+        it): the stacked response is built as
+        :func:`rlightning.types.response_from_fields` builds it, and wrapped as
+        :meth:`trusted` wraps it, without the two calls. Nothing is checked: the guarantees of
+        both are the caller's (``fields`` starts with ``env_id`` None and ``env_ids``, a
+        non-empty list of unique ids; no field name is reserved; ``n_envs`` rows in every
+        batched field).
+
+        Args:
+            response_cls: ``PolicyResponse`` or a subclass, the stacked response's class.
+            fields: ``{"env_id": None, "env_ids": [...], **batched_fields}`` (a plain dict);
+                copied into the stacked response (values not copied, ``fields`` not kept).
+
+        Returns:
+            The trusted batch, equal to ``ResponseBatch(response_cls(None, **rest))``.
+
+        Examples:
+            >>> from rlightning import PerEnv, PolicyResponse, ResponseBatch
+            >>> batch = ResponseBatch.trusted_from_fields(
+            ...     PolicyResponse,
+            ...     {"env_id": None, "env_ids": ["a", "b"], "action": PerEnv([0, 1])},
+            ... )
+            >>> batch[1]
+            PolicyResponse(env_id='b', action=1)
+        """
+        stacked = _new_namespace(response_cls)
+        stacked.__dict__.update(fields)
+        batch: ResponseBatch[_R] = _new_object(cls)
         batch._stacked = stacked
         batch._responses = None
         batch._trusted = True

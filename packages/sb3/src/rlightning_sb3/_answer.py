@@ -35,7 +35,7 @@ def answer(
         a :class:`~rlightning.PolicyResponse`.
     """
     if vectorized and not columns:  # the common step: nothing to add
-        return ResponseBatch.trusted(response_from_fields(PolicyResponse, fields))
+        return ResponseBatch.trusted_from_fields(PolicyResponse, fields)
     for name, column in columns:
         if column is not None:
             if not vectorized:

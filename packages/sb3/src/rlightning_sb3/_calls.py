@@ -34,7 +34,7 @@ class CallInput:
         ready: Whether ``batch`` goes to ``obs_as_tensor`` as it is (False: ``obs_tensor``).
         ids: The env ids, one per row, in row order.
         seen: Whether every id was seen by the adapter before (the fast path of
-            ``AdapterState.resolve_ids``).
+            ``AdapterState.read``).
         checked_by_torch: True when the NaN scan was left to torch's distribution validation
             (the caller scans only if the forward pass raises, to name the envs).
         stamps: ``ts_env_sent_ns`` per env, or None.
@@ -78,7 +78,7 @@ def read_call(
 ) -> CallInput:
     """The checks ``predict`` and ``act`` both start with, in the order their errors come.
 
-    ``AdapterState.read_batch``, ``AdapterState.resolve_ids``, the NaN scan unless torch's
+    ``AdapterState.read`` (the observation batch and the env ids), the NaN scan unless torch's
     distribution validation will catch a NaN, the stamps (``per_env_stamps``) and the action
     masks (``check_action_masks``).
 
@@ -97,8 +97,9 @@ def read_call(
         TypeError, ValueError: as ``predict`` and ``act`` document for their arguments.
     """
     state = adapter._state
-    batch, n_envs, vectorized, ready = state.read_batch(adapter._model.policy, observation)
-    ids, seen = state.resolve_ids(env_ids, n_envs, vectorized)
+    batch, n_envs, vectorized, ready, ids, seen = state.read(
+        adapter._model.policy, observation, env_ids
+    )
     checked_by_torch = adapter._on_policy and bool(_DISTRIBUTION._validate_args)
     if not checked_by_torch:
         refuse_nan(batch, ids)

@@ -12,14 +12,18 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch as th
+from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.utils import obs_as_tensor
 
+from rlightning_sb3._grad import grad_enabled, set_grad_enabled
 from rlightning_sb3._recurrent import predict_state, split_numpy_states
 
 if TYPE_CHECKING:
     from rlightning_sb3.adapter import SB3PolicyAdapter
 
-__all__ = ["check_no_state", "predict_actions"]
+__all__ = ["check_no_state", "direct_predict", "predict_actions"]
 
 
 def predict_actions(
@@ -50,6 +54,46 @@ def predict_actions(
             check_no_state(model, state, ids)
         actions, _ = model.predict(observation, deterministic=deterministic, **extra)
     return actions, next_states
+
+
+def direct_predict(policy: Any, batch: np.ndarray, device: th.device, deterministic: bool) -> Any:
+    """``policy.predict(batch, deterministic=deterministic)[0]``, computed directly.
+
+    For a policy ``AdapterState.direct_predict`` accepted (its ``predict`` and
+    ``obs_to_tensor`` are SB3's ``BasePolicy`` ones, a non-image Box observation space; it
+    was put in eval mode and gave ``device``) and a batch ``AdapterState.read`` found ready
+    (a native numpy array ``(n_envs, *space.shape)``, ``n_envs >= 1``, no negative stride).
+    The steps of ``BasePolicy.predict`` (SB3 2.4 to 2.9) and ``obs_to_tensor`` for such a
+    batch, in order: ``np.array(batch)`` (the copy ``obs_to_tensor`` makes: the same memory
+    layout as SB3's, so the same numbers to the last bit); the tensor on ``device`` (on the
+    CPU ``th.from_numpy``, the tensor ``obs_as_tensor`` returns there); ``policy._predict``
+    with autograd off (as under ``torch.no_grad()``, see :mod:`rlightning_sb3._grad`); the
+    actions to numpy, reshaped to ``(-1, *action_space.shape)`` (the policy's action space);
+    then for a Box space unscaled (a squashing policy) or clipped to the space; a batch is
+    never squeezed. What is left out changes no number: ``set_training_mode(False)`` on
+    every call and the ``policy.device`` walk (see ``AdapterState.direct_predict``), and the
+    checks of observations that are not such a batch.
+
+    Returns:
+        numpy actions ``(n_envs, *action_shape)``, equal to ``model.predict``'s.
+    """
+    observation = np.array(batch)
+    on_cpu = device.type == "cpu"
+    obs = th.from_numpy(observation) if on_cpu else obs_as_tensor(observation, device)
+    grad = grad_enabled()
+    set_grad_enabled(False)  # SB3's ``with th.no_grad():``, cheaper (rlightning_sb3._grad)
+    try:
+        out = policy._predict(obs, deterministic=deterministic)
+    finally:
+        set_grad_enabled(grad)
+    actions = out.numpy() if on_cpu else out.cpu().numpy()
+    action_space = policy.action_space
+    actions = actions.reshape((-1, *action_space.shape))
+    if isinstance(action_space, spaces.Box):
+        if policy.squash_output:
+            return policy.unscale_action(actions)
+        return np.clip(actions, action_space.low, action_space.high)
+    return actions
 
 
 def check_no_state(model: BaseAlgorithm, state: Any, ids: list[str]) -> None:

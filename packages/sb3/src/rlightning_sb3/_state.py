@@ -15,11 +15,13 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common import torch_layers
 from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.preprocessing import is_image_space
 
 from rlightning_sb3._batch import resolve_env_ids
 from rlightning_sb3._observations import batch_observation, native_arrays
 
-__all__ = ["MODE_FREE", "AdapterState", "mode_dependent_modules"]
+__all__ = ["MODE_FREE", "AdapterState", "mode_dependent_modules", "policy_facts"]
 
 
 class AdapterState:
@@ -31,11 +33,13 @@ class AdapterState:
             env ids seen since construction or the last :meth:`forget`.
         last_ids: The env ids of the last successful batched call, all of them in ``carried``:
             a call with an equal list skips the id checks and needs no new registration
-            (:meth:`resolve_ids`).
+            (:meth:`read`).
         ready_form: ``(observation space, shape, strides, dtype)`` of the last observation
-            batch :meth:`read_batch` passed to ``obs_as_tensor`` as it is, or None.
-        policy_modules: ``(policy, its modules whose mode matters)`` as of the first
-            :meth:`eval_mode` (:func:`mode_dependent_modules`).
+            batch :meth:`read` passed to ``obs_as_tensor`` as it is, or None.
+        policy_modules: ``(policy, its modules whose mode matters, its first parameter when
+            its ``predict`` can be run directly (:meth:`direct_predict`) else None, its
+            observation space then)``, as of the first :meth:`eval_mode` or
+            :meth:`direct_predict` for that policy object (:func:`mode_dependent_modules`).
         noise_envs: ``(model.action_noise, the env id of each of its envs)``
             (:meth:`noise_rows`).
     """
@@ -46,7 +50,7 @@ class AdapterState:
         self.carried: dict[str, Any] = {}
         self.last_ids: list[str] | None = None
         self.ready_form: tuple[Any, tuple[int, ...], tuple[int, ...], np.dtype[Any]] | None = None
-        self.policy_modules: tuple[Any, tuple[th.nn.Module, ...]] | None = None
+        self.policy_modules: tuple[Any, tuple[th.nn.Module, ...], Any, Any] | None = None
         self.noise_envs: tuple[VectorizedActionNoise, list[str]] | None = None
 
     def noise_rows(self, noise: ActionNoise | None, ids: list[str]) -> list[int] | None:
@@ -97,12 +101,15 @@ class AdapterState:
             )
         return [index[env_id] for env_id in ids]
 
-    def read_batch(self, policy: Any, observation: Any) -> tuple[Any, int, bool, bool]:
-        """:func:`~rlightning_sb3._observations.batch_observation`, plus whether it is ready.
+    def read(
+        self, policy: Any, observation: Any, env_ids: object
+    ) -> tuple[Any, int, bool, bool, list[str], bool]:
+        """Read one call's observation batch and env ids; return them and what was found.
 
-        Fast path for the common step: a numpy array of shape ``(n_envs, *space.shape)`` for
-        a Box observation space is a batch by SB3's rule (``is_vectorized_box_observation``;
-        no ``maybe_transpose`` applies to an array of the space's own shape) and is what
+        The observation: :func:`~rlightning_sb3._observations.batch_observation`, with a fast
+        path for the common step. A numpy array of shape ``(n_envs, *space.shape)`` for a Box
+        observation space is a batch by SB3's rule (``is_vectorized_box_observation``; no
+        ``maybe_transpose`` applies to an array of the space's own shape) and is what
         ``collect_rollouts`` hands to ``obs_as_tensor``, so the general checks are skipped
         when its byte order is native and no stride is negative. Its form (shape, strides,
         dtype) is remembered: an array of the same form, for the same space, passes with
@@ -111,42 +118,50 @@ class AdapterState:
         (:func:`~rlightning_sb3._observations.native_arrays`): the same values, where SB3's
         ``obs_as_tensor`` would raise.
 
+        The env ids: ``resolve_env_ids``. A loop passes the same ids every step: a list equal
+        to the last successful call's ids was checked then, and every one of its ids is in
+        ``carried``, so the checks and the per-env look-ups are skipped.
+
+        Args:
+            policy: The model's policy (its ``observation_space`` is read).
+            observation: The call's observation, as given.
+            env_ids: The call's ``env_ids``, as given.
+
         Returns:
-            ``(batch, n_envs, vectorized, ready)``; ``ready`` True means the batch goes to
-            ``obs_as_tensor`` as it is (False: let ``obs_tensor`` decide).
+            ``(batch, n_envs, vectorized, ready, ids, seen)``: ``ready`` True means the batch
+            goes to ``obs_as_tensor`` as it is (False: let ``obs_tensor`` decide); ``ids`` the
+            checked ids in row order; ``seen`` whether all of them were seen (they are then the
+            remembered list itself, and need no :meth:`register`). Nothing is changed but the
+            remembered form.
+
+        Raises:
+            TypeError, ValueError: the observation or the ids do not fit (as ``predict``
+                documents).
         """
         space = policy.observation_space
-        if type(observation) is np.ndarray:
-            form = self.ready_form
-            rows = observation.shape
-            if (
-                form is not None
-                and rows == form[1]
-                and observation.strides == form[2]
-                and observation.dtype is form[3]
-                and space is form[0]
-            ):
-                return observation, rows[0], True, True
-            if type(space) is spaces.Box and (
-                # ``rows[1:] == space.shape`` with ``rows`` not empty: ndim is one more
-                rows[1:] == space.shape
-                and rows
-                and rows[0]
-                and observation.dtype.isnative
-                and min(observation.strides) >= 0
-            ):
-                self.ready_form = (space, rows, observation.strides, observation.dtype)
-                return observation, rows[0], True, True
-        batch, n_envs, vectorized = batch_observation(policy, observation)
-        return native_arrays(batch), n_envs, vectorized, False
-
-    def resolve_ids(self, env_ids: object, n_envs: int, vectorized: bool) -> tuple[list[str], bool]:
-        """Check ``env_ids`` (``resolve_env_ids``); return them and whether all were seen.
-
-        A loop passes the same ids every step: a list equal to the last successful call's
-        ids was checked then, and every one of its ids is in ``carried``, so the checks and
-        the per-env look-ups are skipped.
-        """
+        if type(observation) is np.ndarray and (
+            (form := self.ready_form) is not None
+            and observation.shape == form[1]
+            and observation.strides == form[2]
+            and observation.dtype is form[3]
+            and space is form[0]
+        ):
+            batch, n_envs, vectorized, ready = observation, form[1][0], True, True
+        elif (
+            type(observation) is np.ndarray
+            and type(space) is spaces.Box
+            # ``shape[1:] == space.shape`` with ``shape`` not empty: ndim is one more
+            and (rows := observation.shape)[1:] == space.shape
+            and rows
+            and rows[0]
+            and observation.dtype.isnative
+            and min(observation.strides) >= 0
+        ):
+            self.ready_form = (space, rows, observation.strides, observation.dtype)
+            batch, n_envs, vectorized, ready = observation, rows[0], True, True
+        else:
+            batch, n_envs, vectorized = batch_observation(policy, observation)
+            batch, ready = native_arrays(batch), False
         last = self.last_ids
         if (
             last is not None
@@ -155,13 +170,20 @@ class AdapterState:
             and len(last) == n_envs
             and env_ids == last
         ):
-            return last, True
-        return resolve_env_ids(env_ids, n_envs, vectorized), False
+            return batch, n_envs, True, ready, last, True
+        return (
+            batch,
+            n_envs,
+            vectorized,
+            ready,
+            resolve_env_ids(env_ids, n_envs, vectorized),
+            False,
+        )
 
     def register(self, ids: list[str], vectorized: bool) -> None:
         """Mark ``ids`` as seen (after a successful call) and remember them for the next.
 
-        Not needed after a call whose ids :meth:`resolve_ids` found seen: those ids are the
+        Not needed after a call whose ids :meth:`read` found seen: those ids are the
         remembered ones, all of them seen.
         """
         carried = self.carried
@@ -187,12 +209,14 @@ class AdapterState:
     def forget(self, env_ids: str | Sequence[str] | None) -> None:
         """Forget some env ids (all when None): :meth:`SB3PolicyAdapter.reset_state`.
 
-        Forgetting every env also forgets which env id each action-noise index is.
+        Forgetting every env also forgets which env id each action-noise index is, and what
+        was read of the policy (``policy_modules``: it is read again on the next call).
         """
         self.last_ids = None
         if env_ids is None:
             self.carried.clear()
             self.noise_envs = None
+            self.policy_modules = None
             return
         for env_id in [env_ids] if isinstance(env_ids, str) else env_ids:
             self.carried.pop(env_id, None)
@@ -214,11 +238,54 @@ class AdapterState:
         """
         cached = self.policy_modules
         if cached is None or cached[0] is not policy:
-            cached = self.policy_modules = (policy, mode_dependent_modules(policy))
+            cached = self.policy_modules = policy_facts(policy)
         for module in cached[1]:
             if module.training:
                 policy.set_training_mode(False)
                 return
+
+    def direct_predict(self, policy: Any) -> th.device | None:
+        """Whether ``policy.predict`` can be run directly; if so, eval mode and its device.
+
+        Direct means :func:`~rlightning_sb3._predict.direct_predict` computes what
+        ``policy.predict`` computes: the policy's ``predict`` and ``obs_to_tensor`` are SB3's
+        ``BasePolicy`` ones, its observation space is a Box that is not an image
+        (``is_image_space``; ``obs_to_tensor`` copies such a batch with ``np.array``), and it
+        has a parameter. Then the policy is put in eval mode as :meth:`eval_mode` does (where
+        ``predict`` calls ``set_training_mode(False)``, on an MLP policy about a quarter of
+        the whole call), and the device ``policy.device`` returns (its first parameter's) is
+        read from that parameter, kept from the first call (``policy.device`` walks every
+        module: ~5% of the call). A parameter moved with ``.to()`` keeps its object, so its
+        device is current; a policy whose parameters were replaced by new objects is not seen
+        (call :meth:`SB3PolicyAdapter.reset_state` or build a new adapter after such surgery).
+
+        Returns:
+            The device, or None (nothing done: use ``model.predict``).
+        """
+        cached = self.policy_modules
+        if cached is None or cached[0] is not policy:
+            cached = self.policy_modules = policy_facts(policy)
+        first = cached[2]
+        if first is None or policy.observation_space is not cached[3]:
+            return None
+        for module in cached[1]:
+            if module.training:
+                policy.set_training_mode(False)
+                break
+        return first.device  # type: ignore[no-any-return]
+
+
+def policy_facts(policy: Any) -> tuple[Any, tuple[th.nn.Module, ...], Any, Any]:
+    """``AdapterState.policy_modules`` for ``policy`` (see there)."""
+    space = policy.observation_space
+    first = next(iter(policy.parameters()), None)
+    direct = (
+        type(policy).predict is BasePolicy.predict
+        and type(policy).obs_to_tensor is BasePolicy.obs_to_tensor
+        and type(space) is spaces.Box
+        and not is_image_space(space)
+    )
+    return (policy, mode_dependent_modules(policy), first if direct else None, space)
 
 
 def mode_dependent_modules(policy: th.nn.Module) -> tuple[th.nn.Module, ...]:

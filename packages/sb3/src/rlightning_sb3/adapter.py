@@ -38,7 +38,7 @@ from rlightning_sb3._batch import order_responses, per_env_bools, stacked_in_ord
 from rlightning_sb3._calls import read_call
 from rlightning_sb3._contrib import contrib_kind
 from rlightning_sb3._observations import as_arrays, batch_observation, native_arrays, refuse_nan
-from rlightning_sb3._predict import predict_actions
+from rlightning_sb3._predict import direct_predict, predict_actions
 from rlightning_sb3._spaces import unsupported_space
 from rlightning_sb3._state import AdapterState
 from rlightning_sb3._step import act_off_policy, act_on_policy
@@ -96,6 +96,10 @@ class SB3PolicyAdapter:
         self._maskable = kind == "maskable"
         self._off_policy = isinstance(model, OffPolicyAlgorithm)
         self._on_policy = isinstance(model, OnPolicyAlgorithm)
+        #: Whether ``model.predict`` is ``BaseAlgorithm.predict`` (``policy.predict`` called
+        #: as it is): then ``predict`` may run the policy's ``predict`` directly (DQN's
+        #: epsilon-greedy, RecurrentPPO's and MaskablePPO's own are always called).
+        self._direct = type(model).predict is BaseAlgorithm.predict
         #: What the adapter remembers between calls (env ids seen, carried LSTM states, the
         #: fast paths' caches); only its own methods change it.
         self._state = AdapterState()
@@ -255,8 +259,14 @@ class SB3PolicyAdapter:
         next_states: list[tuple[np.ndarray, ...]] | None = None
         try:
             if masks is None and state is None and not self._recurrent:
-                # predict_actions' common case, without its call
-                actions, _ = self._model.predict(observation, deterministic=deterministic)
+                # predict_actions' common case, without its call; BasePolicy.predict run
+                # directly where it can be (a ready batch, a plain policy), else called
+                policy = self._model.policy
+                device = self._state.direct_predict(policy) if call.ready and self._direct else None
+                if device is not None:
+                    actions = direct_predict(policy, call.batch, device, deterministic)
+                else:
+                    actions, _ = self._model.predict(observation, deterministic=deterministic)
             else:
                 extra: dict[str, Any] = {}
                 if masks is not None:
