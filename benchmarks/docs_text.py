@@ -31,8 +31,8 @@ HOW = """\
   written in Python and only stores the fields (the cost of CPython's class call alone, see item
   1); `torch.utils._pytree.tree_map` doing rlightning's per-leaf work (the generic pytree walk
   that `rlightning._tree` chose not to use); and, for item 6's `act`, the floor plus one stacked
-  `PolicyResponse` in a `ResponseBatch` with nothing checked (the least an adapter that answers
-  with responses can do).
+  `PolicyResponse` in a `ResponseBatch` with nothing checked, made with the adapter's cheaper
+  torch calls (the least an adapter that answers with responses can do).
 * Item 6 is also counted in instructions, which other processes on a shared machine cannot
   blur: `benchmarks/callgrind.py` runs the same calls under valgrind's callgrind, counts a loop of
   300 calls minus the same loop of 0 calls (collection switched on only inside the loop), and
@@ -152,14 +152,13 @@ MISSED: dict[str, str] = {
         "`act` and `predict` answer a batch with one stacked response in a `ResponseBatch` "
         "(split into per-env responses only when one is read), so what is left is a fixed cost "
         "per call, whatever `n_envs`: the stacked `PolicyResponse` and `ResponseBatch`, "
-        "`values.ravel()` (a torch call: about 6,200 instructions, more than half a percent of "
-        "a CartPole forward pass by itself), and the input checks (observation form, env ids, "
-        "episode starts, the eval-mode flags of the modules whose output depends on them). The "
-        "reference row 'forward + one stacked PolicyResponse in a ResponseBatch, no checks' is "
-        "the least any adapter that answers with responses can do: it sits at 2-5% over the "
-        "floor in time by itself (its instruction count is in the table below), so 2% at 64 envs "
-        "is out of reach for one that also checks its input; at one env the time rows move by "
-        "a few microseconds between runs, the size of the round-to-round noise of a 110 us "
+        "`values.ravel()` (a torch call: about 6,200 instructions), and the input checks "
+        "(observation form, env ids, episode starts, the eval-mode flags of the modules whose "
+        "output depends on them). Against that, the adapter makes some of SB3's own per-step "
+        "calls cheaper with the same tensors (`th.from_numpy`, `.numpy()`, autograd switched "
+        "off without the `no_grad` object; `predict` without `set_training_mode` and "
+        "`policy.device` on every call: see docs/decisions.md). At one env the time rows move "
+        "by a few microseconds between runs, the size of the round-to-round noise of a 110 us "
         "forward pass on this shared machine, which is why the instruction counts below decide."
     ),
     "7.": (

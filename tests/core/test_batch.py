@@ -157,6 +157,27 @@ def test_trusted_skips_the_checks_but_behaves_the_same():
     assert batch == stacked.unbind()
 
 
+def test_trusted_from_fields_is_trusted_of_the_response_those_fields_make():
+    stacked = _stacked()
+    fields = dict(vars(stacked))
+    batch = ResponseBatch.trusted_from_fields(PolicyResponse, fields)
+    assert batch.is_trusted
+    assert type(batch.stacked) is PolicyResponse
+    assert batch.stacked == stacked
+    assert list(vars(batch.stacked)) == list(fields)  # env_id first, the order kept
+    assert vars(batch.stacked) is not fields  # copied: the caller's dict is not kept
+    assert batch == stacked.unbind()
+    nested = ResponseBatch.trusted_from_fields(
+        _MyResponse, {"env_id": None, "env_ids": ["a", "b"], "action": PerEnv([0, 1])}
+    )
+    assert type(nested.stacked) is _MyResponse
+    assert nested[1] == _MyResponse("b", action=1)
+
+
+class _MyResponse(PolicyResponse):
+    """A user subclass: the batch's responses keep its class."""
+
+
 class _MyBatch(ResponseBatch[PolicyResponse]):
     __slots__ = ()
 

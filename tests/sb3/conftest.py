@@ -26,6 +26,7 @@ from gymnasium import spaces
 from stable_baselines3 import DQN, PPO, SAC
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
 
 from rlightning_sb3 import (
@@ -437,3 +438,21 @@ def cartpole2() -> Callable[[str], BaseAlgorithm]:
         return DQN("MlpPolicy", env, learning_starts=0, buffer_size=50, **kwargs)
 
     return make
+
+
+class DropoutExtractor(BaseFeaturesExtractor):
+    """Flatten + heavy dropout: the policy's outputs depend on train vs eval mode."""
+
+    def __init__(self, observation_space: gym.spaces.Box) -> None:
+        super().__init__(observation_space, features_dim=int(np.prod(observation_space.shape)))
+        self.flatten = th.nn.Flatten()
+        self.dropout = th.nn.Dropout(p=0.9)
+
+    def forward(self, observations: th.Tensor) -> th.Tensor:
+        return self.dropout(self.flatten(observations))
+
+
+@pytest.fixture
+def dropout_extractor() -> type[BaseFeaturesExtractor]:
+    """A features extractor whose output depends on train/eval mode (``policy_kwargs``)."""
+    return DropoutExtractor

@@ -8,7 +8,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
@@ -16,7 +15,6 @@ from gymnasium import spaces
 from stable_baselines3 import A2C, DQN, PPO, SAC, TD3
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.noise import NormalActionNoise
-from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.utils import obs_as_tensor
 
 from rlightning import PolicyResponse
@@ -492,18 +490,6 @@ def test_the_same_batch_with_fresh_ids_is_refused_as_expected(
 ON_POLICY_ORDER = ["env_id", "action", "buffer_action", "value", "log_prob", "episode_start"]
 
 
-class DropoutExtractor(BaseFeaturesExtractor):
-    """Flatten + heavy dropout: the policy's outputs depend on train vs eval mode."""
-
-    def __init__(self, observation_space: gym.spaces.Box) -> None:
-        super().__init__(observation_space, features_dim=int(np.prod(observation_space.shape)))
-        self.flatten = th.nn.Flatten()
-        self.dropout = th.nn.Dropout(p=0.9)
-
-    def forward(self, observations: th.Tensor) -> th.Tensor:
-        return self.dropout(self.flatten(observations))
-
-
 def _cartpole_ppo(n_envs: int = 3, **policy_kwargs: Any) -> PPO:
     env = make_vec_env("CartPole-v1", n_envs=n_envs, seed=0)
     return PPO(
@@ -511,8 +497,8 @@ def _cartpole_ppo(n_envs: int = 3, **policy_kwargs: Any) -> PPO:
     )
 
 
-def test_act_runs_in_eval_mode_after_any_switch_to_training() -> None:
-    model = _cartpole_ppo(features_extractor_class=DropoutExtractor)
+def test_act_runs_in_eval_mode_after_any_switch_to_training(dropout_extractor: type) -> None:
+    model = _cartpole_ppo(features_extractor_class=dropout_extractor)
     policy = model.policy
     batch = model.get_env().reset()
     policy.set_training_mode(False)
@@ -547,10 +533,10 @@ class _LoggingLinear(th.nn.Linear):
     """A user subclass of a mode-free torch type: its forward could read ``self.training``."""
 
 
-def test_only_modules_whose_mode_matters_are_checked() -> None:
+def test_only_modules_whose_mode_matters_are_checked(dropout_extractor: type) -> None:
     plain = _cartpole_ppo().policy
     assert mode_dependent_modules(plain) == (plain,)  # Linear, Tanh, Sequential, MlpExtractor...
-    dropout = _cartpole_ppo(features_extractor_class=DropoutExtractor).policy
+    dropout = _cartpole_ppo(features_extractor_class=dropout_extractor).policy
     assert mode_dependent_modules(dropout) == (
         dropout,
         dropout.features_extractor,  # a user-defined extractor

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 import time
 from typing import Any
@@ -9,8 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch as th
-from stable_baselines3 import DQN, PPO, SAC
+from stable_baselines3 import A2C, DQN, PPO, SAC, TD3
 from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.policies import ActorCriticPolicy
 
 from rlightning import PolicyResponse
 from rlightning_sb3 import SB3PolicyAdapter
@@ -20,7 +22,7 @@ pytestmark = pytest.mark.torch
 NET = {"net_arch": [16]}
 
 
-def _ppo(env_id: str = "CartPole-v1", n_envs: int = 3, policy: str = "MlpPolicy", **kw: Any) -> PPO:
+def _ppo(env_id: str = "CartPole-v1", n_envs: int = 3, policy: Any = "MlpPolicy", **kw: Any) -> PPO:
     env = make_vec_env(env_id, n_envs=n_envs, seed=0)
     return PPO(
         policy, env, n_steps=16, seed=0, policy_kwargs=kw.pop("policy_kwargs", dict(NET)), **kw
@@ -338,3 +340,134 @@ def test_plain_call_answers_as_the_call_with_one_none_state_per_env(env_id: str)
     th.manual_seed(5)
     one_general = adapter.predict(obs[0], env_ids="a", state=[None])
     assert one == one_general
+
+
+# ----------------------------------------------------------------- BasePolicy.predict run directly
+def _plain_models() -> list[Any]:
+    """Models whose ``predict`` the adapter runs directly: Box observations, BasePolicy.predict."""
+    pendulum = make_vec_env("Pendulum-v1", n_envs=4, seed=0)
+    cartpole = make_vec_env("CartPole-v1", n_envs=4, seed=0)
+    return [
+        PPO("MlpPolicy", cartpole, n_steps=16, seed=0, policy_kwargs=dict(NET)),  # Discrete
+        PPO("MlpPolicy", pendulum, n_steps=16, seed=0, policy_kwargs=dict(NET)),  # Box: clipped
+        A2C("MlpPolicy", pendulum, seed=0, policy_kwargs=dict(NET)),
+        SAC("MlpPolicy", pendulum, seed=0, policy_kwargs=dict(NET)),  # squashed: unscaled
+        TD3("MlpPolicy", pendulum, seed=0, policy_kwargs=dict(NET)),
+        PPO(
+            "MlpPolicy",
+            pendulum,
+            n_steps=16,
+            seed=0,
+            use_sde=True,
+            policy_kwargs={**NET, "squash_output": True},
+        ),
+    ]
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_direct_predict_draws_and_answers_exactly_as_model_predict(deterministic: bool) -> None:
+    for model in _plain_models():
+        adapter = SB3PolicyAdapter(model)
+        ids = ["a", "b", "c", "d"]
+        batch = model.get_env().reset()
+        layouts = {
+            "c": batch,
+            "fortran": np.asfortranarray(batch),
+            "strided": np.repeat(batch, 2, axis=0)[::2],
+            "float64": batch.astype(np.float64),
+        }
+        for layout, obs in layouts.items():
+            th.manual_seed(3)
+            expected, _ = model.predict(obs, deterministic=deterministic)
+            after_sb3 = th.get_rng_state()
+            th.manual_seed(3)
+            answer = adapter.env_actions(
+                adapter.predict(obs, env_ids=ids, deterministic=deterministic)
+            )
+            what = f"{type(model).__name__} {layout}"
+            np.testing.assert_array_equal(answer, expected, strict=True, err_msg=what)
+            assert th.equal(th.get_rng_state(), after_sb3), what  # the same random draws
+
+
+def test_direct_predict_switches_to_eval_mode_as_model_predict(dropout_extractor: type) -> None:
+    model = _ppo(policy_kwargs={**NET, "features_extractor_class": dropout_extractor})
+    adapter = SB3PolicyAdapter(model)
+    batch = model.get_env().reset()
+    expected, _ = model.predict(batch, deterministic=True)  # in eval mode: no dropout
+    for switch in (model.policy.train, model.policy.features_extractor.dropout.train):
+        switch()  # the whole policy, then the one module whose output depends on it
+        answer = adapter.env_actions(
+            adapter.predict(batch, env_ids=["a", "b", "c"], deterministic=True)
+        )
+        np.testing.assert_array_equal(answer, expected, strict=True)
+        assert not model.policy.features_extractor.dropout.training
+
+
+class _FlippedPolicy(ActorCriticPolicy):
+    """A user policy whose own ``predict`` changes SB3's answer: it must be called."""
+
+    def predict(self, observation: Any, *args: Any, **kwargs: Any) -> Any:
+        actions, state = super().predict(observation, *args, **kwargs)
+        return 1 - actions, state
+
+
+def test_a_policy_with_its_own_predict_is_called() -> None:
+    model = _ppo(policy=_FlippedPolicy)
+    adapter = SB3PolicyAdapter(model)
+    batch = model.get_env().reset()
+    plain, _ = ActorCriticPolicy.predict(model.policy, batch, deterministic=True)
+    answer = adapter.env_actions(
+        adapter.predict(batch, env_ids=["a", "b", "c"], deterministic=True)
+    )
+    np.testing.assert_array_equal(answer, 1 - plain, strict=True)
+
+
+def test_a_replaced_policy_is_the_one_that_answers() -> None:
+    model = _ppo("Pendulum-v1")
+    adapter = SB3PolicyAdapter(model)
+    batch = model.get_env().reset()
+    ids = ["a", "b", "c"]
+    before = adapter.env_actions(adapter.predict(batch, env_ids=ids, deterministic=True))
+    th.manual_seed(7)
+    model.policy = type(model.policy)(  # another object: its own facts are read
+        model.observation_space, model.action_space, lambda _: 0.0, **NET
+    )
+    expected, _ = model.predict(batch, deterministic=True)
+    answer = adapter.env_actions(adapter.predict(batch, env_ids=ids, deterministic=True))
+    np.testing.assert_array_equal(answer, expected, strict=True)
+    assert not np.array_equal(answer, before)
+
+
+def test_direct_predict_leaves_mode_free_modules_as_the_user_set_them() -> None:
+    model = _ppo()
+    adapter = SB3PolicyAdapter(model)
+    batch = model.get_env().reset()
+    model.policy.set_training_mode(False)
+    model.policy.mlp_extractor.train()  # Linear and Tanh layers: no number depends on it
+    expected, _ = ActorCriticPolicy.predict(copy.deepcopy(model.policy), batch, deterministic=True)
+    answer = adapter.env_actions(
+        adapter.predict(batch, env_ids=["a", "b", "c"], deterministic=True)
+    )
+    np.testing.assert_array_equal(answer, expected, strict=True)
+    assert model.policy.mlp_extractor.training  # no per-call set_training_mode(False)
+    model.predict(batch)  # SB3's own predict switches every module
+    assert not model.policy.mlp_extractor.training
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_predict_and_act_leave_autograd_as_they_found_it(grad: bool) -> None:
+    model = _ppo()
+    adapter = SB3PolicyAdapter(model)
+    batch = model.get_env().reset()
+    nan = batch.copy()
+    nan[1, 0] = np.nan
+    with th.set_grad_enabled(grad):
+        responses = adapter.act(batch, ["a", "b", "c"])
+        assert th.is_grad_enabled() is grad
+        assert not responses[0].value.requires_grad  # computed with autograd off
+        adapter.predict(batch, env_ids=["a", "b", "c"])
+        assert th.is_grad_enabled() is grad
+        for call in (adapter.act, adapter.predict):
+            with pytest.raises(ValueError, match="NaN"):  # raised inside the forward pass
+                call(nan, env_ids=["a", "b", "c"])
+            assert th.is_grad_enabled() is grad

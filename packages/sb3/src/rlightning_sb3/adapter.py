@@ -183,6 +183,19 @@ class SB3PolicyAdapter:
         and ``MaskablePPO.predict``): Box actions come back clipped to the action space, or
         unscaled for a squashing policy (SAC, TD3).
 
+        For the common call -- a numpy batch ``(n_envs, *space.shape)`` for a Box observation
+        space that is not an image, no ``state`` or ``action_masks``, and a model and policy
+        whose ``predict`` (and ``obs_to_tensor``) are SB3's ``BaseAlgorithm``/``BasePolicy``
+        ones (PPO, A2C, SAC, TD3, DDPG with their own policies) -- ``BasePolicy.predict``'s
+        steps are run directly: the same tensors, random draws and actions, without the two
+        parts of it that change no number and cost ~40% of a small MLP policy's call
+        (``set_training_mode(False)`` on every call, which walks every module; ``policy.device``,
+        which walks them again). The policy is put in eval mode only when a module whose output
+        depends on it is in training mode (as :meth:`act`), so a mode-free module (``Linear``,
+        ``Tanh``, ...) switched to training by the user is left so. Any other call (DQN,
+        RecurrentPPO, MaskablePPO, a user policy with its own ``predict``, images, dicts,
+        lists, one unbatched observation) calls ``model.predict``.
+
         Unlike SB3's ``predict``, it answers with responses, not an ``(actions, state)`` tuple,
         and every argument after ``observation`` is keyword-only:
         ``responses = adapter.predict(obs, env_ids=ids)``, then
