@@ -438,20 +438,84 @@ def test_a_replaced_policy_is_the_one_that_answers() -> None:
     assert not np.array_equal(answer, before)
 
 
-def test_direct_predict_leaves_mode_free_modules_as_the_user_set_them() -> None:
-    model = _ppo()
+def test_direct_predict_leaves_every_module_in_eval_mode_as_model_predict() -> None:
+    model = _ppo("Pendulum-v1")
     adapter = SB3PolicyAdapter(model)
     batch = model.get_env().reset()
-    model.policy.set_training_mode(False)
+    ids = ["a", "b", "c"]
+    adapter.predict(batch, env_ids=ids)  # the policy's facts are read and kept
     model.policy.mlp_extractor.train()  # Linear and Tanh layers: no number depends on it
-    expected, _ = ActorCriticPolicy.predict(copy.deepcopy(model.policy), batch, deterministic=True)
+    adapter.predict(batch, env_ids=ids)
+    assert not any(m.training for m in model.policy.modules())  # as set_training_mode(False)
+
+
+def test_a_submodule_swapped_in_after_a_call_is_switched_to_eval_mode() -> None:
+    model = _ppo("Pendulum-v1")
+    adapter = SB3PolicyAdapter(model)
+    batch = model.get_env().reset()
+    ids = ["a", "b", "c"]
+    adapter.predict(batch, env_ids=ids)
+    policy = model.policy
+    policy.action_net = th.nn.Sequential(th.nn.Dropout(0.5), policy.action_net)  # training
+    sb3 = copy.deepcopy(model)
+    expected, _ = sb3.predict(batch, deterministic=True)
+    answer = adapter.env_actions(adapter.predict(batch, env_ids=ids, deterministic=True))
+    np.testing.assert_array_equal(answer, expected, strict=True)
+    assert not policy.action_net[0].training
+
+
+def _spectral_norm_policy(model: Any) -> None:
+    model.policy.set_training_mode(False)
+    th.manual_seed(0)
+    # a mode-free type with a forward pre-hook that reads self.training (the old-style API)
+    model.policy.action_net = th.nn.utils.spectral_norm(th.nn.Linear(16, 1))
+
+
+def test_a_hook_that_reads_the_training_flag_is_seen_by_predict_and_act() -> None:
+    model = _ppo("Pendulum-v1")
+    _spectral_norm_policy(model)
+    sb3 = copy.deepcopy(model)
+    batch = model.get_env().reset()
+    ids = ["a", "b", "c"]
+    expected, _ = sb3.predict(batch, deterministic=True)
+    adapter = SB3PolicyAdapter(model)
+    for _ in range(2):  # the hook renormalises the weight on every call in training mode
+        answer = adapter.env_actions(adapter.predict(batch, env_ids=ids, deterministic=True))
+        np.testing.assert_array_equal(answer, expected, strict=True)
+    assert not model.policy.action_net.training
+    acting = _ppo("Pendulum-v1")
+    _spectral_norm_policy(acting)
+    SB3PolicyAdapter(acting).act(batch, ids)
+    assert not acting.policy.action_net.training  # collect_rollouts' set_training_mode(False)
+
+
+@pytest.mark.parametrize("where", ["model.predict", "policy.predict", "policy.obs_to_tensor"])
+def test_a_method_set_on_the_instance_is_called(where: str) -> None:
+    model = _ppo("Pendulum-v1")
+    adapter = SB3PolicyAdapter(model)
+    batch = model.get_env().reset()
+    ids = ["a", "b", "c"]
+    plain = adapter.env_actions(adapter.predict(batch, env_ids=ids, deterministic=True))
+    owner = model if where == "model.predict" else model.policy
+    name = where.split(".")[1]
+    original = getattr(owner, name)
+    setattr(owner, name, lambda obs, *a, **k: original(obs * 0.5, *a, **k))
+    expected, _ = model.predict(batch, deterministic=True)
+    answer = adapter.env_actions(adapter.predict(batch, env_ids=ids, deterministic=True))
+    np.testing.assert_array_equal(answer, expected, strict=True)
+    assert not np.array_equal(answer, plain)  # the patch answered
+
+
+def test_a_compiled_policy_is_called_through_model_predict() -> None:
+    model = _ppo("Pendulum-v1")
+    model.policy = th.compile(model.policy)  # a wrapper: no BasePolicy methods on its class
+    adapter = SB3PolicyAdapter(model)
+    batch = model.get_env().reset()
+    expected, _ = model.predict(batch, deterministic=True)
     answer = adapter.env_actions(
         adapter.predict(batch, env_ids=["a", "b", "c"], deterministic=True)
     )
     np.testing.assert_array_equal(answer, expected, strict=True)
-    assert model.policy.mlp_extractor.training  # no per-call set_training_mode(False)
-    model.predict(batch)  # SB3's own predict switches every module
-    assert not model.policy.mlp_extractor.training
 
 
 @pytest.mark.parametrize("grad", [True, False])

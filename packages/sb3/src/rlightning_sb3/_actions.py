@@ -20,6 +20,7 @@ from stable_baselines3.common.policies import BasePolicy
 
 from rlightning import PolicyResponse
 from rlightning.rules import check_action_mask, mask_size
+from rlightning_sb3._predict import direct_predict
 
 __all__ = [
     "ACTION_KINDS",
@@ -113,6 +114,7 @@ def off_policy_actions(
     explore: bool,
     noise: ActionNoise | None,
     noise_rows: list[int] | None = None,
+    direct: Any = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Choose off-policy actions and the buffer actions, as ``OffPolicyAlgorithm._sample_action``.
 
@@ -140,6 +142,10 @@ def off_policy_actions(
             envs' noise processes are drawn from (SB3 never acts for a subset, so there is no
             other order to follow; each env's process still advances once per step it acts).
             None: row ``i`` is env ``i``.
+        direct: The device ``AdapterState.direct_predict`` gave for a ready batch (the policy
+            already in eval mode): ``model.predict`` is then computed by
+            :func:`~rlightning_sb3._predict.direct_predict` (the same actions and random
+            draws). None: ``model.predict`` is called.
 
     Returns:
         ``(env_actions, buffer_actions)``, each ``(n_envs, *action_shape)``.
@@ -151,6 +157,8 @@ def off_policy_actions(
         and not (model.use_sde and model.use_sde_at_warmup)
     ):
         unscaled = np.array([model.action_space.sample() for _ in range(n_envs)])
+    elif direct is not None:
+        unscaled = direct_predict(model.policy, observation, direct, not explore)
     else:
         unscaled, _ = model.predict(observation, deterministic=not explore)
     if box:

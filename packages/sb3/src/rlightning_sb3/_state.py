@@ -21,7 +21,13 @@ from stable_baselines3.common.preprocessing import is_image_space
 from rlightning_sb3._batch import resolve_env_ids
 from rlightning_sb3._observations import batch_observation, native_arrays
 
-__all__ = ["MODE_FREE", "AdapterState", "mode_dependent_modules", "policy_facts"]
+__all__ = [
+    "MODE_FREE",
+    "AdapterState",
+    "any_training",
+    "mode_dependent_modules",
+    "policy_facts",
+]
 
 
 class AdapterState:
@@ -244,44 +250,93 @@ class AdapterState:
                 policy.set_training_mode(False)
                 return
 
-    def direct_predict(self, policy: Any) -> th.device | None:
-        """Whether ``policy.predict`` can be run directly; if so, eval mode and its device.
+    def direct_predict(self, model: Any) -> th.device | None:
+        """Whether ``model.predict`` can be run directly; if so, eval mode and the device.
 
         Direct means :func:`~rlightning_sb3._predict.direct_predict` computes what
-        ``policy.predict`` computes: the policy's ``predict`` and ``obs_to_tensor`` are SB3's
-        ``BasePolicy`` ones, its observation space is a Box that is not an image
-        (``is_image_space``; ``obs_to_tensor`` copies such a batch with ``np.array``), and it
-        has a parameter. Then the policy is put in eval mode as :meth:`eval_mode` does (where
-        ``predict`` calls ``set_training_mode(False)``, on an MLP policy about a quarter of
-        the whole call), and the device ``policy.device`` returns (its first parameter's) is
-        read from that parameter, kept from the first call (``policy.device`` walks every
-        module: ~5% of the call). A parameter moved with ``.to()`` keeps its object, so its
-        device is current; a policy whose parameters were replaced by new objects is not seen
-        (call :meth:`SB3PolicyAdapter.reset_state` or build a new adapter after such surgery).
+        ``model.predict`` computes. The caller has checked that the model's class keeps
+        ``BaseAlgorithm.predict``; here, neither the model nor the policy has ``predict`` (or
+        the policy ``obs_to_tensor`` or ``set_training_mode``) set on the instance, the
+        policy's class keeps SB3's ``BasePolicy`` ones, its observation space is a Box that is
+        not an image (``is_image_space``: ``obs_to_tensor`` copies such a batch with
+        ``np.array``), and it has a parameter.
+
+        Then the policy is put in eval mode as ``BasePolicy.predict`` leaves it: SB3 calls
+        ``set_training_mode(False)`` on every call (it walks every module through
+        ``nn.Module.__setattr__``: on an MLP policy a quarter of the whole call); here every
+        module of the policy's current tree is read (:func:`any_training`, a tenth of that)
+        and the call is made when one of them is in training mode. So a module swapped in, or
+        a hook that reads ``self.training``, is seen as SB3 sees it; only a ``train()``
+        override with side effects beyond the flag would notice the difference (SB3 calls it
+        even when nothing is in training mode). The device ``policy.device`` returns (its first
+        parameter's) is read from that parameter, kept from the first call for this policy
+        object (``policy.device`` walks every module: ~5% of the call). A parameter moved with
+        ``.to()`` keeps its object, so its device is current; parameters replaced by new
+        objects (``load_state_dict(assign=True)``) on another device are not seen, and the
+        forward pass then raises torch's device error (call
+        :meth:`SB3PolicyAdapter.reset_state` after such surgery).
 
         Returns:
             The device, or None (nothing done: use ``model.predict``).
         """
+        policy = model.policy
         cached = self.policy_modules
         if cached is None or cached[0] is not policy:
             cached = self.policy_modules = policy_facts(policy)
         first = cached[2]
         if first is None or policy.observation_space is not cached[3]:
             return None
-        for module in cached[1]:
-            if module.training:
-                policy.set_training_mode(False)
-                break
+        own = policy.__dict__
+        if (
+            "predict" in own
+            or "obs_to_tensor" in own
+            or "set_training_mode" in own
+            or "predict" in model.__dict__
+        ):
+            return None  # set on the instance: call it
+        if any_training(policy):
+            policy.set_training_mode(False)
         return first.device  # type: ignore[no-any-return]
+
+
+#: More modules than any policy has: a module graph that keeps growing has a cycle, which SB3's
+#: own ``set_training_mode`` meets (and raises ``RecursionError`` on).
+_MAX_MODULES = 100_000
+
+
+def any_training(policy: th.nn.Module) -> bool:
+    """Whether ``policy`` or any module in its current tree is in training mode.
+
+    Reads the ``training`` flag of every module reachable through ``_modules`` (a module
+    shared by two parents is read twice), as ``nn.Module.train`` reaches them. True also for
+    a module that is not a plain ``nn.Module`` (no ``training`` or ``_modules`` of its own)
+    and for a module graph of more than ``_MAX_MODULES`` modules (a cycle), so that the
+    caller's ``set_training_mode`` meets them as SB3 would.
+    """
+    stack: list[Any] = [policy]
+    for module in stack:
+        if module is None:
+            continue  # a submodule registered as None
+        fields = module.__dict__
+        if fields.get("training", True):
+            return True
+        children = fields.get("_modules")
+        if children is None or len(stack) > _MAX_MODULES:
+            return True
+        stack.extend(children.values())
+    return False
 
 
 def policy_facts(policy: Any) -> tuple[Any, tuple[th.nn.Module, ...], Any, Any]:
     """``AdapterState.policy_modules`` for ``policy`` (see there)."""
     space = policy.observation_space
     first = next(iter(policy.parameters()), None)
+    kind = type(policy)
     direct = (
-        type(policy).predict is BasePolicy.predict
-        and type(policy).obs_to_tensor is BasePolicy.obs_to_tensor
+        # getattr: a wrapper such as torch.compile's OptimizedModule has none of them
+        getattr(kind, "predict", None) is BasePolicy.predict
+        and getattr(kind, "obs_to_tensor", None) is BasePolicy.obs_to_tensor
+        and getattr(kind, "set_training_mode", None) is BasePolicy.set_training_mode
         and type(space) is spaces.Box
         and not is_image_space(space)
     )
@@ -292,9 +347,23 @@ def mode_dependent_modules(policy: th.nn.Module) -> tuple[th.nn.Module, ...]:
     """``policy`` and those of its submodules whose output may depend on train/eval mode.
 
     Every module of ``policy.modules()`` except those whose exact type is in
-    :data:`MODE_FREE`; ``policy`` itself is always first.
+    :data:`MODE_FREE` and that have no forward hook or forward pre-hook of their own (a hook,
+    such as ``torch.nn.utils.spectral_norm``'s, may read ``self.training``); ``policy`` itself
+    is always first.
     """
-    return (policy, *(m for m in policy.modules() if m is not policy and type(m) not in MODE_FREE))
+    return (
+        policy,
+        *(
+            m
+            for m in policy.modules()
+            if m is not policy
+            and (
+                type(m) not in MODE_FREE
+                or getattr(m, "_forward_hooks", None)
+                or getattr(m, "_forward_pre_hooks", None)
+            )
+        ),
+    )
 
 
 #: Module types whose ``forward`` never reads ``self.training`` (torch's and SB3's own, matched

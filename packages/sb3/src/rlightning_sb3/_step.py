@@ -82,7 +82,10 @@ def act_off_policy(
 
     As ``OffPolicyAlgorithm._sample_action`` (:func:`~rlightning_sb3._actions.off_policy_actions`),
     with the exploration noise of :func:`~rlightning_sb3._actions.exploration_noise` given to
-    each env's own process (``AdapterState.noise_rows``).
+    each env's own process (``AdapterState.noise_rows``); its ``model.predict`` is computed
+    directly where :meth:`~rlightning_sb3.SB3PolicyAdapter.predict` computes it directly (a
+    ready batch, a policy ``AdapterState.direct_predict`` accepts: SAC, TD3, DDPG with their
+    own policies; DQN's epsilon-greedy ``predict`` is always called).
 
     Returns:
         ``(fields, columns)`` for :func:`~rlightning_sb3._answer.answer`.
@@ -94,8 +97,12 @@ def act_off_policy(
         if explore and isinstance(off.action_space, spaces.Box)
         else None
     )
+    state = adapter._state
+    rows = state.noise_rows(noise, ids)  # (its errors come before any random draw)
+    # ``model.predict`` run directly where ``predict`` would run it (the same draws)
+    direct = state.direct_predict(off) if call.ready and adapter._direct else None
     env_acts, buffer_acts = off_policy_actions(
-        off, call.batch, call.n_envs, explore, noise, adapter._state.noise_rows(noise, ids)
+        off, call.batch, call.n_envs, explore, noise, rows, direct
     )
     fields = action_fields(ids, call.vectorized, env_acts, buffer_acts)
     return fields, (("ts_env_sent_ns", call.stamps),)

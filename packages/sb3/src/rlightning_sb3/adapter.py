@@ -185,16 +185,19 @@ class SB3PolicyAdapter:
 
         For the common call -- a numpy batch ``(n_envs, *space.shape)`` for a Box observation
         space that is not an image, no ``state`` or ``action_masks``, and a model and policy
-        whose ``predict`` (and ``obs_to_tensor``) are SB3's ``BaseAlgorithm``/``BasePolicy``
-        ones (PPO, A2C, SAC, TD3, DDPG with their own policies) -- ``BasePolicy.predict``'s
-        steps are run directly: the same tensors, random draws and actions, without the two
-        parts of it that change no number and cost ~40% of a small MLP policy's call
-        (``set_training_mode(False)`` on every call, which walks every module; ``policy.device``,
-        which walks them again). The policy is put in eval mode only when a module whose output
-        depends on it is in training mode (as :meth:`act`), so a mode-free module (``Linear``,
-        ``Tanh``, ...) switched to training by the user is left so. Any other call (DQN,
-        RecurrentPPO, MaskablePPO, a user policy with its own ``predict``, images, dicts,
-        lists, one unbatched observation) calls ``model.predict``.
+        whose ``predict``, ``obs_to_tensor`` and ``set_training_mode`` are SB3's
+        ``BaseAlgorithm``/``BasePolicy`` ones, on their classes and not set on the instances
+        (PPO, A2C, SAC, TD3, DDPG with their own policies) -- ``BasePolicy.predict``'s steps
+        are run directly: the same tensors, random draws and actions, without the two parts
+        of it that change no number and cost ~40% of a small MLP policy's call
+        (``set_training_mode(False)`` on every call, which walks every module through
+        ``nn.Module.__setattr__``; ``policy.device``, which walks them again). Every module's
+        train/eval flag is read on every call instead, and ``set_training_mode(False)`` is
+        called when one is set, so the policy is left in eval mode as SB3 leaves it (see
+        ``AdapterState.direct_predict`` for the one difference: a ``train()`` override with
+        side effects). Any other call (DQN, RecurrentPPO, MaskablePPO, a policy with its own
+        ``predict``, a ``torch.compile`` wrapper, images, dicts, lists, one unbatched
+        observation) calls ``model.predict``.
 
         Unlike SB3's ``predict``, it answers with responses, not an ``(actions, state)`` tuple,
         and every argument after ``observation`` is keyword-only:
@@ -275,7 +278,9 @@ class SB3PolicyAdapter:
                 # predict_actions' common case, without its call; BasePolicy.predict run
                 # directly where it can be (a ready batch, a plain policy), else called
                 policy = self._model.policy
-                device = self._state.direct_predict(policy) if call.ready and self._direct else None
+                device = (
+                    self._state.direct_predict(self._model) if call.ready and self._direct else None
+                )
                 if device is not None:
                     actions = direct_predict(policy, call.batch, device, deterministic)
                 else:
