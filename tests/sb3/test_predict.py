@@ -10,9 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch as th
-from stable_baselines3 import A2C, DQN, PPO, SAC, TD3
+from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
+from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.env_util import make_vec_env
-from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 
 from rlightning import PolicyResponse
 from rlightning_sb3 import SB3PolicyAdapter
@@ -344,7 +345,7 @@ def test_plain_call_answers_as_the_call_with_one_none_state_per_env(env_id: str)
 
 # ----------------------------------------------------------------- BasePolicy.predict run directly
 def _plain_models() -> list[Any]:
-    """Models whose ``predict`` the adapter runs directly: Box observations, BasePolicy.predict."""
+    """Models whose ``predict`` the adapter runs directly: Box observations, SB3's policies."""
     pendulum = make_vec_env("Pendulum-v1", n_envs=4, seed=0)
     cartpole = make_vec_env("CartPole-v1", n_envs=4, seed=0)
     return [
@@ -353,6 +354,7 @@ def _plain_models() -> list[Any]:
         A2C("MlpPolicy", pendulum, seed=0, policy_kwargs=dict(NET)),
         SAC("MlpPolicy", pendulum, seed=0, policy_kwargs=dict(NET)),  # squashed: unscaled
         TD3("MlpPolicy", pendulum, seed=0, policy_kwargs=dict(NET)),
+        DDPG("MlpPolicy", pendulum, seed=0, policy_kwargs=dict(NET)),
         PPO(
             "MlpPolicy",
             pendulum,
@@ -504,6 +506,44 @@ def test_a_method_set_on_the_instance_is_called(where: str) -> None:
     answer = adapter.env_actions(adapter.predict(batch, env_ids=ids, deterministic=True))
     np.testing.assert_array_equal(answer, expected, strict=True)
     assert not np.array_equal(answer, plain)  # the patch answered
+
+
+def test_sb3s_own_policies_take_the_direct_path() -> None:
+    for model in _plain_models():  # PPO, A2C, SAC, TD3 (SAC and TD3: their set_training_mode)
+        adapter = SB3PolicyAdapter(model)
+        adapter.predict(model.get_env().reset(), env_ids=["a", "b", "c", "d"])
+        facts = adapter._state.policy_modules
+        assert facts is not None and facts[2] is not None, type(model).__name__
+
+
+@pytest.mark.parametrize(
+    ("owner", "name"),
+    [(BaseAlgorithm, "predict"), (BasePolicy, "predict"), (BasePolicy, "obs_to_tensor")],
+)
+def test_a_method_patched_on_sb3s_class_is_called(owner: type, name: str) -> None:
+    model = _ppo("Pendulum-v1")
+    adapter = SB3PolicyAdapter(model)
+    batch = model.get_env().reset()
+    ids = ["a", "b", "c"]
+    plain = adapter.env_actions(adapter.predict(batch, env_ids=ids, deterministic=True))
+    original = getattr(owner, name)
+
+    def halved(self: Any, obs: Any, *args: Any, **kwargs: Any) -> Any:
+        return original(self, obs * 0.5, *args, **kwargs)
+
+    setattr(owner, name, halved)
+    try:
+        expected, _ = model.predict(batch, deterministic=True)
+        answer = adapter.env_actions(adapter.predict(batch, env_ids=ids, deterministic=True))
+        fresh = SB3PolicyAdapter(model)  # an adapter built while the patch is in place
+        again = fresh.env_actions(fresh.predict(batch, env_ids=ids, deterministic=True))
+    finally:
+        setattr(owner, name, original)
+    np.testing.assert_array_equal(answer, expected, strict=True)
+    np.testing.assert_array_equal(again, expected, strict=True)
+    assert not np.array_equal(answer, plain)  # the patch answered
+    after = adapter.env_actions(adapter.predict(batch, env_ids=ids, deterministic=True))
+    np.testing.assert_array_equal(after, plain, strict=True)  # and is gone with it
 
 
 def test_a_compiled_policy_is_called_through_model_predict() -> None:

@@ -15,7 +15,6 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common import torch_layers
 from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
-from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.preprocessing import is_image_space
 
 from rlightning_sb3._batch import resolve_env_ids
@@ -44,8 +43,9 @@ class AdapterState:
             batch :meth:`read` passed to ``obs_as_tensor`` as it is, or None.
         policy_modules: ``(policy, its modules whose mode matters, its first parameter when
             its ``predict`` can be run directly (:meth:`direct_predict`) else None, its
-            observation space then)``, as of the first :meth:`eval_mode` or
-            :meth:`direct_predict` for that policy object (:func:`mode_dependent_modules`).
+            observation space then, the methods that decided it)``, as of the first
+            :meth:`eval_mode` or :meth:`direct_predict` for that policy object (and its
+            methods) (:func:`mode_dependent_modules`, :func:`policy_facts`).
         noise_envs: ``(model.action_noise, the env id of each of its envs)``
             (:meth:`noise_rows`).
     """
@@ -56,7 +56,9 @@ class AdapterState:
         self.carried: dict[str, Any] = {}
         self.last_ids: list[str] | None = None
         self.ready_form: tuple[Any, tuple[int, ...], tuple[int, ...], np.dtype[Any]] | None = None
-        self.policy_modules: tuple[Any, tuple[th.nn.Module, ...], Any, Any] | None = None
+        self.policy_modules: (
+            tuple[Any, tuple[th.nn.Module, ...], Any, Any, tuple[Any, ...] | None] | None
+        ) = None
         self.noise_envs: tuple[VectorizedActionNoise, list[str]] | None = None
 
     def noise_rows(self, noise: ActionNoise | None, ids: list[str]) -> list[int] | None:
@@ -244,7 +246,7 @@ class AdapterState:
         """
         cached = self.policy_modules
         if cached is None or cached[0] is not policy:
-            cached = self.policy_modules = policy_facts(policy)
+            cached = self.policy_modules = policy_facts(policy, None)
         for module in cached[1]:
             if module.training:
                 policy.set_training_mode(False)
@@ -280,9 +282,18 @@ class AdapterState:
             The device, or None (nothing done: use ``model.predict``).
         """
         policy = model.policy
+        kind = type(policy)
+        # looked up on every call: a class patched after the first call is seen
+        methods = (
+            type(model).predict,
+            getattr(kind, "predict", None),  # (a torch.compile wrapper has none of them)
+            getattr(kind, "obs_to_tensor", None),
+            getattr(kind, "set_training_mode", None),
+            getattr(kind, "train", None),
+        )
         cached = self.policy_modules
-        if cached is None or cached[0] is not policy:
-            cached = self.policy_modules = policy_facts(policy)
+        if cached is None or cached[0] is not policy or cached[4] != methods:
+            cached = self.policy_modules = policy_facts(policy, methods)
         first = cached[2]
         if first is None or policy.observation_space is not cached[3]:
             return None
@@ -291,6 +302,7 @@ class AdapterState:
             "predict" in own
             or "obs_to_tensor" in own
             or "set_training_mode" in own
+            or "train" in own
             or "predict" in model.__dict__
         ):
             return None  # set on the instance: call it
@@ -327,20 +339,58 @@ def any_training(policy: th.nn.Module) -> bool:
     return False
 
 
-def policy_facts(policy: Any) -> tuple[Any, tuple[th.nn.Module, ...], Any, Any]:
-    """``AdapterState.policy_modules`` for ``policy`` (see there)."""
+#: SB3's own functions that ``predict``'s direct path stands in for, by module and qualified
+#: name (``obs_to_tensor`` and ``set_training_mode`` are defined on ``BaseModel``; a function
+#: patched in, even before this module was imported, is not one of them): ``model.predict``,
+#: ``policy.predict``, ``policy.obs_to_tensor``, ``policy.set_training_mode`` (SB3's SAC and
+#: TD3 policies switch their actor and critic, leaving ``critic_target`` in eval mode as it
+#: always is) and ``policy.train``.
+_SB3_OWN: tuple[frozenset[tuple[str, str]], ...] = (
+    frozenset({("stable_baselines3.common.base_class", "BaseAlgorithm.predict")}),
+    frozenset({("stable_baselines3.common.policies", "BasePolicy.predict")}),
+    frozenset(
+        {
+            ("stable_baselines3.common.policies", "BaseModel.obs_to_tensor"),
+            ("stable_baselines3.common.policies", "BasePolicy.obs_to_tensor"),
+        }
+    ),
+    frozenset(
+        {
+            ("stable_baselines3.common.policies", "BaseModel.set_training_mode"),
+            ("stable_baselines3.common.policies", "BasePolicy.set_training_mode"),
+            ("stable_baselines3.sac.policies", "SACPolicy.set_training_mode"),
+            ("stable_baselines3.td3.policies", "TD3Policy.set_training_mode"),
+        }
+    ),
+    frozenset({("torch.nn.modules.module", "Module.train")}),
+)
+
+
+def _sb3_own(function: object, own: frozenset[tuple[str, str]]) -> bool:
+    name = (getattr(function, "__module__", None), getattr(function, "__qualname__", None))
+    return type(name[0]) is str and type(name[1]) is str and name in own
+
+
+def policy_facts(
+    policy: Any, methods: tuple[Any, ...] | None
+) -> tuple[Any, tuple[th.nn.Module, ...], Any, Any, tuple[Any, ...] | None]:
+    """``AdapterState.policy_modules`` for ``policy`` (see there).
+
+    Args:
+        policy: The model's policy.
+        methods: The functions ``AdapterState.direct_predict`` looked up (``model.predict``,
+            then the policy class's ``predict``, ``obs_to_tensor``, ``set_training_mode``,
+            ``train``), or None (``eval_mode``: no direct path then).
+    """
     space = policy.observation_space
-    first = next(iter(policy.parameters()), None)
-    kind = type(policy)
     direct = (
-        # getattr: a wrapper such as torch.compile's OptimizedModule has none of them
-        getattr(kind, "predict", None) is BasePolicy.predict
-        and getattr(kind, "obs_to_tensor", None) is BasePolicy.obs_to_tensor
-        and getattr(kind, "set_training_mode", None) is BasePolicy.set_training_mode
+        methods is not None
+        and all(_sb3_own(f, own) for f, own in zip(methods, _SB3_OWN, strict=True))
         and type(space) is spaces.Box
         and not is_image_space(space)
     )
-    return (policy, mode_dependent_modules(policy), first if direct else None, space)
+    first = next(iter(policy.parameters()), None) if direct else None
+    return (policy, mode_dependent_modules(policy), first, space, methods)
 
 
 def mode_dependent_modules(policy: th.nn.Module) -> tuple[th.nn.Module, ...]:
