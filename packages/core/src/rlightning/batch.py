@@ -22,9 +22,9 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from types import SimpleNamespace
 from typing import Any, Generic, TypeVar, overload
 
+from rlightning._fields import _new_namespace
 from rlightning._stack import ENV_IDS_FIELD
 from rlightning.types.policy_response import PolicyResponse
 
@@ -40,8 +40,6 @@ _REPR_ITEMS = 8
 _SPLIT_LOCK = threading.Lock()
 #: ``object.__new__``: an empty batch for :meth:`ResponseBatch.trusted`, no attribute look-up.
 _new_object = object.__new__
-#: ``SimpleNamespace.__new__``: an empty response (``PolicyResponse`` is a ``SimpleNamespace``).
-_new_namespace = SimpleNamespace.__new__
 
 
 class ResponseBatch(Sequence[_R], Generic[_R]):

@@ -20,7 +20,7 @@ from stable_baselines3.common.policies import BasePolicy
 
 from rlightning import PolicyResponse
 from rlightning.rules import check_action_mask, mask_size
-from rlightning_sb3._predict import direct_predict
+from rlightning_sb3._predict import box_env_actions, direct_predict
 
 __all__ = [
     "ACTION_KINDS",
@@ -67,9 +67,7 @@ def on_policy_actions(
         ``actions`` itself otherwise).
     """
     if isinstance(action_space, spaces.Box):
-        if unscale and policy.squash_output:
-            return np.asarray(policy.unscale_action(actions)), actions
-        return np.asarray(np.clip(actions, action_space.low, action_space.high)), actions
+        return box_env_actions(policy, action_space, actions, unscale), actions
     if isinstance(action_space, spaces.Discrete):
         return actions, actions.reshape(-1, 1)
     return actions, actions

@@ -23,7 +23,7 @@ from rlightning_sb3._recurrent import predict_state, split_numpy_states
 if TYPE_CHECKING:
     from rlightning_sb3.adapter import SB3PolicyAdapter
 
-__all__ = ["check_no_state", "direct_predict", "predict_actions"]
+__all__ = ["box_env_actions", "check_no_state", "direct_predict", "predict_actions"]
 
 
 def predict_actions(
@@ -90,10 +90,33 @@ def direct_predict(policy: Any, batch: np.ndarray, device: th.device, determinis
     action_space = policy.action_space
     actions = actions.reshape((-1, *action_space.shape))
     if isinstance(action_space, spaces.Box):
-        if policy.squash_output:
-            return policy.unscale_action(actions)
-        return np.clip(actions, action_space.low, action_space.high)
+        return box_env_actions(policy, action_space, actions, True)
     return actions
+
+
+def box_env_actions(
+    policy: Any, action_space: spaces.Box, actions: np.ndarray, unscale: bool
+) -> np.ndarray:
+    """Box actions as SB3 hands them to the env: unscaled, or clipped to the space.
+
+    As ``BasePolicy.predict`` and ``OnPolicyAlgorithm.collect_rollouts``: a squashing
+    policy's output (``policy.squash_output``, in [-1, 1]) is unscaled to ``[low, high]`` with
+    ``policy.unscale_action``; any other output is clipped to ``[low, high]`` (a Gaussian is
+    unbounded). sb3-contrib's ``RecurrentPPO.collect_rollouts`` always clips
+    (``unscale=False``).
+
+    Args:
+        policy: The SB3 policy.
+        action_space: The Box space (the policy's for ``predict``, the model's for rollouts).
+        actions: ``(n_envs, *action_shape)`` numpy actions (not modified).
+        unscale: Whether a squashing policy's actions are unscaled (False: always clip).
+
+    Returns:
+        A new numpy array of the same shape.
+    """
+    if unscale and policy.squash_output:
+        return np.asarray(policy.unscale_action(actions))
+    return np.asarray(np.clip(actions, action_space.low, action_space.high))
 
 
 def check_no_state(model: BaseAlgorithm, state: Any, ids: list[str]) -> None:
