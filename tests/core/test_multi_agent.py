@@ -353,3 +353,46 @@ def test_non_string_agent_ids_round_trip() -> None:
     assert merged.agent_ids == [0, ("team", 1)]
     assert merged.for_agent(("team", 1)).action == 2
     assert pickle.loads(pickle.dumps(merged)) == merged
+
+
+def test_a_subclass_may_not_define_action() -> None:
+    with pytest.raises(TypeError, match="defines a member named 'action'"):
+
+        class Shadowing(MultiAgentPolicyResponse):
+            @property
+            def action(self) -> object:
+                return None
+
+
+def test_a_subclass_reserves_its_own_members_beside_a_lone_action() -> None:
+    class Teamed(MultiAgentPolicyResponse):
+        def team(self) -> str:
+            return "red"
+
+    with pytest.raises(ValueError, match=re.escape("'team' would shadow Teamed.team")):
+        Teamed("e", action={"a": 1}, team="blue")
+    lone = Teamed("e", action={"a": 1})
+    assert lone.team() == "red" and lone.action == {"a": 1}
+
+
+@pytest.mark.parametrize(
+    ("env_id", "data", "error"),
+    [
+        (3, {"action": {"a": 1}}, TypeError),  # env_id checked on the lone-action path too
+        ("e", {"action": [1]}, TypeError),
+        ("e", {}, TypeError),
+        ("e", {"value": {"a": 1}}, TypeError),
+        ("e", {"action": {"a": 1, "b": 2}, "value": {"a": 1}}, ValueError),
+    ],
+)
+def test_every_check_runs_whatever_the_fields(env_id: object, data: dict, error: type) -> None:
+    with pytest.raises(error):
+        MultiAgentPolicyResponse(env_id, **data)  # type: ignore[arg-type]
+
+
+def test_action_is_stored_first_wherever_it_is_given() -> None:
+    r = MultiAgentPolicyResponse("e", value={"a": 0.5}, action={"a": 0}, info="x")
+    assert list(r.to_dict()) == ["action", "value", "info"]
+    assert list(vars(r)) == ["env_id", "action", "value", "info"]
+    assert r == MultiAgentPolicyResponse("e", action={"a": 0}, value={"a": 0.5}, info="x")
+    assert pickle.loads(pickle.dumps(r)) == r

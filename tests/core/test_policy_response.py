@@ -500,3 +500,30 @@ def test_any_clock_may_be_used_with_an_explicit_now(recwarn: pytest.WarningsReco
     assert response.compute_sent_latency(now_ns=sent + 2_000_000) == pytest.approx(0.002)
     assert rlightning.rules.STAMP_EPOCH_FLOOR_NS == 978_307_200 * 10**9  # 2001-01-01T00:00Z
     assert not [w for w in recwarn if issubclass(w.category, rlightning.StampWarning)]
+
+
+def test_a_user_subclass_reserves_its_own_members() -> None:
+    class Tagged(PolicyResponse):
+        def tag(self) -> str:
+            return "t"
+
+    class TaggedInit(Tagged):
+        def __init__(self, env_id: str | None, **data: object) -> None:
+            super().__init__(env_id, **data)
+
+    for cls in (Tagged, TaggedInit):
+        with pytest.raises(ValueError, match=re.escape(f"'tag' would shadow {cls.__name__}.tag")):
+            cls("e", action=1, tag=2)
+        assert cls("e", action=1).tag() == "t"
+    # the base class does not reserve a subclass's members
+    assert PolicyResponse("e", tag=2).tag == 2
+
+
+def test_self_is_an_ordinary_field_name() -> None:
+    # __init__ takes self positionally only, so ``self`` is a field like any other.
+    r = PolicyResponse("e", self=1, action=0)
+    assert r.self == 1
+    assert r.to_dict() == {"self": 1, "action": 0}
+    assert PolicyResponse(env_id="e", action=0).env_id == "e"
+    m = MultiAgentPolicyResponse(env_id="e", action={"a": 0}, self=2)
+    assert m.self == 2

@@ -137,7 +137,7 @@ def response_from_checked(cls: type[_R], env_id: str | None, fields: dict[str, A
     response = _new_namespace(cls)
     data = response.__dict__
     data["env_id"] = env_id
-    data.update(fields)
+    data |= fields  # in place: the operator costs less than the .update() method call
     return response
 
 
@@ -166,5 +166,6 @@ def response_from_fields(cls: type[_R], fields: dict[str, Any]) -> _R:
         PolicyResponse(env_id='env-0', action=1)
     """
     response = _new_namespace(cls)
-    response.__dict__.update(fields)
+    data = response.__dict__
+    data |= fields  # a local: ``response.__dict__ |= ...`` would assign __dict__ back
     return response

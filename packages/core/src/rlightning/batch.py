@@ -172,7 +172,8 @@ class ResponseBatch(Sequence[_R], Generic[_R]):
             PolicyResponse(env_id='b', action=1)
         """
         stacked = _new_namespace(response_cls)
-        stacked.__dict__.update(fields)
+        data = stacked.__dict__
+        data |= fields  # in place; the operator costs less than the .update() method call
         batch: ResponseBatch[_R] = _new_object(cls)
         batch._stacked = stacked
         batch._responses = None

@@ -27,6 +27,9 @@ __all__ = ["MultiAgentPolicyResponse"]
 
 _C = TypeVar("_C", bound=type[Any])
 
+#: ``action`` not given (``None`` is a value a caller may pass).
+_MISSING: Any = object()
+
 
 def _presented_in(module: str) -> Callable[[_C], _C]:
     """Class decorator: set ``__module__`` of the class and of the functions in its body."""
@@ -61,10 +64,14 @@ class MultiAgentPolicyResponse(PolicyResponse):
 
     Args:
         env_id: Environment identifier, a str or None.
-        **data: Response fields; ``action`` is required and must be a dict keyed by agent id.
+        action: The per-agent actions, a dict keyed by agent id (required, by keyword). It is
+            stored right after ``env_id`` wherever it stands among the keywords, so
+            ``to_dict()``, ``repr`` and iteration list it first.
+        **data: The other response fields, in the order given.
 
     Raises:
-        TypeError: ``action`` is missing or not a dict, or ``env_id`` is not a str or None.
+        TypeError: ``action`` is missing or not a dict, or ``env_id`` is not a str or None;
+            also at class creation, for a subclass that defines a member named ``action``.
         ValueError: a field name would shadow a member of the class; or a dict field's keys are
             agent ids of ``action`` but not all of them (the field and the missing agents named).
             Setting a field (or ``action``) later checks the same rule.
@@ -83,26 +90,46 @@ class MultiAgentPolicyResponse(PolicyResponse):
 
     _undeletable_fields: ClassVar[frozenset[str]] = frozenset({"env_id", "action"})
 
-    def __init__(self, env_id: str | None, **data: Any) -> None:
-        action = data.get("action", _MISSING)
-        if type(action) is not dict:
-            _check_agent_actions(action)  # raises unless a dict subclass
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "action" in cls._reserved_fields:
+            # __init__'s fast path takes a lone ``action`` field as never reserved.
+            raise TypeError(
+                f"{cls.__name__} defines a member named 'action', which would shadow the "
+                f"per-agent actions every {MultiAgentPolicyResponse.__name__} holds; rename it"
+            )
+
+    def __init__(self, /, env_id: str | None, *, action: Any = _MISSING, **data: Any) -> None:
         # PolicyResponse.__init__'s body, inline: super().__init__(env_id, **data) would pack
-        # the keyword arguments into a new dict once more.
-        if env_id is not None and type(env_id) is not str:
+        # the keyword arguments into a new dict once more. ``action`` is a keyword parameter of
+        # its own, so CPython binds it without going through ``data``. Fast path: ``action`` is
+        # a dict and there is no other field. ``action`` is never a reserved name
+        # (__init_subclass__ sees to it) and no other dict can be a partial per-agent field, so
+        # only env_id is left to check.
+        if type(action) is not dict or data:
+            self._check_fields(env_id, action, data)
+        elif type(env_id) is not str and env_id is not None:
             _check_env_id(env_id)
-        if not self._reserved_fields.isdisjoint(data):
-            self._refuse_reserved(data)
-        if len(data) > 1:
-            agents = action.keys()
-            for name, value in data.items():
-                if isinstance(value, dict) and name != "action":
-                    keys = value.keys()
-                    if keys and keys != agents and keys <= agents:
-                        _refuse_partial_agents(name, value, agents)
         fields = self.__dict__
         fields["env_id"] = env_id
-        fields.update(data)
+        fields["action"] = action
+        if data:
+            fields |= data
+
+    def _check_fields(self, env_id: str | None, action: Any, data: dict[str, Any]) -> None:
+        """``__init__``'s checks beyond a lone dict ``action``; raises as the class documents."""
+        if type(action) is not dict:
+            _check_agent_actions(action)  # raises unless a dict subclass
+        if env_id is not None and type(env_id) is not str:
+            _check_env_id(env_id)
+        if not type(self)._reserved_fields.isdisjoint(data):
+            self._refuse_reserved(data)
+        agents = action.keys()
+        for name, value in data.items():
+            if isinstance(value, dict):
+                keys = value.keys()
+                if keys and keys != agents and keys <= agents:
+                    _refuse_partial_agents(name, value, agents)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "action":
@@ -302,9 +329,6 @@ class MultiAgentPolicyResponse(PolicyResponse):
             raise TypeError("make_example() samples the actions; do not pass action=")
         actions = {agent_id: space.sample() for agent_id, space in action_spaces.items()}
         return MultiAgentPolicyResponse(env_id, action=actions, **data)
-
-
-_MISSING = object()
 
 
 def _shared_value(name: str, agent_ids: list[Any], values: list[Any]) -> Any:

@@ -91,16 +91,23 @@ class PolicyResponse(SimpleNamespace):
         super().__init_subclass__(**kwargs)
         cls._reserved_fields = _reserved_names(cls)
 
-    def __init__(self, env_id: str | None, **data: Any) -> None:
+    def __init__(self, /, env_id: str | None, **data: Any) -> None:
         # The hot path of every step: checks inline, one set operation for the reserved names
         # (computed once per class), and the fields written straight into the instance dict.
-        if env_id is not None and type(env_id) is not str:
+        # ``self`` is positional-only: CPython then matches each keyword against ``env_id``
+        # alone (not ``self`` too), and a field may be named ``self``. The exact class reads its
+        # reserved names from a module global, cheaper than a class attribute read through the
+        # instance; a subclass reads its own (its members are reserved too).
+        if type(env_id) is not str and env_id is not None:
             _check_env_id(env_id)  # raises unless a str subclass
-        if not self._reserved_fields.isdisjoint(data):
+        if type(self) is PolicyResponse:
+            if not _RESERVED.isdisjoint(data):
+                self._refuse_reserved(data)
+        elif not type(self)._reserved_fields.isdisjoint(data):
             self._refuse_reserved(data)
         fields = self.__dict__
         fields["env_id"] = env_id
-        fields.update(data)
+        fields |= data  # in place; cheaper than the .update() method call
 
     @classmethod
     def _refuse_reserved(cls, names: Mapping[str, Any]) -> None:
@@ -483,7 +490,7 @@ class PolicyResponse(SimpleNamespace):
         )
 
 
-PolicyResponse._reserved_fields = _reserved_names(PolicyResponse)
+PolicyResponse._reserved_fields = _RESERVED = _reserved_names(PolicyResponse)
 
 # Imported last: the class subclasses PolicyResponse (defined above) and is re-exported here.
 from rlightning.types._multi_agent import MultiAgentPolicyResponse  # noqa: E402
