@@ -27,8 +27,17 @@ __all__ = ["MultiAgentPolicyResponse"]
 
 _C = TypeVar("_C", bound=type[Any])
 
-#: ``action`` not given (``None`` is a value a caller may pass).
-_MISSING: Any = object()
+
+class _Required:
+    """The default of ``action`` in the signature: not given (None is a value one may pass)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:  # what the signature shows in help() and the API page
+        return "<required>"
+
+
+_MISSING: Any = _Required()
 
 
 def _presented_in(module: str) -> Callable[[_C], _C]:
