@@ -396,3 +396,15 @@ def test_action_is_stored_first_wherever_it_is_given() -> None:
     assert list(vars(r)) == ["env_id", "action", "value", "info"]
     assert r == MultiAgentPolicyResponse("e", action={"a": 0}, value={"a": 0.5}, info="x")
     assert pickle.loads(pickle.dumps(r)) == r
+
+
+def test_fields_a_subclass_sets_before_super_init_are_checked_against_the_agents() -> None:
+    class Early(MultiAgentPolicyResponse):
+        def __init__(self, env_id: str, action: dict, extra: object) -> None:
+            self.extra = extra  # before action exists: __setattr__ cannot check it yet
+            super().__init__(env_id, action=action)
+
+    with pytest.raises(ValueError, match="field 'extra'"):
+        Early("e", {"a": 1, "b": 2}, {"a": 9})
+    ok = Early("e", {"a": 1, "b": 2}, {"a": 9, "b": 8})
+    assert ok.for_agent("b").extra == 8

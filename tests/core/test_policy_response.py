@@ -527,3 +527,46 @@ def test_self_is_an_ordinary_field_name() -> None:
     assert PolicyResponse(env_id="e", action=0).env_id == "e"
     m = MultiAgentPolicyResponse(env_id="e", action={"a": 0}, self=2)
     assert m.self == 2
+
+
+class _PosesAs:
+    """An object whose ``__class__`` lies, so ``isinstance`` takes it for ``cls``."""
+
+    def __init__(self, cls: type) -> None:
+        self._cls = cls
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return self._cls
+
+
+def test_an_object_posing_as_str_or_dict_is_refused() -> None:
+    assert isinstance(_PosesAs(str), str) and isinstance(_PosesAs(dict), dict)
+    with pytest.raises(TypeError, match="env_id must be a str"):
+        PolicyResponse(_PosesAs(str), action=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="env_id must be a str"):
+        MultiAgentPolicyResponse(_PosesAs(str), action={"a": 1})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be a dict keyed by agent id"):
+        MultiAgentPolicyResponse("e", action=_PosesAs(dict))
+
+
+def test_a_subclass_may_not_define_env_id() -> None:
+    with pytest.raises(TypeError, match="defines a member named 'env_id'"):
+
+        class Shadowing(PolicyResponse):
+            @property
+            def env_id(self) -> str:  # type: ignore[override]
+                return "shadow"
+
+    class Mixin:
+        env_id = "fixed"
+
+    with pytest.raises(TypeError, match="Mixin defines a member named 'env_id'"):
+
+        class Mixed(Mixin, MultiAgentPolicyResponse):  # type: ignore[misc]
+            pass
+
+    class Annotated(PolicyResponse):  # an annotation alone is no member
+        env_id: str | None
+
+    assert Annotated("e", action=1).env_id == "e"

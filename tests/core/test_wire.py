@@ -844,3 +844,11 @@ def test_stacked_response_survives_the_wire_and_unbinds() -> None:
     responses = [PolicyResponse(f"e{i}", action=np.int64(i), t=PerEnv([i])) for i in range(3)]
     batch = PolicyResponse.stack(responses)
     assert PolicyResponse.from_bytes(batch.to_bytes()).unbind() == responses
+
+
+def test_a_str_subclass_env_id_is_refused_not_decoded_as_an_unequal_str() -> None:
+    response = PolicyResponse(np.str_("env-0"), action=1)
+    with pytest.raises(TypeError, match=r"env_id .*env-0.* is a str_, a str subclass"):
+        response.to_bytes()
+    plain = PolicyResponse("env-0", action=1)
+    assert PolicyResponse.from_bytes(plain.to_bytes()) == plain

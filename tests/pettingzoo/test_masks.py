@@ -345,7 +345,12 @@ def test_sample_response_equals_constructed_response(
     assert list(vars(got)) == list(vars(want))
     assert pickle.loads(pickle.dumps(got)) == want
     assert copy.deepcopy(got) == want and copy.copy(got) == want
-    assert got.to_bytes() == want.to_bytes()
+    if type(env_id) is _Str:  # the wire format carries a plain str only: both refuse it
+        for response in (got, want):
+            with pytest.raises(TypeError, match="a str subclass"):
+                response.to_bytes()
+    else:
+        assert got.to_bytes() == want.to_bytes()
     with pytest.raises(ValueError, match="would shadow"):
         got.numpy = 1
     with pytest.raises(TypeError):

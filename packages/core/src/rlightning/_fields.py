@@ -30,7 +30,8 @@ _R = TypeVar("_R", bound="PolicyResponse")
 
 
 def _check_env_id(env_id: object) -> None:
-    if env_id is not None and not isinstance(env_id, str):
+    # The class itself, not isinstance: an object faking __class__ (a Mock(spec=str)) is no str.
+    if env_id is not None and not issubclass(type(env_id), str):
         raise TypeError(
             f"env_id must be a str (or None), got {type(env_id).__name__} {env_id!r}; "
             f"pass str({env_id!r}) if a number identifies the env"
@@ -111,11 +112,13 @@ def response_from_checked(cls: type[_R], env_id: str | None, fields: dict[str, A
       name looked up on instances such as ``__deepcopy__``; ``cls(env_id, **fields)`` raises
       ``ValueError`` for those);
     * any check of the class itself holds (``MultiAgentPolicyResponse``'s ``action`` is a dict
-      keyed by agent id).
+      keyed by agent id);
+    * for a ``MultiAgentPolicyResponse``, ``action`` is the first key of ``fields``: its
+      constructor stores ``action`` right after ``env_id``, wherever it was given.
 
-    The fields are stored as ``__init__`` stores them: ``env_id`` first, then ``fields`` in
-    order, in the instance ``__dict__``; so the result equals (``==``), pickles and prints as
-    ``cls(env_id, **fields)``.
+    The fields are stored in the instance ``__dict__``: ``env_id`` first, then ``fields`` in
+    order, as ``__init__`` stores them when the above holds; so the result equals (``==``),
+    pickles and prints as ``cls(env_id, **fields)``.
 
     Args:
         cls: ``PolicyResponse`` or a subclass.
@@ -147,7 +150,8 @@ def response_from_fields(cls: type[_R], fields: dict[str, Any]) -> _R:
     Public as :func:`rlightning.types.response_from_fields`. As :func:`response_from_checked`
     (the same guarantees are the caller's: nothing is checked), for a caller that builds the
     mapping itself: ``fields`` holds ``env_id`` as its first key, then the other fields in
-    order. Copying a mapping that already starts with ``env_id`` into the new response is one
+    order (for a ``MultiAgentPolicyResponse``, ``action`` second, as its constructor stores
+    it). Copying a mapping that already starts with ``env_id`` into the new response is one
     copy of the whole table (CPython copies a plain dict into an empty one in bulk), where
     ``response_from_checked`` inserts ``env_id`` and then every field one at a time.
 

@@ -272,7 +272,8 @@ def encode(response: Any, *, checksum: bool = True) -> bytes:
             object, a namedtuple, a dict/list subclass, an object or datetime array, a sparse
             tensor, a tensor subclass, a meta tensor, an int dict key beyond 64 bits; the message
             names the field, e.g. ``field 'obs'['rgb'][0]``. Also raised when ``response`` is not
-            exactly a PolicyResponse or MultiAgentPolicyResponse.
+            exactly a PolicyResponse or MultiAgentPolicyResponse, or when its ``env_id`` is a
+            str subclass (``numpy.str_``: it would decode as a plain, unequal str).
         ValueError: nesting is deeper than :data:`MAX_DEPTH`, an int needs more than 14,000
             bits (Python's own limit for decimal conversion, about 4,300 digits), or more than
             :data:`MAX_KEYS_PER_HASH` float (or tuple) keys of one dict share a hash value, or a
@@ -286,8 +287,15 @@ def encode(response: Any, *, checksum: bool = True) -> bytes:
             f"{type(response).__qualname__}: the decoder only builds those two classes"
         )
     fields = response.__dict__
+    env_id = fields["env_id"]
+    if env_id is not None and type(env_id) is not str:
+        raise TypeError(
+            f"to_bytes(): env_id {env_id!r} is a {type(env_id).__name__}, a str subclass; the "
+            "format carries a plain str, which would not equal it when decoded: pass "
+            "str(env_id) to the constructor"
+        )
     encoder = _Encoder(0)
-    header: list[Any] = [_KINDS.index(kind_name), fields["env_id"]]
+    header: list[Any] = [_KINDS.index(kind_name), env_id]
     for name, value in fields.items():
         if name == "env_id":
             continue

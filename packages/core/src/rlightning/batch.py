@@ -151,8 +151,9 @@ class ResponseBatch(Sequence[_R], Generic[_R]):
         :func:`rlightning.types.response_from_fields` builds it, and wrapped as
         :meth:`trusted` wraps it, without the two calls. Nothing is checked: the guarantees of
         both are the caller's (``fields`` starts with ``env_id`` None and ``env_ids``, a
-        non-empty list of unique ids; no field name is reserved; ``n_envs`` rows in every
-        batched field).
+        non-empty list of unique ids, in the order :meth:`PolicyResponse.stack` stores them:
+        for a ``MultiAgentPolicyResponse`` ``env_id``, ``action``, then ``env_ids``; no field
+        name is reserved; ``n_envs`` rows in every batched field).
 
         Args:
             response_cls: ``PolicyResponse`` or a subclass, the stacked response's class.

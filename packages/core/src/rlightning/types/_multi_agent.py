@@ -115,11 +115,11 @@ class MultiAgentPolicyResponse(PolicyResponse):
         # a dict and there is no other field. ``action`` is never a reserved name
         # (__init_subclass__ sees to it) and no other dict can be a partial per-agent field, so
         # only env_id is left to check.
-        if type(action) is not dict or data:
+        fields = self.__dict__  # empty unless a subclass's __init__ set fields before this
+        if type(action) is not dict or data or fields:
             self._check_fields(env_id, action, data)
         elif type(env_id) is not str and env_id is not None:
             _check_env_id(env_id)
-        fields = self.__dict__
         fields["env_id"] = env_id
         fields["action"] = action
         if data:
@@ -134,11 +134,14 @@ class MultiAgentPolicyResponse(PolicyResponse):
         if not type(self)._reserved_fields.isdisjoint(data):
             self._refuse_reserved(data)
         agents = action.keys()
-        for name, value in data.items():
-            if isinstance(value, dict):
-                keys = value.keys()
-                if keys and keys != agents and keys <= agents:
-                    _refuse_partial_agents(name, value, agents)
+        # The fields given, and any a subclass's __init__ set before calling this one (they
+        # passed __setattr__ before there was an action to hold them against).
+        for items in (data.items(), self.__dict__.items()):
+            for name, value in items:
+                if isinstance(value, dict) and name != "action":
+                    keys = value.keys()
+                    if keys and keys != agents and keys <= agents:
+                        _refuse_partial_agents(name, value, agents)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "action":
@@ -404,7 +407,7 @@ def _check_agent_actions(action: object) -> None:
             "MultiAgentPolicyResponse needs action=, a dict keyed by agent id "
             "(e.g. {'agent_0': 1, 'agent_1': 0})"
         )
-    if not isinstance(action, dict):
+    if not issubclass(type(action), dict):  # not isinstance: a Mock(spec=dict) is no dict
         raise TypeError(
             f"MultiAgentPolicyResponse.action must be a dict keyed by agent id, "
             f"got {type(action).__name__} {tree_repr(action)}"

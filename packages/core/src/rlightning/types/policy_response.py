@@ -59,11 +59,13 @@ class PolicyResponse(SimpleNamespace):
     Args:
         env_id: Environment identifier, a str or None.
         **data: Response fields. A name that would shadow a member of the class (``to_dict``,
-            ``cpu``, ``numpy``, ``__class__``, ...) is refused. Values are stored as given, not
-            copied.
+            ``cpu``, ``numpy``, ``__class__``, ...; the members the class has when it is
+            created) is refused. ``self`` is an ordinary field name. Values are stored as
+            given, not copied.
 
     Raises:
-        TypeError: ``env_id`` is neither a str nor None.
+        TypeError: ``env_id`` is neither a str nor None; also at class creation, for a subclass
+            whose class (or a mixin's) defines a member named ``env_id``.
         ValueError: a field name would shadow a member of the class.
 
     Examples:
@@ -89,6 +91,13 @@ class PolicyResponse(SimpleNamespace):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        shadowing = [k.__qualname__ for k in cls.__mro__ if "env_id" in vars(k)]
+        if shadowing:
+            raise TypeError(
+                f"{cls.__name__}: {shadowing[0]} defines a member named 'env_id', which would "
+                "shadow the env_id every response stores; rename it"
+            )
+        # Computed once, here: members added to the class later are not reserved.
         cls._reserved_fields = _reserved_names(cls)
 
     def __init__(self, /, env_id: str | None, **data: Any) -> None:
