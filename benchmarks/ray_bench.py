@@ -191,7 +191,9 @@ def main() -> None:
     args = parser.parse_args()
     load = os.getloadavg()
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False)
+    ray.init(
+        address="local", num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False
+    )
     rllib_reason = None
     if not args.no_rllib:
         try:

@@ -115,7 +115,7 @@ def main() -> None:
     if args.address:
         ray.init(address=args.address)
     else:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     agents = list(make_env().possible_agents)
     n_envs = args.runners * args.envs_per_runner
     model = make_model(n_envs * len(agents), args.seed)

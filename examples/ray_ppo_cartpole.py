@@ -103,7 +103,7 @@ def main() -> None:
     if args.address:
         ray.init(address=args.address)
     else:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     n_envs = args.runners * args.envs_per_runner
     model = make_model(n_envs, args.seed)
     start_training(model, args.steps)

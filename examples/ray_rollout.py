@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.smoke:
         args.envs, args.steps = 2, 20
-    ray.init(num_cpus=2, include_dashboard=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
     try:
         reports = rollout(args.envs, args.steps)
         print(f"{len(reports)} env actors x {args.steps} steps done")

@@ -1,7 +1,8 @@
 """Responses on a real local Ray cluster: rollout latencies and zero-copy transfer.
 
 Needs the ``ray`` extra (``pip install rlightning-core[ray]``) and torch; skipped otherwise.
-One cluster (``ray.init(num_cpus=2)``) serves the whole module; it takes about 10 s to start.
+One cluster (``ray.init(address="local", num_cpus=2)``: its own, never a running one) serves the
+whole module; it takes about 10 s to start.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def cluster() -> Iterator[None]:
         paths.append(saved["PYTHONPATH"])
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)
     ray.init(
+        address="local",  # a cluster of its own: a bare ray.init() joins any running one
         num_cpus=2,
         include_dashboard=False,
         object_store_memory=200 * 1024 * 1024,

@@ -1,7 +1,13 @@
-"""A local Ray cluster per test module, and the helpers its actors run.
+"""One local Ray cluster for the whole session, and the helpers its actors run.
+
+``ray.init(address="local", ...)`` always starts a cluster of its own: a bare ``ray.init()``
+joins any cluster already running on the machine (another job's). The cluster is shared by
+every module (starting one costs seconds) and shut down at the end of the session, or by a
+module that needs a cluster of another shape (``test_multinode.py``), after which the next
+module starts a new one. Actors die when the tests drop their handles.
 
 Workers find rlightning's packages through PYTHONPATH (tox installs them; a source checkout
-passes them on); the helper module is pickled by value, so workers need not import tests.
+passes them on); the helper modules are pickled by value, so workers need not import tests.
 """
 
 from __future__ import annotations
@@ -21,10 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [ROOT / "packages" / p / "src" for p in ("core", "sb3", "pettingzoo", "ray")]
 
 
-def _load_helpers() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "rlightning_ray_test_helpers", Path(__file__).with_name("ray_helpers.py")
-    )
+def _load(name: str, filename: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(filename))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -33,12 +37,20 @@ def _load_helpers() -> ModuleType:
     return module
 
 
-HELPERS = _load_helpers()
+# envs first: the helpers module uses them
+ENVS = _load("rlightning_ray_test_envs", "ray_envs.py")
+HELPERS = _load("rlightning_ray_test_helpers", "ray_helpers.py")
 
 
 @pytest.fixture(scope="session")
 def helpers() -> ModuleType:
     return HELPERS
+
+
+@pytest.fixture(scope="session")
+def envs() -> ModuleType:
+    """Test envs that import neither torch nor SB3 (cheap runner processes)."""
+    return ENVS
 
 
 @pytest.fixture(scope="session")
@@ -54,16 +66,22 @@ def worker_path() -> Iterator[None]:
         os.environ["PYTHONPATH"] = saved
 
 
-@pytest.fixture(scope="module")
-def local_ray(worker_path: None) -> Iterator[None]:
-    """``ray.init(num_cpus=2)`` for one test module."""
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        object_store_memory=200 * 1024 * 1024,
-        log_to_driver=False,
-    )
-    try:
-        yield
-    finally:
+@pytest.fixture(scope="session")
+def ray_session(worker_path: None) -> Iterator[None]:
+    """Shuts the session's cluster down at the end (see the module docstring)."""
+    yield
+    if ray.is_initialized():
         ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def local_ray(ray_session: None) -> None:
+    """A local cluster of 2 CPUs of this session's own (``address="local"``), started once."""
+    if not ray.is_initialized():
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            object_store_memory=200 * 1024 * 1024,
+            log_to_driver=False,
+        )

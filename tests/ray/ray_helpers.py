@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+
+# loaded (and pickled by value) before this module; torch-free, so runners of them start fast
+from rlightning_ray_test_envs import (  # noqa: F401  (EchoPolicy... re-exported for the tests)
+    CounterEnv,
+    EchoPolicy,
+    FailingEnv,
+    SwappingPolicy,
+    fuzz_env,
+    reusing_parallel,
+)
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.monitor import Monitor
-
-from rlightning import PolicyResponse
 
 
 def cartpole(max_episode_steps: int | None = None) -> gym.Env[Any, Any]:
@@ -38,36 +47,6 @@ def make_ppo(n_envs: int, n_steps: int, seed: int, max_episode_steps: int | None
     )
 
 
-class CounterEnv(gym.Env[np.ndarray, np.int64]):
-    """Observation ``[tag, t]`` (float32): which env it is and the step within the episode.
-
-    Episodes end (terminated) after ``length`` steps; ``sleep_s`` makes each step slow.
-    """
-
-    observation_space = spaces.Box(0.0, 1e6, (2,), np.float32)
-    action_space = spaces.Discrete(2)
-
-    def __init__(self, tag: int, length: int = 5, sleep_s: float = 0.0) -> None:
-        self.tag, self.length, self.sleep_s, self.t = tag, length, sleep_s, 0
-
-    def _obs(self) -> np.ndarray:
-        return np.array([self.tag, self.t], dtype=np.float32)
-
-    def reset(
-        self, *, seed: int | None = None, options: Any = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
-        self.t = 0
-        return self._obs(), {}
-
-    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        assert self.action_space.contains(action), action
-        if self.sleep_s:
-            time.sleep(self.sleep_s)
-        self.t += 1
-        return self._obs(), float(self.tag), self.t >= self.length, False, {"tag": self.tag}
-
-
 def counter_ppo(n_envs: int, n_steps: int = 8) -> PPO:
     env = make_vec_env(lambda: CounterEnv(0), n_envs=n_envs)
     return PPO(
@@ -79,30 +58,6 @@ def counter_ppo(n_envs: int, n_steps: int = 8) -> PPO:
         seed=0,
         device="cpu",
     )
-
-
-class EchoPolicy:
-    """A BatchPolicy that is no SB3 model: action 0 for every row, its env id echoed."""
-
-    def __call__(
-        self, observation: Any, env_ids: list[str], episode_start: Any, ts: list[int]
-    ) -> list[PolicyResponse]:
-        return [
-            PolicyResponse(e, action=np.int64(0), obs_seen=np.asarray(o))
-            for e, o in zip(env_ids, observation, strict=True)
-        ]
-
-    def set_weights(self, weights: Any) -> None:
-        self.weights = weights
-
-
-class SwappingPolicy(EchoPolicy):
-    """Answers each row with the env ids of the batch reversed (a routing bug)."""
-
-    def __call__(
-        self, observation: Any, env_ids: list[str], episode_start: Any, ts: list[int]
-    ) -> list[PolicyResponse]:
-        return super().__call__(observation, env_ids[::-1], episode_start, ts)
 
 
 def spread(max_cycles: int = 6) -> Any:
@@ -153,10 +108,6 @@ def pendulum(max_episode_steps: int | None = None) -> gym.Env[Any, Any]:
     return gym.make("Pendulum-v1", max_episode_steps=max_episode_steps)
 
 
-def monitored_pendulum(max_episode_steps: int | None = None) -> gym.Env[Any, Any]:
-    return Monitor(pendulum(max_episode_steps))
-
-
 def make_td3(
     n_envs: int, seed: int, max_episode_steps: int, learning_starts: int, noise: str = "normal"
 ) -> Any:
@@ -176,30 +127,6 @@ def make_td3(
         buffer_size=1_000,
         policy_kwargs={"net_arch": [32, 32]},
         action_noise=kinds[noise](np.zeros(1), 0.3 * np.ones(1)),
-        seed=seed,
-        device="cpu",
-    )
-
-
-def make_dqn(
-    n_envs: int, seed: int, max_episode_steps: int, learning_starts: int, train_freq: int
-) -> Any:
-    """DQN on CartPole whose exploration rate falls from 1.0 to 0.05 over its whole run."""
-    from stable_baselines3 import DQN
-
-    env = make_vec_env(
-        cartpole, n_envs=n_envs, seed=seed, env_kwargs={"max_episode_steps": max_episode_steps}
-    )
-    return DQN(
-        "MlpPolicy",
-        env,
-        learning_starts=learning_starts,
-        train_freq=train_freq,
-        batch_size=16,
-        buffer_size=1_000,
-        exploration_fraction=1.0,
-        target_update_interval=8,
-        policy_kwargs={"net_arch": [32, 32]},
         seed=seed,
         device="cpu",
     )
@@ -276,14 +203,109 @@ def dwindle_ppo() -> PPO:
     return PPO("MlpPolicy", AgentSpaces(), n_steps=8, batch_size=8, seed=0, device="cpu")
 
 
-class FailingEnv(CounterEnv):
-    """A :class:`CounterEnv` whose ``step`` raises RuntimeError at step ``fail_at``."""
+def fuzz_model(
+    algo: str,
+    env_config: dict[str, Any],
+    n_envs: int,
+    seed: int,
+    *,
+    n_steps: int = 8,
+    learning_starts: int = 0,
+    noise: str | None = None,
+    train_freq: int = 4,
+) -> Any:
+    """The fuzzer's model: ``algo`` on ``make_vec_env(fuzz_env, n_envs, seed=seed)``, seed ``seed``.
 
-    def __init__(self, tag: int, fail_at: int) -> None:
-        super().__init__(tag, length=100)
-        self.fail_at = fail_at
+    ``algo``: ``"ppo"``, ``"maskable"`` (sb3-contrib's MaskablePPO), ``"td3"``, ``"sac"`` or
+    ``"dqn"``; ``noise``: None, ``"normal"`` or ``"ou"`` (TD3/SAC).
+    """
+    from stable_baselines3 import DQN, SAC, TD3
+    from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise
 
-    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if self.t + 1 == self.fail_at:
-            raise RuntimeError(f"env {self.tag} broke")
-        return super().step(action)
+    env = make_vec_env(fuzz_env, n_envs=n_envs, seed=seed, env_kwargs=env_config)
+    policy = "MultiInputPolicy" if env_config.get("obs") == "dict" else "MlpPolicy"
+    small: dict[str, Any] = {"net_arch": [16]}
+    if algo in ("ppo", "maskable"):
+        from sb3_contrib import MaskablePPO
+
+        cls = MaskablePPO if algo == "maskable" else PPO
+        return cls(
+            policy,
+            env,
+            n_steps=n_steps,
+            batch_size=n_envs * n_steps,
+            n_epochs=1,
+            policy_kwargs=small,
+            seed=seed,
+            device="cpu",
+        )
+    common: dict[str, Any] = {
+        "learning_starts": learning_starts,
+        "train_freq": train_freq,
+        "batch_size": 8,
+        "buffer_size": 500,
+        "policy_kwargs": small,
+        "seed": seed,
+        "device": "cpu",
+    }
+    if algo == "dqn":
+        return DQN(policy, env, exploration_fraction=1.0, target_update_interval=8, **common)
+    kinds = {"normal": NormalActionNoise, "ou": OrnsteinUhlenbeckActionNoise}
+    action_noise = None if noise is None else kinds[noise](np.zeros(2), 0.3 * np.ones(2))
+    return {"td3": TD3, "sac": SAC}[algo](policy, env, action_noise=action_noise, **common)
+
+
+@dataclass(frozen=True)
+class Rebuild:
+    """A publish that makes a :class:`RebuildablePolicy` build a new ``SB3BatchPolicy``."""
+
+    make_model: Callable[[], Any]
+    seed: int
+    state: Any
+
+
+class RebuildablePolicy:
+    """A BatchPolicy that rebuilds its ``SB3BatchPolicy`` when a :class:`Rebuild` is published.
+
+    Lets one server process serve the fuzzer's examples one after the other (each rebuild is a
+    fresh model, seeded), instead of starting a server per example.
+    """
+
+    def __init__(self) -> None:
+        self.inner: Any = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.inner is None:
+            raise RuntimeError("nothing published yet: publish a Rebuild first")
+        return self.inner(*args, **kwargs)
+
+    def set_weights(self, weights: Any) -> None:
+        from rlightning_ray.sb3 import SB3BatchPolicy
+
+        if isinstance(weights, Rebuild):
+            self.inner = SB3BatchPolicy(weights.make_model, seed=weights.seed)
+            self.inner.set_weights(weights.state)
+        else:
+            self.inner.set_weights(weights)
+
+
+def reusing_ppo() -> Any:
+    """A shared MaskablePPO for ``ray_envs.reusing_parallel`` (one agent's spaces)."""
+    from sb3_contrib import MaskablePPO
+
+    env = reusing_parallel()
+    slot = AgentSlot(env.observation_space("a0"), env.action_space("a0"))
+    return MaskablePPO("MlpPolicy", slot, n_steps=8, batch_size=8, seed=0, device="cpu")
+
+
+def reusing_slots_ppo(n_slots: int, n_steps: int) -> Any:
+    """A shared MaskablePPO for ``reusing_parallel`` with a VecEnv of ``n_slots`` agent slots."""
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    env = reusing_parallel()
+    obs_space, act_space = env.observation_space("a0"), env.action_space("a0")
+    venv = DummyVecEnv([lambda: AgentSlot(obs_space, act_space)] * n_slots)
+    return MaskablePPO(
+        "MlpPolicy", venv, n_steps=n_steps, batch_size=n_slots * n_steps, seed=0, device="cpu"
+    )

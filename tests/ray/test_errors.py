@@ -1,12 +1,17 @@
 """Errors reach every runner: weights the server cannot load, a failing env, a wrong setup.
 
 Every ``ray.get`` here has a timeout: a regression (a request left waiting) fails the test
-instead of hanging it.
+instead of hanging it. The SB3 servers (one deterministic, one dynamic) are started once for the
+module and serve each test's new runners; tests that need no model use ``EchoPolicy`` servers.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
+import time
+from collections.abc import Iterator
 from functools import partial
 from types import ModuleType
 from typing import Any
@@ -24,21 +29,41 @@ pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not wri
 TIMEOUT_S = 30
 
 
+ORDER = ["runner-0", "runner-1"]
+VERSIONS = itertools.count(1)  # the module's servers outlive a test: versions only grow
+
+
+@pytest.fixture(scope="module")
+def sb3_servers(local_ray: None, helpers: ModuleType) -> Iterator[dict[str, tuple[Any, Any]]]:
+    """``{"order": (server, registry), "dynamic": (...)}`` of ``counter_ppo(4)`` models."""
+    servers = {
+        mode: rlightning_ray.start_server(
+            partial(SB3BatchPolicy, partial(helpers.counter_ppo, 4)),
+            order=ORDER if mode == "order" else None,
+            max_batch=256,
+            max_wait_us=2000,
+            num_cpus=0.25,
+        )
+        for mode in ("order", "dynamic")
+    }
+    yield servers
+    for server, registry in servers.values():
+        _kill(server, registry)
+
+
+def _runners(helpers: ModuleType, server: Any, env_fns: list[Any] | None = None) -> list[Any]:
+    fns = env_fns or [partial(helpers.CounterEnv, i) for i in range(4)]
+    return rlightning_ray.start_runners(fns, server, n_runners=2, envs_per_runner=2, num_cpus=0.25)
+
+
 def _start(
     helpers: ModuleType, order: list[str] | None, env_fns: list[Any] | None = None
 ) -> tuple[Any, Any, list[Any]]:
+    """An ``EchoPolicy`` server (no model) and two runners of two envs."""
     server, registry = rlightning_ray.start_server(
-        partial(SB3BatchPolicy, partial(helpers.counter_ppo, 4)),
-        order=order,
-        max_batch=256,
-        max_wait_us=2000,
-        num_cpus=0.25,
+        helpers.EchoPolicy, order=order, max_batch=256, max_wait_us=2000, num_cpus=0.25
     )
-    fns = env_fns or [partial(helpers.CounterEnv, i) for i in range(4)]
-    runners = rlightning_ray.start_runners(
-        fns, server, n_runners=2, envs_per_runner=2, num_cpus=0.25
-    )
-    return server, registry, runners
+    return server, registry, _runners(helpers, server, env_fns)
 
 
 def _kill(*actors: Any) -> None:
@@ -46,14 +71,19 @@ def _kill(*actors: Any) -> None:
         ray.kill(actor, no_restart=True)
 
 
-@pytest.mark.parametrize("order", [["runner-0", "runner-1"], None], ids=["order", "dynamic"])
+@pytest.mark.parametrize("mode", ["order", "dynamic"])
 def test_weights_the_server_cannot_load_fail_every_request_and_keep_the_old_ones(
-    local_ray: None, helpers: ModuleType, order: list[str] | None
+    sb3_servers: dict[str, tuple[Any, Any]], helpers: ModuleType, mode: str
 ) -> None:
-    server, registry, runners = _start(helpers, order)
+    server, registry = sb3_servers[mode]
+    runners = _runners(helpers, server)
     good = policy_weights(helpers.counter_ppo(4))
+    old = next(VERSIONS)
+    rlightning_ray.publish_weights(server, registry, old, good)
+    ray.get([r.sample.remote(1) for r in runners], timeout=TIMEOUT_S)
     bad = {name: torch.zeros(1) for name in good}  # every shape wrong
-    rlightning_ray.publish_weights(server, registry, 1, bad)
+    version = next(VERSIONS)
+    rlightning_ray.publish_weights(server, registry, version, bad)
     refs = [r.sample.remote(2) for r in runners]
     errors = []
     for ref in refs:
@@ -62,31 +92,32 @@ def test_weights_the_server_cannot_load_fail_every_request_and_keep_the_old_ones
             ray.get(ref, timeout=TIMEOUT_S)
         except ray.exceptions.RayTaskError as exc:
             errors.append(str(exc))
-    assert errors  # the batch that loaded version 1 failed, all of it
+    assert errors  # the batch that loaded the bad version failed, all of it
     for error in errors:
-        assert "could not load the published weights version 1" in error
-        assert "size mismatch" in error and "keeps version 0" in error
-    assert ray.get(server.info.remote(), timeout=TIMEOUT_S)["version"] == 0
-    rlightning_ray.publish_weights(server, registry, 2, good)
+        assert f"could not load the published weights version {version}" in error
+        assert "size mismatch" in error and f"keeps version {old}" in error
+    assert ray.get(server.info.remote(), timeout=TIMEOUT_S)["version"] == old
+    newer = next(VERSIONS)
+    rlightning_ray.publish_weights(server, registry, newer, good)
     fragments = ray.get([r.sample.remote(2) for r in runners], timeout=TIMEOUT_S)
-    assert {a.policy_version for f in fragments for a in f.answers} == {2}
-    _kill(server, *runners)
+    assert {a.policy_version for f in fragments for a in f.answers} == {newer}
+    _kill(*runners)
 
 
-@pytest.mark.parametrize("order", [["runner-0", "runner-1"], None], ids=["order", "dynamic"])
+@pytest.mark.parametrize("mode", ["order", "dynamic"])
 def test_an_env_raising_fails_the_sample_naming_it_and_frees_the_other_runners(
-    local_ray: None, helpers: ModuleType, order: list[str] | None
+    sb3_servers: dict[str, tuple[Any, Any]], helpers: ModuleType, mode: str
 ) -> None:
     fns = [partial(helpers.FailingEnv, 0, 2)] + [
         partial(helpers.CounterEnv, i, 100) for i in range(1, 4)
     ]
-    server, _, runners = _start(helpers, order, fns)
+    runners = _runners(helpers, sb3_servers[mode][0], fns)
     collector = rlightning_ray.Collector(runners)
     with pytest.raises(RuntimeError, match=r"runner 'runner-0'.*env 'env-0'.*env 0 broke"):
         collector.sample(3, timeout_s=TIMEOUT_S)
     # runner-1 is free again (its request was failed, not left waiting): it answers a ping
     assert ray.get(runners[1].ping.remote(), timeout=TIMEOUT_S) == "runner-1"
-    _kill(server, *runners)
+    _kill(*runners)
 
 
 def test_a_collector_refuses_an_order_that_is_not_its_runners_and_repeated_ids(
@@ -103,12 +134,10 @@ def test_a_collector_refuses_an_order_that_is_not_its_runners_and_repeated_ids(
 def test_action_noise_under_dynamic_batching_is_refused_up_front(
     local_ray: None, helpers: ModuleType
 ) -> None:
-    make_model = partial(helpers.make_td3, 4, 0, 20, 0)
-    model = make_model()
+    model = helpers.make_td3(4, 0, 20, 0)
     start_training(model, 100)
-    server, _ = rlightning_ray.start_server(
-        partial(SB3BatchPolicy, make_model), max_batch=4, num_cpus=0.25
-    )
+    # refused before any step: the server's policy is never asked (an EchoPolicy will do)
+    server, _ = rlightning_ray.start_server(helpers.EchoPolicy, max_batch=4, num_cpus=0.25)
     runners = rlightning_ray.start_runners(
         helpers.pendulum, server, n_runners=2, envs_per_runner=2, num_cpus=0.25
     )
@@ -117,4 +146,44 @@ def test_action_noise_under_dynamic_batching_is_refused_up_front(
     with pytest.raises(ValueError, match=re.escape("start the server in the deterministic mode")):
         collect_replay(model, collector, n_steps=2)
     assert model.num_timesteps == 0  # refused before any step
+    _kill(server, *runners)
+
+
+def test_every_sample_has_a_default_timeout_naming_the_runners_still_sampling(
+    local_ray: None, helpers: ModuleType
+) -> None:
+    fns = [partial(helpers.CounterEnv, i, 100, 0.0 if i < 2 else 3.0) for i in range(4)]
+    server, registry = rlightning_ray.start_server(
+        helpers.EchoPolicy, max_batch=4, max_wait_us=2000, num_cpus=0.25
+    )
+    runners = rlightning_ray.start_runners(
+        fns, server, n_runners=2, envs_per_runner=2, num_cpus=0.25
+    )
+    rlightning_ray.publish_weights(server, registry, 0, {})
+    assert rlightning_ray.Collector(runners).timeout_s == rlightning_ray.DEFAULT_TIMEOUT_S == 600
+    collector = rlightning_ray.Collector(runners, timeout_s=1.5)
+    message = "runners ['runner-1'] (envs ['env-2', 'env-3']) returned no fragment within 1.5 s"
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match=re.escape(message)):
+        collector.sample(2)
+    assert time.monotonic() - started < 15
+    with pytest.raises(ValueError, match=re.escape("timeout_s must be > 0 seconds")):
+        rlightning_ray.Collector(runners, timeout_s=math.nan)
+    _kill(server, *runners)
+
+
+def test_maskable_ppo_served_to_envs_without_action_masks_is_refused(
+    local_ray: None, helpers: ModuleType, envs: ModuleType
+) -> None:
+    config = {"obs": "box", "act": "discrete", "masks": True}
+    make_model = partial(helpers.fuzz_model, "maskable", config, 2, 0)
+    server, _ = rlightning_ray.start_server(
+        partial(SB3BatchPolicy, make_model), order=["runner-0"], num_cpus=0.25
+    )
+    runners = rlightning_ray.start_runners(
+        partial(envs.fuzz_env, masks=False), server, n_runners=1, envs_per_runner=2, num_cpus=0.25
+    )
+    message = "MaskablePPO acts with action masks but the envs ['env-0', 'env-1'] sent none"
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        rlightning_ray.Collector(runners).sample(1, timeout_s=TIMEOUT_S)
     _kill(server, *runners)

@@ -5,12 +5,15 @@ delivered fragment; Ray restarts it (``max_restarts``) and retries the ``sample`
 (``max_task_retries``), so its envs start fresh episodes and the buffer still gets exactly
 ``n_steps`` rows per env, each env's rows its own and in step order. A server that dies is
 restarted, reads the newest weights from the registry, and the runners' ``act`` calls are
-retried on it. CounterEnv's observation ``[tag, t]`` lets the test read every row's env and step.
+retried on it. In the deterministic mode a runner restarted mid-``sample`` cannot rejoin the
+others' step: the call fails at once naming it (``LockstepError``), and the next call delivers.
+CounterEnv's observation ``[tag, t]`` lets the test read every row's env and step.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from functools import partial
 from types import ModuleType
 from typing import Any
@@ -28,12 +31,18 @@ pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not wri
 N_ENVS, N_STEPS, LENGTH = 4, 24, 5
 
 
-def _setup(helpers: ModuleType) -> tuple[Any, Any, Any, list[Any], rlightning_ray.Collector]:
+def _setup(
+    helpers: ModuleType, order: list[str] | None = None
+) -> tuple[Any, Any, Any, list[Any], rlightning_ray.Collector]:
     make_model = partial(helpers.counter_ppo, N_ENVS, N_STEPS)
     model = make_model()
     start_training(model, 10_000)
     server, registry = rlightning_ray.start_server(
-        partial(SB3BatchPolicy, make_model), max_batch=N_ENVS, max_wait_us=2000, num_cpus=0.25
+        partial(SB3BatchPolicy, make_model),
+        max_batch=N_ENVS,
+        max_wait_us=2000,
+        order=order,
+        num_cpus=0.25,
     )
     fns = [partial(helpers.CounterEnv, i, LENGTH, 0.02) for i in range(N_ENVS)]
     runners = rlightning_ray.start_runners(
@@ -102,4 +111,28 @@ def test_a_killed_server_restarts_with_the_newest_weights(
     assert [f.restarted for f in fragments] == [False, False]  # runners went on, nothing lost
     _check_rows(model, fresh=set())
     model.train()
+    assert model.num_timesteps == 2 * N_STEPS * N_ENVS
+
+
+def test_a_runner_restarted_mid_sample_in_the_deterministic_mode_fails_fast_then_delivers(
+    local_ray: None, helpers: ModuleType
+) -> None:
+    model, server, registry, runners, collector = _setup(helpers, ["runner-0", "runner-1"])
+    rlightning_ray.publish_weights(server, registry, 0, policy_weights(model))
+    collect_rollout(model, collector, current_version=0)
+    before = model.rollout_buffer.observations.copy()
+    timer = _kill_later(runners[1], 0.3)
+    started = time.monotonic()
+    # Ray retries runner-1's sample from step 0 while runner-0 is further on: the lockstep is
+    # broken, so the call fails at once, naming the restarted runner (before: a hang)
+    with pytest.raises(
+        RuntimeError, match=r"runner 'runner-1' .*failed: LockstepError: .*Ray restarted the runner"
+    ):
+        collect_rollout(model, collector, current_version=0, timeout_s=60)
+    timer.join()
+    assert time.monotonic() - started < 30
+    np.testing.assert_array_equal(model.rollout_buffer.observations, before)  # nothing added
+    fragments = collect_rollout(model, collector, current_version=0)  # the next call delivers
+    assert [f.restarted for f in fragments] == [False, True] and collector.restarts == 1
+    _check_rows(model, fresh={2, 3})  # runner-1's envs: fresh episodes
     assert model.num_timesteps == 2 * N_STEPS * N_ENVS

@@ -28,7 +28,9 @@ pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not wri
 
 
 @pytest.fixture(scope="module")
-def two_nodes(worker_path: None) -> Iterator[Cluster]:
+def two_nodes(ray_session: None) -> Iterator[Cluster]:
+    if ray.is_initialized():  # the session's local cluster: this module needs another shape
+        ray.shutdown()
     cluster = Cluster(
         initialize_head=True,
         head_node_args={

@@ -20,51 +20,10 @@ from rlightning_sb3 import start_training
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
 
 
-def test_parallel_envs_answered_by_the_shared_policy(local_ray: None, helpers: ModuleType) -> None:
-    server, registry = rlightning_ray.start_server(
-        partial(SharedBatchPolicy, helpers.spread_ppo, helpers.spread),
-        max_batch=2,
-        max_wait_us=5000,
-        num_cpus=0.25,
-    )
-    runners = rlightning_ray.start_runners(
-        helpers.spread,
-        server,
-        n_runners=2,
-        envs_per_runner=1,
-        seed=0,
-        num_cpus=0.25,
-        runner_class=ParallelEnvRunner,
-    )
-    model = helpers.spread_ppo()
-    rlightning_ray.publish_weights(server, registry, 0, policy_weights(model))
-    collector = rlightning_ray.Collector(runners)
-    fragments = collector.sample(8, current_version=0)
-    adapter = SharedPolicyAdapter(model)
-    agents = ["agent_0", "agent_1", "agent_2"]
-    for frag in fragments:
-        assert frag.resets[:, 0].tolist() == [False] * 5 + [True] + [False] * 2  # max_cycles=6
-        for asked, answers in zip(frag.observations, frag.answers, strict=True):
-            (answer,) = answers
-            assert isinstance(answer, MultiAgentPolicyResponse)
-            assert answer.env_id == frag.env_ids[0] and answer.policy_version == 0
-            assert list(answer.action) == agents
-            for agent in agents:
-                assert int(answer.action[agent]) in range(5)
-                assert answer.log_prob[agent].dtype == np.float32
-            # the server's values are the shared model's on these observations (batched over
-            # the same 3 agents here and there, yet computed in another process: tolerance)
-            values = adapter.predict_values(helpers.spread(), asked[0])
-            np.testing.assert_allclose(
-                [answer.value[a] for a in agents], [values[a] for a in agents], rtol=1e-5, atol=1e-6
-            )
-        assert frag.hops_ns.shape == (8, 4) and (frag.hops_ns >= 0).all()
-    assert ray.get(server.info.remote())["batch_rows"]
-
-
 def test_agents_that_leave_or_join_are_answered_only_while_live(
     local_ray: None, helpers: ModuleType
 ) -> None:
+    """Only live agents are asked and answered; a shared rollout refuses agents that leave."""
     from pettingzoo.test import parallel_api_test
 
     parallel_api_test(helpers.dwindle(), num_cycles=12)  # the env follows PettingZoo's API
@@ -99,11 +58,22 @@ def test_agents_that_leave_or_join_are_answered_only_while_live(
     assert frag.terminations[1][0] == {"a0": True, "a1": False, "a2": False, "a3": False}
     assert frag.terminations[4][0] == {"a2": False, "a3": True}
     assert frag.terminations[5][1] == {"a2": True}
+    # a shared rollout needs every agent at every step (one VecEnv slot per agent): refused
+    # before the buffer changes; the runner is at step 2 of its second episode (a0 has left)
+    model = helpers.spread_slots_ppo(6)
+    start_training(model, 1_000)
+    message = "env 'env-0' at step 0 has live agents ['a1', 'a2', 'a3']"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        collect_shared_rollout(model, rlightning_ray.Collector([runner]), ["a0", "a1", "a2"])
+    assert model.num_timesteps == 0
+    for actor in [server, registry, runner]:
+        ray.kill(actor)
 
 
 def test_a_shared_rollout_has_one_row_per_agent_and_step(
     local_ray: None, helpers: ModuleType
 ) -> None:
+    """Parallel envs answered by the shared policy, and the buffer laid out one row per agent."""
     agents = ["agent_0", "agent_1", "agent_2"]
     server, registry = rlightning_ray.start_server(
         partial(SharedBatchPolicy, helpers.spread_ppo, helpers.spread),
@@ -128,6 +98,24 @@ def test_a_shared_rollout_has_one_row_per_agent_and_step(
     buf = model.rollout_buffer
     assert buf.full and model.num_timesteps == 8 * 6
     adapter = SharedPolicyAdapter(model)
+    for frag in fragments:
+        assert frag.resets[:, 0].tolist() == [False] * 5 + [True] + [False] * 2  # max_cycles=6
+        for asked, answers in zip(frag.observations, frag.answers, strict=True):
+            (answer,) = answers
+            assert isinstance(answer, MultiAgentPolicyResponse)
+            assert answer.env_id == frag.env_ids[0] and answer.policy_version == 0
+            assert list(answer.action) == agents
+            for agent in agents:
+                assert int(answer.action[agent]) in range(5)
+                assert answer.log_prob[agent].dtype == np.float32
+            # the server's values are the shared model's on these observations (batched over
+            # the same 3 agents here and there, yet computed in another process: tolerance)
+            values = adapter.predict_values(helpers.spread(), asked[0])
+            np.testing.assert_allclose(
+                [answer.value[a] for a in agents], [values[a] for a in agents], rtol=1e-5, atol=1e-6
+            )
+        assert frag.hops_ns.shape == (8, 4) and (frag.hops_ns >= 0).all()
+    assert ray.get(server.info.remote())["batch_rows"]
     for r, frag in enumerate(fragments):
         for t in range(8):
             answer = frag.answers[t][0]
@@ -152,24 +140,44 @@ def test_a_shared_rollout_has_one_row_per_agent_and_step(
         ray.kill(actor)
 
 
-def test_a_shared_rollout_refuses_agents_that_leave(local_ray: None, helpers: ModuleType) -> None:
-    message = "env 'env-0' at step 1 has live agents ['a0', 'a1', 'a2', 'a3']"
+def test_envs_that_reuse_their_arrays_and_put_masks_in_infos(
+    local_ray: None, helpers: ModuleType, envs: ModuleType
+) -> None:
+    # The env writes every observation (and info mask) into the same arrays: every kept one is
+    # a copy; the masks found in infos reach the server's MaskablePPO (action t % 3 is illegal
+    # and raises) and its buffer.
     server, registry = rlightning_ray.start_server(
-        partial(SharedBatchPolicy, helpers.dwindle_ppo, helpers.dwindle), num_cpus=0.25
+        partial(SharedBatchPolicy, helpers.reusing_ppo, envs.reusing_parallel),
+        order=["runner-0"],
+        num_cpus=0.25,
     )
     runners = rlightning_ray.start_runners(
-        helpers.dwindle,
+        envs.reusing_parallel,
         server,
         n_runners=1,
-        envs_per_runner=1,
+        envs_per_runner=2,
         num_cpus=0.25,
         runner_class=ParallelEnvRunner,
     )
-    model = helpers.spread_slots_ppo(3)
+    assert ray.get(runners[0].ping.remote(), timeout=60) == "runner-0"
+    model = helpers.reusing_slots_ppo(4, 6)
     start_training(model, 1_000)
-    try:
-        with pytest.raises(ValueError, match=re.escape(message)):
-            collect_shared_rollout(model, rlightning_ray.Collector(runners), ["a0", "a1", "a2"])
-    finally:
-        for actor in [server, registry, *runners]:
-            ray.kill(actor)
+    collector = rlightning_ray.Collector(runners)
+    rlightning_ray.publish_weights(server, registry, 0, policy_weights(model))
+    (frag,) = collect_shared_rollout(model, collector, ["a0", "a1"], current_version=0)
+    buffer = model.rollout_buffer
+    for t in range(6):
+        legal = [a != t % 4 % 3 for a in range(3)]
+        for i in range(2):
+            for j, agent in enumerate(["a0", "a1"]):
+                np.testing.assert_array_equal(frag.observations[t][i][agent], [j, t % 4])
+                np.testing.assert_array_equal(buffer.observations[t, 2 * i + j], [j, t % 4])
+                assert int(frag.answers[t][i].action[agent]) != t % 4 % 3
+                assert frag.action_masks[t][i][agent].astype(bool).tolist() == legal
+                # the MaskablePPO buffer stores the mask each action was drawn under
+                assert buffer.action_masks[t, 2 * i + j].astype(bool).tolist() == legal
+    final = frag.final_observations[3][0]
+    assert final is not None and final["a1"].tolist() == [1, 4]
+    assert frag.resets[:, 0].tolist() == [False, False, False, True, False, False]
+    for actor in [server, registry, *runners]:
+        ray.kill(actor)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from functools import partial
 from types import ModuleType
 from typing import Any
@@ -14,7 +15,8 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
 import rlightning_ray
-from rlightning import PolicyResponse
+from rlightning import MultiAgentPolicyResponse, PolicyResponse
+from rlightning_ray.pettingzoo import ParallelEnvRunner
 from rlightning_ray.sb3 import SB3BatchPolicy, collect_rollout, policy_weights
 from rlightning_sb3 import start_training
 
@@ -128,11 +130,30 @@ def test_check_answer_refuses_missing_rows_and_versions() -> None:
         rlightning_ray.check_answer(answer, ["e0"], runner_id="r")
 
 
-def test_sb3_rollouts_with_dynamic_batches(local_ray: None, helpers: ModuleType) -> None:
-    """Not deterministic: batches form as requests arrive; the buffer is complete and routed."""
+class _CountSteps(BaseCallback):
+    """Counts ``on_step`` calls and keeps the ``new_obs`` each one saw."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.new_obs: list[np.ndarray] = []
+
+    def _on_step(self) -> bool:
+        self.new_obs.append(np.array(self.locals["new_obs"]))
+        return True
+
+
+def test_sb3_rollouts_with_dynamic_batches_run_the_training_callback(
+    local_ray: None, helpers: ModuleType
+) -> None:
+    """Not deterministic: batches form as requests arrive; the buffer is complete and routed.
+
+    As ``OnPolicyAlgorithm.collect_rollouts``: one ``on_step`` per step (of all n_envs), with
+    ``new_obs``.
+    """
     make_model = partial(helpers.counter_ppo, 4)
     model = make_model()
-    start_training(model, 1000)
+    callback = _CountSteps()
+    start_training(model, 1000, callback=callback)
     server, registry = rlightning_ray.start_server(
         partial(SB3BatchPolicy, make_model), max_batch=4, max_wait_us=2000, num_cpus=0.25
     )
@@ -148,40 +169,44 @@ def test_sb3_rollouts_with_dynamic_batches(local_ray: None, helpers: ModuleType)
         np.testing.assert_array_equal(buffer.observations[:, :, 0], np.tile(np.arange(4), (8, 1)))
         answer = fragments[1].answers[0]
         assert answer.value.dtype == torch.float32 and answer.action.dtype == np.int64
+        if version == 0:
+            assert callback.n_calls == model.n_steps == 8 and model.num_timesteps == 8 * 4
+            # new_obs of step t is the observation of step t + 1 (CounterEnv's episodes: 5 steps)
+            np.testing.assert_array_equal(np.stack(callback.new_obs[:-1]), buffer.observations[1:])
         model.train()
-    assert model.num_timesteps == 2 * 8 * 4
-
-
-class _CountSteps(BaseCallback):
-    """Counts ``on_step`` calls and keeps the ``new_obs`` each one saw."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.new_obs: list[np.ndarray] = []
-
-    def _on_step(self) -> bool:
-        self.new_obs.append(np.array(self.locals["new_obs"]))
-        return True
-
-
-def test_sb3_rollouts_run_the_training_callback(local_ray: None, helpers: ModuleType) -> None:
-    # as OnPolicyAlgorithm.collect_rollouts: one on_step per step (of all n_envs), new_obs given
-    model = helpers.counter_ppo(4)
-    callback = _CountSteps()
-    start_training(model, 1000, callback=callback)
-    server, _ = rlightning_ray.start_server(
-        partial(SB3BatchPolicy, partial(helpers.counter_ppo, 4)),
-        max_batch=4,
-        max_wait_us=2000,
-        num_cpus=0.25,
-    )
-    runners = rlightning_ray.start_runners(
-        _counter_fns(helpers, 4), server, n_runners=2, envs_per_runner=2, num_cpus=0.25
-    )
-    collect_rollout(model, rlightning_ray.Collector(runners))
-    assert callback.n_calls == model.n_steps == 8 and model.num_timesteps == 8 * 4
-    buffer = model.rollout_buffer.observations
-    # new_obs of step t is the observation of step t + 1 (CounterEnv's length 5 > 1 step apart)
-    np.testing.assert_array_equal(np.stack(callback.new_obs[:-1]), buffer[1:])
+    assert model.num_timesteps == 2 * 8 * 4 and callback.n_calls == 16
     for actor in [server, *runners]:
         ray.kill(actor, no_restart=True)
+
+
+def test_the_server_refuses_episode_starts_that_are_not_booleans(
+    local_ray: None, helpers: ModuleType
+) -> None:
+    # np.asarray([2, 0.5], bool) would read both as True: the server reads them as_bools does
+    server, _ = rlightning_ray.start_server(helpers.EchoPolicy, max_batch=2, num_cpus=0.25)
+    obs = np.zeros((2, 2), np.float32)
+    ok = ray.get(server.act.remote("r", obs, ["e0", "e1"], [1, 0], time.time_ns()), timeout=60)
+    assert ok.env_ids == ["e0", "e1"]
+    for bad in ([2, 0], [0.5, 1.0]):
+        with pytest.raises(ValueError, match=r"episode_start must hold only booleans"):
+            ray.get(server.act.remote("r", obs, ["e0", "e1"], bad, time.time_ns()), timeout=60)
+    ray.kill(server)
+
+
+def _answer(env_id: str, sent: int) -> MultiAgentPolicyResponse:
+    response = MultiAgentPolicyResponse(env_id, action={"a0": 0})
+    response.ts_env_sent_ns = sent
+    response.ts_policy_recv_ns, response.ts_infer_start_ns = sent + 1, sent + 2
+    response.ts_policy_sent_ns = sent + 3
+    return response
+
+
+def test_the_runner_checks_the_echoed_stamp_of_every_env_of_an_answer() -> None:
+    # one rule for every group: a multi-agent answer (one response per env) is checked env by env
+    runner = ParallelEnvRunner.__new__(ParallelEnvRunner)
+    runner.runner_id, runner.env_ids = "r", ["e0", "e1"]
+    sent = time.time_ns()
+    hops = runner._hops([_answer("e0", sent), _answer("e1", sent)], sent, sent + 5)
+    assert hops.tolist() == [1, 1, 1, 2]
+    with pytest.raises(ValueError, match=re.escape("the stamp did not cross intact")):
+        runner._hops([_answer("e0", sent), _answer("e1", sent - 7)], sent, sent + 5)

@@ -49,9 +49,7 @@ def test_a_publish_without_total_timesteps_keeps_the_published_rate() -> None:
 
 def test_plain_weights_for_an_exploring_off_policy_model_are_refused() -> None:
     policy = SB3BatchPolicy(make_dqn)
-    with pytest.raises(
-        TypeError, match=re.escape("publish rlightning_ray.sb3.acting_state(model)")
-    ):
+    with pytest.raises(TypeError, match=re.escape("publish acting_state(model)")):
         policy.set_weights(policy_weights(policy.model))
     SB3BatchPolicy(make_dqn, explore=False).set_weights(policy_weights(policy.model))  # greedy
 

@@ -42,6 +42,7 @@ def test_all_is_complete() -> None:
         "actors",
         "checks",
         "collector",
+        "groups",
         "latency",
         "runner",
         "server",

@@ -6,6 +6,10 @@
 * Masks: :func:`find_action_mask` and :func:`sample_response` (random actions that honour them).
 * Policies: :func:`respond` (a policy per agent) and :class:`SharedPolicyAdapter` (one SB3 model
   for all homogeneous agents, one batched forward pass).
+* Env groups: :class:`ParallelEnvGroup` (``k`` parallel envs stepped together: observe, step,
+  reset with this package's rules, copies of everything kept), its :class:`ParallelStep`,
+  :class:`ParallelFragment` and :class:`ParallelEnvError` (what ``rlightning_ray``'s runners
+  step PettingZoo envs with).
 
 Importing this package checks the installed PettingZoo against :data:`PETTINGZOO_SUPPORTED`: an
 older PettingZoo raises an :class:`ImportError` naming the range; one newer than the highest
@@ -25,6 +29,12 @@ from rlightning_pettingzoo._versions import (
 check_pettingzoo_version(installed_pettingzoo_version())
 
 from rlightning_pettingzoo.aec import aec_action  # noqa: E402  (after the version check)
+from rlightning_pettingzoo.env_group import (  # noqa: E402
+    ParallelEnvError,
+    ParallelEnvGroup,
+    ParallelFragment,
+    ParallelStep,
+)
 from rlightning_pettingzoo.masks import find_action_mask, sample_response  # noqa: E402
 from rlightning_pettingzoo.parallel import (  # noqa: E402
     InactiveAgentActionWarning,
@@ -42,6 +52,10 @@ __all__ = [
     "PETTINGZOO_SUPPORTED",
     "PETTINGZOO_TESTED",
     "InactiveAgentActionWarning",
+    "ParallelEnvError",
+    "ParallelEnvGroup",
+    "ParallelFragment",
+    "ParallelStep",
     "Policy",
     "SharedPolicyAdapter",
     "UntestedVersionWarning",

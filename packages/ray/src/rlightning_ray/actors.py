@@ -83,12 +83,14 @@ def start_runners(
     resources: dict[str, float] | None = None,
     max_restarts: int = -1,
     runner_class: type = EnvRunner,
+    env_group: Callable[[Sequence[Callable[[], Any]]], Any] | None = None,
 ) -> list[Any]:
     """Start ``n_runners`` :class:`~rlightning_ray.EnvRunner` actors of ``envs_per_runner`` envs.
 
     Runner ``r`` is named ``f"runner-{r}"`` and hosts the envs ``env-{r * k}`` to
-    ``env-{r * k + k - 1}``; env number ``i`` (counting over all runners) is first reset with
-    ``seed + i``, as ``make_vec_env(..., seed=seed)`` seeds its ``i``-th env.
+    ``env-{r * k + k - 1}``; env number ``i`` (counting over all runners) is seeded with
+    ``seed + i``, as ``make_vec_env(..., seed=seed)`` seeds its ``i``-th env (gymnasium envs:
+    its first reset and its action space).
 
     Args:
         env_fn: Returns a fresh ``gymnasium.Env`` (called once per env, in the runner), or a
@@ -102,7 +104,10 @@ def start_runners(
             the nodes that have it).
         max_restarts: Ray's ``max_restarts`` (-1: always); ``sample`` calls are retried as often.
         runner_class: :class:`~rlightning_ray.EnvRunner`, or
-            :class:`rlightning_ray.pettingzoo.ParallelEnvRunner` for PettingZoo parallel envs.
+            :class:`rlightning_ray.pettingzoo.ParallelEnvRunner` for PettingZoo parallel envs
+            (an ``EnvRunner`` whose default group is ``rlightning_pettingzoo.ParallelEnvGroup``).
+        env_group: Builds each runner's :class:`~rlightning_ray.EnvGroup` from its env
+            callables (None: the runner class's ``default_env_group``).
 
     Returns:
         The runner handles, in runner order.
@@ -142,6 +147,7 @@ def start_runners(
                 server,
                 env_ids=[f"env-{i}" for i in indices],
                 seeds=None if seed is None else [seed + i for i in indices],
+                **({} if env_group is None else {"env_group": env_group}),
             )
         )
     return runners

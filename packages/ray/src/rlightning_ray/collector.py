@@ -2,22 +2,48 @@
 
 from __future__ import annotations
 
+import math
 import time
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from rlightning_ray.checks import check_answer
 from rlightning_ray.latency import LatencyReport, latency_report
+from rlightning_ray.server import LockstepError
 
-__all__ = ["Collector"]
+__all__ = ["DEFAULT_TIMEOUT_S", "Collector"]
+
+#: Seconds a :meth:`Collector.sample` call waits for its fragments unless told otherwise.
+DEFAULT_TIMEOUT_S = 600.0
 
 _FAIL_POLL_S = 0.1  # how often a failed sample repeats fail_pending until every runner returned
 
 
+def _root(exc: BaseException) -> BaseException:
+    """What a remote call raised, under Ray's ``RayTaskError`` wrappers (nested calls nest)."""
+    seen = 0
+    while seen < 8:
+        cause = getattr(exc, "cause", None)
+        if not isinstance(cause, BaseException) or cause is exc:
+            return exc
+        exc, seen = cause, seen + 1
+    return exc
+
+
 def _cause(exc: BaseException) -> str:
     """``Type: message`` of what a remote call raised (a RayTaskError's own cause)."""
-    cause = getattr(exc, "cause", None) or exc
+    cause = _root(exc)
     return f"{type(cause).__name__}: {cause}"
+
+
+def _checked_timeout(timeout_s: Any, name: str) -> float:
+    """``timeout_s`` as a positive float seconds (``math.inf``: no limit)."""
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float):
+        raise TypeError(f"{name} must be a number of seconds, got {type(timeout_s).__name__}")
+    if math.isnan(timeout_s) or timeout_s <= 0:
+        raise ValueError(f"{name} must be > 0 seconds (math.inf: no limit), got {timeout_s!r}")
+    return float(timeout_s)
 
 
 class Collector:
@@ -27,22 +53,35 @@ class Collector:
         runners: :class:`~rlightning_ray.EnvRunner` actor handles; fragments come back in this
             order (the deterministic mode's buffer column order).
         max_staleness: Policy versions an answer may lag behind the newest published one.
+        timeout_s: Seconds each :meth:`sample` call (and so each ``collect_*`` call) waits for
+            its fragments unless it is given its own: :data:`DEFAULT_TIMEOUT_S` (600 s) by
+            default; ``math.inf`` for no limit.
 
     Raises:
         ValueError: no runner, a runner id or env id repeated (the same runner twice, or two
-            ``start_runners`` calls naming theirs alike), or a server's deterministic ``order``
-            names a runner id that is not here or misses one that is (sampling would hang).
+            ``start_runners`` calls naming theirs alike), a server's deterministic ``order``
+            names a runner id that is not here or misses one that is (sampling would hang), or
+            ``timeout_s`` is not > 0.
+        TypeError: ``timeout_s`` is not a number.
 
     Attributes:
         env_ids: Every runner's env ids, concatenated in runner order (the buffer's columns).
         restarts: How many fragments came from a restarted runner so far.
         deterministic: Whether the runners' servers all batch in the deterministic mode
             (``order=``: every batch holds every runner's rows, in that order).
+        timeout_s: The default of :meth:`sample`'s ``timeout_s``.
     """
 
-    def __init__(self, runners: Sequence[Any], *, max_staleness: int = 0) -> None:
+    def __init__(
+        self,
+        runners: Sequence[Any],
+        *,
+        max_staleness: int = 0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
         import ray
 
+        self.timeout_s = _checked_timeout(timeout_s, "timeout_s")
         if not runners:
             raise ValueError("a Collector needs at least one runner, got none")
         self.runners = list(runners)
@@ -91,43 +130,55 @@ class Collector:
     ) -> list[Any]:
         """Ask every runner for ``n_steps`` steps (concurrently) and check the fragments.
 
-        When a runner fails (an env raised, an answer was refused), the collector tells every
-        server to fail the requests still waiting for a batch
-        (:meth:`~rlightning_ray.PolicyServer.fail_pending`, repeated until every runner has
-        returned): in the deterministic mode the other runners would otherwise wait forever for
-        the failed runner's request. They raise promptly, naming the runner that failed, and
-        their fragments are dropped; their envs keep the state they reached.
+        The runners get one call id (their requests' lockstep tag, which the server's
+        deterministic mode checks). When a runner fails (an env raised, an answer was refused,
+        the server refused its call), the collector tells every server to fail the requests
+        still waiting for a batch (:meth:`~rlightning_ray.PolicyServer.fail_pending`, repeated
+        until every runner has returned): in the deterministic mode the other runners would
+        otherwise wait forever for the failed runner's request. They raise promptly, and their
+        fragments are dropped; their envs keep the state they reached. When ``timeout_s``
+        passes first, the collector fails the waiting requests the same way and raises without
+        waiting for the runners still sampling.
 
         Args:
             n_steps: Steps per env.
             current_version: The newest published policy version (None: not checked).
-            timeout_s: Seconds to wait for all the fragments (None: no limit).
+            timeout_s: Seconds to wait for all the fragments (None: the collector's
+                ``timeout_s``, :data:`DEFAULT_TIMEOUT_S` unless set; ``math.inf``: no limit).
 
         Returns:
             One :class:`~rlightning_ray.Fragment` per runner, in runner order
-            (:class:`~rlightning_ray.pettingzoo.ParallelFragment` for PettingZoo runners).
+            (:class:`~rlightning_pettingzoo.ParallelFragment` for PettingZoo runners).
 
         Raises:
             RuntimeError: a runner failed; the message names it and its envs (and the runner's
-                own message names the env that raised); the runner's error is the cause.
+                own message names the env that raised); the runner's error is the cause. In the
+                deterministic mode a runner Ray restarted in the middle of this call
+                (:class:`~rlightning_ray.LockstepError` from the server) is the one named.
             TimeoutError: ``timeout_s`` passed first (names the runners still sampling).
             ValueError: a fragment is not its runner's (env ids), holds another number of
-                steps, or an answer breaks :func:`~rlightning_ray.check_answer`'s rules.
+                steps, or an answer breaks :func:`~rlightning_ray.check_answer`'s rules; or
+                ``timeout_s`` is not > 0.
         """
         import ray
 
+        limit = self.timeout_s if timeout_s is None else _checked_timeout(timeout_s, "timeout_s")
+        call_id = uuid.uuid4().hex
         refs = [
             r.sample.remote(
-                n_steps, current_version=current_version, max_staleness=self.max_staleness
+                n_steps,
+                current_version=current_version,
+                max_staleness=self.max_staleness,
+                call_id=call_id,
             )
             for r in self.runners
         ]
         fragments: list[Any] = [None] * len(refs)
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        deadline = None if math.isinf(limit) else time.monotonic() + limit
         remaining = list(refs)
-        failed: tuple[int, BaseException] | None = None
+        failures: list[tuple[int, BaseException]] = []
         while remaining:
-            wait = None if failed is None else _FAIL_POLL_S
+            wait = None if not failures else _FAIL_POLL_S
             if deadline is not None:
                 left = max(0.0, deadline - time.monotonic())
                 wait = left if wait is None else min(wait, left)
@@ -137,20 +188,30 @@ class Collector:
                 try:
                     fragments[i] = ray.get(ref)
                 except Exception as error:  # re-raised below, naming the runner
-                    if failed is None:
-                        failed = (i, error)
-            if failed is not None and remaining:
-                i, exc = failed
+                    failures.append((i, error))
+            if failures and remaining:
+                i, exc = failures[0]
                 reason = (
                     f"runner {self.runner_ids[i]!r} (envs {self.runner_env_ids[i]}) failed, so "
                     f"the collector failed the requests waiting for it: {_cause(exc)}"
                 )
                 ray.get([s.fail_pending.remote(reason) for s in self._servers])
             if remaining and deadline is not None and time.monotonic() >= deadline:
-                late = [self.runner_ids[refs.index(r)] for r in remaining]
-                raise TimeoutError(f"runners {late} returned no fragment within {timeout_s} s")
-        if failed is not None:
-            i, exc = failed
+                late = [refs.index(r) for r in remaining]
+                names = [self.runner_ids[i] for i in late]
+                reason = (
+                    f"the collector's sample timed out after {limit} s waiting for runners {names}"
+                )
+                ray.get([s.fail_pending.remote(reason) for s in self._servers])
+                raise TimeoutError(
+                    f"runners {names} (envs {[e for i in late for e in self.runner_env_ids[i]]})"
+                    f" returned no fragment within {limit} s (timeout_s; the other runners "
+                    f"returned): their envs may be slow or stuck, or their requests waited in "
+                    f"the server. The requests waiting in the server were failed; pass a larger "
+                    f"timeout_s (Collector(..., timeout_s=...) or per call) for slow envs"
+                )
+        if failures:
+            i, exc = self._first_failure(failures)
             raise RuntimeError(
                 f"runner {self.runner_ids[i]!r} (envs {self.runner_env_ids[i]}) failed: "
                 f"{_cause(exc)}"
@@ -178,6 +239,18 @@ class Collector:
             self.restarts += int(frag.restarted)
             self._hops.append(frag.hops_ns)
         return fragments
+
+    def _first_failure(
+        self, failures: list[tuple[int, BaseException]]
+    ) -> tuple[int, BaseException]:
+        """The failure to report: the runner a :class:`LockstepError` names, else the first."""
+        for _, exc in failures:
+            root = _root(exc)
+            if isinstance(root, LockstepError) and root.runner_id in self.runner_ids:
+                i = self.runner_ids.index(root.runner_id)
+                own = [e for j, e in failures if j == i]
+                return i, own[0] if own else exc
+        return failures[0]
 
     def latency(self, *, reset: bool = False) -> LatencyReport:
         """p50/p99 of each hop over the fragments sampled so far (since the last ``reset``)."""

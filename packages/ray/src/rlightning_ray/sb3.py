@@ -1,18 +1,20 @@
 """Stable-Baselines3 on Ray: a batch policy for the server and a rollout filled from fragments.
 
 Needs the ``[sb3]`` extra (``pip install "rlightning-ray[sb3]"``). SB3's semantics stay in
-``rlightning_sb3``: the server answers through :meth:`rlightning_sb3.SB3PolicyAdapter.act` and the
-driver fills the model's ``RolloutBuffer`` with :func:`rlightning_sb3.add_rollout_step` and
+``rlightning_sb3`` (this module imports no ``stable_baselines3``): the server acts through
+:class:`rlightning_sb3.ActingReplica` (the acting side of ``collect_rollouts``:
+:meth:`~rlightning_sb3.SB3PolicyAdapter.act`, noise resets, counters) and the driver fills the
+model's ``RolloutBuffer`` with :func:`rlightning_sb3.add_rollout_step` and
 :func:`rlightning_sb3.finish_rollout`, as SB3's ``OnPolicyAlgorithm.collect_rollouts`` does, or an
 off-policy model's ``ReplayBuffer`` with :func:`rlightning_sb3.add_replay_step`, as
-``OffPolicyAlgorithm.collect_rollouts`` does.
+``OffPolicyAlgorithm.collect_rollouts`` does. :class:`ActingState`, :func:`acting_state` and
+:func:`policy_weights` are ``rlightning_sb3``'s, re-exported here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,19 +25,26 @@ from rlightning_ray.runner import Fragment
 
 try:
     import torch
-    from gymnasium import spaces
-    from stable_baselines3.common.base_class import BaseAlgorithm
-    from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
-    from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
-    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
-    from stable_baselines3.common.type_aliases import TrainFrequencyUnit
-    from stable_baselines3.common.utils import set_random_seed
 
-    from rlightning_sb3 import SB3PolicyAdapter, add_replay_step, add_rollout_step, finish_rollout
+    from rlightning_sb3 import (
+        ActingReplica,
+        ActingState,
+        acting_state,
+        add_replay_step,
+        add_rollout_step,
+        finish_rollout,
+        policy_weights,
+        rollout_steps,
+    )
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         f'rlightning_ray.sb3 needs the [sb3] extra: pip install "rlightning-ray[sb3]" ({exc})'
     ) from exc
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.base_class import BaseAlgorithm
+    from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 __all__ = [
     "ActingState",
@@ -47,83 +56,31 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class ActingState:
-    """What an off-policy model's exploration reads besides its weights, from the learner.
-
-    ``OffPolicyAlgorithm._sample_action`` samples the action space while ``num_timesteps <
-    learning_starts``, and DQN's ``predict`` acts at random with probability
-    ``exploration_rate``: both are the learner's counters, which a server's copy of the model
-    only knows through a publish (:func:`acting_state`). Between publishes the server advances
-    them itself, as ``collect_rollouts`` does after each step (:class:`SB3BatchPolicy`), which
-    needs the learner's ``total_timesteps`` (DQN's schedule reads the progress remaining).
-
-    Attributes:
-        policy: ``policy.state_dict()`` CPU copies (as :func:`policy_weights`).
-        num_timesteps: The learner's ``model.num_timesteps`` at the publish.
-        exploration_rate: DQN's ``model.exploration_rate`` at the publish (None for models
-            without one).
-        total_timesteps: The learner's ``model._total_timesteps`` (what ``_setup_learn``, hence
-            :func:`rlightning_sb3.start_training`, set; the denominator of SB3's
-            ``_current_progress_remaining``), or None (then the server keeps the published
-            ``exploration_rate`` until the next publish).
-    """
-
-    policy: dict[str, torch.Tensor]
-    num_timesteps: int
-    exploration_rate: float | None = None
-    total_timesteps: int | None = None
-
-
-def acting_state(model: BaseAlgorithm) -> ActingState:
-    """Weights and exploration counters of an off-policy model to publish (:class:`ActingState`).
-
-    Returns:
-        An :class:`ActingState` of ``model`` now (CPU copies; the learner may train on).
-    """
-    rate = getattr(model, "exploration_rate", None)
-    total = getattr(model, "_total_timesteps", 0)
-    return ActingState(
-        policy_weights(model),
-        int(model.num_timesteps),
-        None if rate is None else float(rate),
-        int(total) if total else None,
-    )
-
-
 class SB3BatchPolicy:
-    """A :class:`~rlightning_ray.BatchPolicy` running an SB3 model through ``SB3PolicyAdapter``.
+    """A :class:`~rlightning_ray.BatchPolicy` acting for an SB3 model as ``collect_rollouts`` acts.
 
     Built in the server's process by a factory, e.g.
-    ``lambda: SB3BatchPolicy(lambda: PPO("MlpPolicy", env, device="cpu"))``.
-
-    An off-policy model that explores also gets, between publishes, what
-    ``OffPolicyAlgorithm.collect_rollouts`` does to the acting side around each step:
-
-    * the action-noise process of each env whose ``episode_start`` is True is reset before its
-      next action is drawn (``collect_rollouts`` calls ``action_noise.reset(indices=[idx])``
-      after the step that ended env ``idx``'s episode). The env's index is the one
-      ``SB3PolicyAdapter.act`` gave it: its row in the first exploring call (as ``act``
-      documents); on that first call every process is fresh and none is reset, as SB3's first
-      step resets none;
-    * after each batch ``num_timesteps`` grows by the batch's rows (the learner's grows by
-      ``n_envs`` per step), so that the ``learning_starts`` warm-up ends at the same step on
-      both sides; and, for a model with an ``exploration_schedule`` (DQN, QR-DQN) once an
-      :class:`ActingState` with ``total_timesteps`` was published, ``exploration_rate`` becomes
-      ``exploration_schedule`` of the new progress remaining, computed by SB3's own
-      ``_update_current_progress_remaining``, as ``DQN._on_step`` sets it after each step.
-
-    With a fixed batch composition (the server's ``order=``, all envs in every batch) these
-    equal SB3's ``collect_rollouts`` step for step.
+    ``partial(SB3BatchPolicy, lambda: PPO("MlpPolicy", env, device="cpu"))``. Each batch is one
+    :meth:`rlightning_sb3.ActingReplica.act` call (SB3's acting side, owned by
+    ``rlightning_sb3``): off-policy and exploring, the action noise of each env starting an
+    episode is reset first, and ``num_timesteps`` and DQN's ``exploration_rate`` are advanced
+    by the batch's rows afterwards; MaskablePPO acts with the masks the runners sent (their
+    envs' ``action_masks()``) and refuses a batch without them. With a fixed batch composition
+    (the server's ``order=``, all envs in every batch) these equal SB3's ``collect_rollouts``
+    step for step. Publishes (``set_weights``) go to :meth:`rlightning_sb3.ActingReplica.load`.
 
     Args:
         make_model: Builds the SB3 model (its spaces must be the runners' envs' spaces; its
             weights are replaced by each publish).
-        seed: When given, ``stable_baselines3.common.utils.set_random_seed(seed)`` runs after the
-            model is built, so the server's random draws (torch's global RNG, which
-            ``collect_rollouts`` samples from, and numpy's, which the action noise draws from)
-            start from a known state.
+        seed: When given, :func:`rlightning_sb3.set_acting_seed` (SB3's ``set_random_seed``)
+            runs after the model is built, so the server's random draws (torch's global RNG,
+            which ``collect_rollouts`` samples from, and numpy's, which the action noise draws
+            from) start from a known state.
         explore: ``act``'s ``explore`` (False: deterministic actions).
+        use_masking: :class:`rlightning_sb3.ActingReplica`'s ``use_masking`` (MaskablePPO).
+
+    Attributes:
+        replica: The :class:`rlightning_sb3.ActingReplica` that acts.
     """
 
     def __init__(
@@ -132,139 +89,59 @@ class SB3BatchPolicy:
         *,
         seed: int | None = None,
         explore: bool = True,
+        use_masking: bool = True,
     ) -> None:
-        self.model = make_model()
-        self.adapter = SB3PolicyAdapter(self.model)
-        self.explore = explore
-        if seed is not None:
-            set_random_seed(seed)
-        self._off_policy = isinstance(self.model, OffPolicyAlgorithm)
-        self._total_timesteps: int | None = None
-        # The env ids of the first exploring call that drew action noise: env id -> the index
-        # of its process in ``model.action_noise`` (SB3PolicyAdapter.act's documented rule).
-        self._noise_index: dict[str, int] | None = None
+        self.replica = ActingReplica(
+            make_model(), explore=explore, use_masking=use_masking, seed=seed
+        )
+
+    @property
+    def model(self) -> BaseAlgorithm:
+        """The served model (the replica's)."""
+        return self.replica.model
+
+    @property
+    def adapter(self) -> Any:
+        """The replica's :class:`rlightning_sb3.SB3PolicyAdapter`."""
+        return self.replica.adapter
+
+    @property
+    def explore(self) -> bool:
+        """Whether the server explores."""
+        return self.replica.explore
 
     def __call__(
         self,
         observation: Any,
         env_ids: list[str],
-        episode_start: np.ndarray,
+        episode_start: Any,
         ts_env_sent_ns: list[int],
+        *,
+        action_masks: Any = None,
     ) -> ResponseBatch[PolicyResponse]:
-        """One ``SB3PolicyAdapter.act`` call for the whole batch (see its docstring).
+        """One :meth:`rlightning_sb3.ActingReplica.act` call for the whole batch (its docstring).
 
-        Off-policy and exploring, first resets the action noise of the envs starting an
-        episode, and afterwards advances ``num_timesteps`` and DQN's ``exploration_rate`` (see
-        the class docstring). Mutates the model (those counters, the noise) and the adapter.
+        Mutates the model (counters, noise) and the adapter, as that method documents.
         """
-        acting = self._off_policy and self.explore
-        noisy = (
-            acting
-            and self.model.action_noise is not None
-            and isinstance(self.model.action_space, spaces.Box)
-        )
-        noise, index = self.model.action_noise, self._noise_index
-        if noisy and noise is not None and index is not None:
-            _reset_noise(noise, index, env_ids, episode_start)
-        answer = self.adapter.act(
+        return self.replica.act(
             observation,
             env_ids,
             episode_start=episode_start,
-            explore=self.explore,
+            action_masks=action_masks,
             ts_env_sent_ns=ts_env_sent_ns,
         )
-        if noisy and self._noise_index is None:
-            self._noise_index = {env_id: i for i, env_id in enumerate(env_ids)}
-        if acting:
-            self._advance(len(env_ids))
-        return answer
 
-    def _advance(self, rows: int) -> None:
-        """After a batch of ``rows`` rows: ``collect_rollouts``' step counters (class docstring)."""
-        model: Any = self.model
-        model.num_timesteps += rows
-        schedule = getattr(model, "exploration_schedule", None)
-        if self._total_timesteps is not None and schedule is not None:
-            model._update_current_progress_remaining(model.num_timesteps, self._total_timesteps)
-            model.exploration_rate = float(schedule(model._current_progress_remaining))
-
-    def set_weights(self, weights: dict[str, torch.Tensor] | ActingState) -> None:
-        """Load published weights into the model's policy.
-
-        Args:
-            weights: A ``policy.state_dict()`` (:func:`policy_weights`), or an
-                :class:`ActingState` (:func:`acting_state`), whose ``num_timesteps``,
-                ``exploration_rate`` (when not None) and ``total_timesteps`` (when not None;
-                the server then advances ``exploration_rate`` itself until the next publish)
-                are also taken.
-
-        Raises:
-            TypeError: plain weights for an exploring off-policy model whose exploration reads
-                the learner's counters (``learning_starts`` > 0, or DQN's ``exploration_rate``):
-                without an :class:`ActingState` the server would explore with its own stale
-                counters (e.g. DQN's epsilon of a fresh model), silently.
-            RuntimeError: ``load_state_dict`` refused the weights (missing or unexpected keys,
-                shapes of another architecture); the model keeps its previous weights and
-                counters (torch copies the matching tensors before raising: they are put back).
-        """
-        if isinstance(weights, ActingState):
-            self._load(weights.policy)
-            self.model.num_timesteps = weights.num_timesteps
-            if weights.exploration_rate is not None:
-                # DQN's attribute; mypy sees BaseAlgorithm.
-                self.model.exploration_rate = weights.exploration_rate  # type: ignore[attr-defined]
-            if weights.total_timesteps is not None:
-                self._total_timesteps = weights.total_timesteps
-            return
-        model: Any = self.model
-        schedule = getattr(model, "exploration_schedule", None)
-        if self._off_policy and self.explore and (schedule is not None or model.learning_starts):
-            raise TypeError(
-                f"{type(model).__name__} explores from the learner's state (learning_starts="
-                f"{model.learning_starts}"
-                + (", DQN's exploration_rate" if schedule is not None else "")
-                + f") but the publish carried only the weights ({type(weights).__name__} of "
-                f"{len(weights)} tensors): publish rlightning_ray.sb3.acting_state(model), not "
-                "policy_weights(model), or serve it with explore=False"
-            )
-        self._load(weights)
-
-    def _load(self, state: dict[str, torch.Tensor]) -> None:
-        """``policy.load_state_dict(state)``, all or nothing (see :meth:`set_weights`)."""
-        policy = self.model.policy
-        saved = {k: v.detach().clone() for k, v in policy.state_dict().items()}
-        try:
-            policy.load_state_dict(state)
-        except Exception:
-            policy.load_state_dict(saved)
-            raise
-
-
-def _reset_noise(
-    noise: ActionNoise, index: dict[str, int], env_ids: list[str], episode_start: np.ndarray
-) -> None:
-    """Reset the noise process of each env of ``env_ids`` whose ``episode_start`` is True."""
-    starts = [e for e, s in zip(env_ids, np.asarray(episode_start, bool), strict=True) if s]
-    if not starts:
-        return
-    if isinstance(noise, VectorizedActionNoise):
-        # an id the noise has no process for is left to act(), which names it
-        noise.reset(indices=[index[e] for e in starts if e in index])
-    else:  # one env: SB3 resets the noise itself
-        noise.reset()
-
-
-def policy_weights(model: BaseAlgorithm) -> dict[str, torch.Tensor]:
-    """A CPU copy of ``model.policy.state_dict()`` for :func:`~rlightning_ray.publish_weights`.
-
-    Returns:
-        ``{name: tensor}``, detached CPU copies (the learner may train on while they travel).
-    """
-    return {k: v.detach().to("cpu", copy=True) for k, v in model.policy.state_dict().items()}
+    def set_weights(self, weights: Mapping[str, torch.Tensor] | ActingState) -> None:
+        """Load a publish: :meth:`rlightning_sb3.ActingReplica.load` (its docstring, errors)."""
+        self.replica.load(weights)
 
 
 def collect_rollout(
-    model: OnPolicyAlgorithm, collector: Collector, *, current_version: int | None = None
+    model: OnPolicyAlgorithm,
+    collector: Collector,
+    *,
+    current_version: int | None = None,
+    timeout_s: float | None = None,
 ) -> list[Fragment]:
     """Fill ``model.rollout_buffer`` with one rollout from the runners, as ``collect_rollouts``.
 
@@ -283,14 +160,19 @@ def collect_rollout(
         collector: The runners' collector.
         current_version: The policy version published for this rollout (answers older than
             ``current_version - collector.max_staleness`` are refused).
+        timeout_s: Seconds to wait for the fragments (None: the collector's ``timeout_s``).
 
     Returns:
         The fragments, in runner order (``collector.latency()`` has their hops). Mutates the
-        model's buffer and bookkeeping as the helpers document.
+        model's buffer and bookkeeping as the helpers document. MaskablePPO: the buffer's
+        ``action_masks`` are the masks each step was answered with (the envs'
+        ``action_masks()``, carried by the answers).
 
     Raises:
         ValueError: the model's ``n_envs`` is not the runners' env count, or a helper refuses a
             step (its message names the env).
+        RuntimeError, TimeoutError: what :meth:`Collector.sample` raises (the buffer is then
+            not changed).
     """
     env_ids = collector.env_ids
     if model.n_envs != len(env_ids):
@@ -298,7 +180,7 @@ def collect_rollout(
             f"the model has n_envs={model.n_envs} but the runners host {len(env_ids)} envs "
             f"{env_ids}: build the model with a VecEnv of {len(env_ids)} envs"
         )
-    fragments = collector.sample(model.n_steps, current_version)
+    fragments = collector.sample(model.n_steps, current_version, timeout_s=timeout_s)
     for t in range(model.n_steps):
         responses = [r for f in fragments for r in ResponseBatch(f.answers[t])]
         after = [  # what env.step returned (reset where done): the callback's new_obs
@@ -330,6 +212,7 @@ def collect_replay(
     *,
     n_steps: int | None = None,
     current_version: int | None = None,
+    timeout_s: float | None = None,
 ) -> tuple[bool, list[Fragment]]:
     """Add ``n_steps`` steps of every runner to ``model.replay_buffer``, as ``collect_rollouts``.
 
@@ -359,6 +242,7 @@ def collect_replay(
         n_steps: Steps per env; default ``model.train_freq.frequency`` (its unit must then be
             ``"step"``).
         current_version: The policy version published for these steps.
+        timeout_s: Seconds to wait for the fragments (None: the collector's ``timeout_s``).
 
     Returns:
         ``(rollout_done, fragments)``: whether the last step ended a rollout of
@@ -371,6 +255,8 @@ def collect_replay(
             and ``model.train_freq`` counts episodes, the model has action noise and several
             envs but the server batches dynamically (no ``order``: a batch would not hold every
             env's noise process), or a helper refuses a step (its message names the env).
+        RuntimeError, TimeoutError: what :meth:`Collector.sample` raises (the buffer is then
+            not changed).
     """
     env_ids = collector.env_ids
     if model.n_envs != len(env_ids):
@@ -387,14 +273,11 @@ def collect_replay(
             "(start_server(..., order=[the runner ids])), or build the model without action noise"
         )
     if n_steps is None:
-        train_freq: Any = model.train_freq  # a TrainFreq since _setup_model
-        if train_freq.unit != TrainFrequencyUnit.STEP:
-            raise ValueError(
-                f"model.train_freq={train_freq} counts episodes: pass n_steps (steps per env "
-                "per call) to collect_replay"
-            )
-        n_steps = int(train_freq.frequency)
-    fragments = collector.sample(n_steps, current_version)
+        try:
+            n_steps = rollout_steps(model)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (n_steps of collect_replay: steps per env per call)") from exc
+    fragments = collector.sample(n_steps, current_version, timeout_s=timeout_s)
     done = False
     for t in range(n_steps):
         responses = [r for f in fragments for r in ResponseBatch(f.answers[t])]

@@ -8,6 +8,13 @@ arrays and tensors: slicing copies nothing; Ray then pickles each runner's rows 
 pending, in that order, whatever the arrival order: a fixed batch composition, so the random draws
 of a sampling policy are the ones a single ``DummyVecEnv`` of all the envs would get.
 
+In the deterministic mode every batch also holds the same step of the same ``sample`` call of
+every runner (the lockstep tag a :class:`~rlightning_ray.Collector`'s runners send): a request that
+falls behind -- a runner Ray restarted in the middle of a ``sample`` retries it from step 0 while
+the others are further on -- can never join a batch of its step, so the server refuses every
+request of that call at once with :class:`LockstepError` naming the runner, instead of leaving them
+waiting forever. A request of a runner's new process replaces one its dead process left pending.
+
 Every answer carries ``policy_version`` (the weights that produced it) and the stamps
 ``ts_policy_recv_ns`` (the request arrived), ``ts_infer_start_ns`` (its batch's forward began)
 and ``ts_policy_sent_ns`` (the forward ended), ``time.time_ns()`` nanoseconds since the epoch, with
@@ -25,17 +32,20 @@ from typing import Any, Protocol
 import numpy as np
 
 from rlightning import MultiAgentPolicyResponse, PolicyResponse, ResponseBatch
+from rlightning.rules import as_bools
 from rlightning_ray._rows import concat_observations, slice_rows
 from rlightning_ray.checks import POLICY_VERSION_FIELD
 
-__all__ = ["BatchPolicy", "PolicyServer"]
+__all__ = ["BatchPolicy", "LockstepError", "PolicyServer"]
 
 
 class BatchPolicy(Protocol):
     """What a :class:`PolicyServer` runs: one call answers a whole batch.
 
-    ``rlightning_ray.sb3.SB3BatchPolicy`` is one (``SB3PolicyAdapter.act``); any callable of this
-    signature is another. ``set_weights`` is optional (needed only to publish weights).
+    ``rlightning_ray.sb3.SB3BatchPolicy`` is one (``rlightning_sb3.ActingReplica.act``); any
+    callable of this signature is another. ``set_weights`` is optional (needed only to publish
+    weights). ``action_masks`` is passed (by keyword) only for a batch whose envs sent masks, so
+    a policy for envs without masks may leave it out.
     """
 
     def __call__(
@@ -44,8 +54,39 @@ class BatchPolicy(Protocol):
         env_ids: list[str],
         episode_start: np.ndarray,
         ts_env_sent_ns: list[int],
+        *,
+        action_masks: Any = None,
     ) -> Any:
-        """Answer ``(n, *obs_shape)`` rows: a ResponseBatch, a stacked response or a list."""
+        """Answer ``(n, *obs_shape)`` rows: a ResponseBatch, a stacked response or a list.
+
+        ``episode_start`` is ``(n,)`` bool; ``action_masks`` the rows' masks, concatenated in
+        batch order (``(n, mask_dims)`` for gymnasium envs, a list of ``n`` per-env dicts for
+        PettingZoo).
+        """
+
+
+class LockstepError(RuntimeError):
+    """A deterministic-mode request fell out of lockstep (a runner restarted mid-``sample``).
+
+    Raised by :class:`PolicyServer` into every request of the ``sample`` call concerned (see the
+    module docstring); the :class:`~rlightning_ray.Collector` raises a ``RuntimeError`` naming
+    :attr:`runner_id`.
+
+    Args:
+        message: What happened and what to do.
+        runner_id: The runner that fell behind.
+
+    Attributes:
+        runner_id: As given.
+    """
+
+    def __init__(self, message: str, runner_id: str) -> None:
+        super().__init__(message)
+        self.runner_id = runner_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle as ``LockstepError(message, runner_id)`` (it crosses Ray)."""
+        return (type(self), (str(self), self.runner_id))
 
 
 @dataclass
@@ -57,6 +98,8 @@ class _Request:
     ts_env_sent_ns: int
     ts_policy_recv_ns: int
     future: asyncio.Future[PolicyResponse]
+    action_masks: Any = None
+    step: tuple[str, int, bool, str] | None = None
 
 
 def _stacked(answer: Any) -> PolicyResponse | list[MultiAgentPolicyResponse]:
@@ -141,6 +184,9 @@ class PolicyServer:
         self._next: tuple[int, Any] | None = None
         self._batch_rows: list[int] = []
         self._restarted = False
+        # Deterministic mode: the (call id, step) of the last batch, and the call refused last.
+        self._last_step: tuple[str, int] | None = None
+        self._refused: tuple[str, LockstepError] | None = None
         if registry is not None:
             import ray
 
@@ -155,8 +201,11 @@ class PolicyServer:
         runner_id: str,
         observation: Any,
         env_ids: list[str],
-        episode_start: np.ndarray,
+        episode_start: Any,
         ts_env_sent_ns: int,
+        *,
+        action_masks: Any = None,
+        step: tuple[str, int, bool, str] | None = None,
     ) -> PolicyResponse:
         """Answer one runner's rows (waiting for the batch they join).
 
@@ -164,8 +213,15 @@ class PolicyServer:
             runner_id: The asking runner.
             observation: ``(k, *obs_shape)`` (a dict of such arrays for a Dict space).
             env_ids: The runner's ``k`` env ids, in row order.
-            episode_start: ``(k,)`` bool, the previous step's dones.
+            episode_start: ``(k,)`` booleans (0/1 accepted; anything else is refused, as
+                :func:`rlightning.rules.as_bools` refuses it), the previous step's dones.
             ts_env_sent_ns: When the runner sent it (``time.time_ns()``).
+            action_masks: The rows' action masks (``(k, mask_dims)`` for gymnasium envs, ``k``
+                per-env dicts for PettingZoo), or None when the envs have none. A batch mixing
+                requests with and without masks is refused.
+            step: The lockstep tag ``(call_id, t, restarted, incarnation)``
+                (:data:`rlightning_ray.runner.StepTag`; None: untagged), checked in the
+                deterministic mode (module docstring).
 
         Returns:
             A stacked :class:`~rlightning.PolicyResponse` of the runner's ``k`` rows, in its
@@ -174,31 +230,42 @@ class PolicyServer:
             responses, each stamped and versioned.
 
         Raises:
-            ValueError: in the deterministic mode, ``runner_id`` is not one of ``order``'s
-                runners (its request could never join a batch: refused instead of waiting
-                forever; the message names both).
+            ValueError: ``episode_start`` is not ``(k,)`` booleans or 0/1 (the env named); in
+                the deterministic mode, ``runner_id`` is not one of ``order``'s runners (its
+                request could never join a batch: refused instead of waiting forever; the
+                message names both).
+            LockstepError: in the deterministic mode, this request's ``sample`` call fell out
+                of lockstep (names the runner that fell behind).
             Exception: what the policy raised for the batch this request was in.
         """
         recv = time.time_ns()
+        ids = list(env_ids)
+        starts = as_bools(episode_start, "episode_start", shape=(len(ids),), labels=ids)
         if self._order is not None and runner_id not in self._order:
             raise ValueError(
-                f"runner {runner_id!r} (envs {list(env_ids)}) is not in the server's order "
+                f"runner {runner_id!r} (envs {ids}) is not in the server's order "
                 f"{self._order}: in the deterministic mode a batch is formed only from the "
                 f"runners named there, so this request would wait forever; name the runners "
                 f"start_runners made (runner-0, runner-1, ...), not env ids"
             )
+        refused = self._refused
+        if self._order is not None and step is not None and refused and step[0] == refused[0]:
+            raise refused[1]
         future: asyncio.Future[PolicyResponse] = asyncio.get_running_loop().create_future()
-        self._pending.append(
-            _Request(
-                runner_id,
-                observation,
-                list(env_ids),
-                np.asarray(episode_start, dtype=bool),
-                ts_env_sent_ns,
-                recv,
-                future,
-            )
+        request = _Request(
+            runner_id,
+            observation,
+            ids,
+            starts,
+            ts_env_sent_ns,
+            recv,
+            future,
+            action_masks,
+            None if step is None else (str(step[0]), int(step[1]), bool(step[2]), str(step[3])),
         )
+        if self._order is not None and request.step is not None:
+            self._drop_stale(request)
+        self._pending.append(request)
         self._schedule()
         return await future
 
@@ -262,18 +329,95 @@ class PolicyServer:
     # ------------------------------------------------------------------ batching
     def _schedule(self) -> None:
         if self._order is not None:
+            self._refuse_behind()
             first: dict[str, _Request] = {}
             for request in self._pending:
                 first.setdefault(request.runner_id, request)
             if all(runner in first for runner in self._order):
                 batch = [first[runner] for runner in self._order]
                 self._pending = [r for r in self._pending if all(r is not b for b in batch)]
-                self._run(batch)
+                if self._in_lockstep(batch):
+                    self._run(batch)
             return
         while sum(len(r.env_ids) for r in self._pending) >= self._max_batch:
             self._run(self._take())
         if self._pending and self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self._max_wait_s, self._on_timer)
+
+    # ------------------------------------------------------------------ lockstep
+    def _drop_stale(self, request: _Request) -> None:
+        """Fail a pending request its runner's dead process left (a new process now asks)."""
+        assert request.step is not None
+        for old in self._pending:
+            if (
+                old.runner_id == request.runner_id
+                and old.step is not None
+                and old.step[3] != request.step[3]
+            ):
+                _fail([old], RuntimeError(f"runner {old.runner_id!r}'s process was replaced"))
+        self._pending = [r for r in self._pending if not r.future.done()]
+
+    def _refuse_behind(self) -> None:
+        """Refuse the call of a pending request at or before the last batch's step of its call.
+
+        Such a request can never join a batch of its step: the other runners are past it (Ray
+        restarted its runner mid-``sample`` and retried the call from step 0).
+        """
+        last = self._last_step
+        if last is None:
+            return
+        for request in self._pending:
+            tag = request.step
+            if tag is not None and tag[0] == last[0] and tag[1] <= last[1]:
+                self._refuse_call(
+                    tag[0],
+                    LockstepError(
+                        f"runner {request.runner_id!r} (envs {request.env_ids}) asked for step "
+                        f"{tag[1]} of sample call {tag[0]!r} after the server had answered step "
+                        f"{last[1]} of it: "
+                        + (
+                            "Ray restarted the runner and retried its sample from step 0"
+                            if tag[2]
+                            else "the runner fell behind the others"
+                        )
+                        + ". In the deterministic mode every batch holds the same step of every "
+                        "runner (SB3's batch composition), so this call cannot finish and every "
+                        "request of it is refused. Each runner keeps the state it reached; "
+                        "sample again to go on (a restarted runner's envs start fresh, unseeded "
+                        "episodes)",
+                        request.runner_id,
+                    ),
+                )
+                return
+
+    def _in_lockstep(self, batch: list[_Request]) -> bool:
+        """Whether ``batch``'s tagged requests are one step of one call (else refuse the call)."""
+        tags = [(r.step[0], r.step[1]) for r in batch if r.step is not None]
+        if not tags:
+            return True
+        if len(set(tags)) == 1 and len(tags) == len(batch):
+            self._last_step = tags[0]
+            return True
+        untagged = [r for r in batch if r.step is None]
+        behind = untagged[0] if untagged else min(batch, key=lambda r: r.step[1] if r.step else 0)
+        steps = {r.runner_id: None if r.step is None else r.step[:2] for r in batch}
+        error = LockstepError(
+            f"the deterministic batch would mix the steps {steps}: runner {behind.runner_id!r} "
+            "is out of lockstep (a runner restarted mid-sample, or runners sampled by calls "
+            "other than one Collector.sample); every request of these calls is refused",
+            behind.runner_id,
+        )
+        _fail(batch, error)
+        for call in {t[0] for t in tags}:
+            self._refuse_call(call, error)
+        return False
+
+    def _refuse_call(self, call_id: str, error: LockstepError) -> None:
+        """Fail every pending request of ``call_id``, and those that come later."""
+        self._refused = (call_id, error)
+        refused = [r for r in self._pending if r.step is not None and r.step[0] == call_id]
+        self._pending = [r for r in self._pending if all(r is not x for x in refused)]
+        _fail(refused, error)
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -336,6 +480,17 @@ class PolicyServer:
         start = time.time_ns()
         env_ids = [env_id for r in batch for env_id in r.env_ids]
         stamps = [r.ts_env_sent_ns for r in batch for _ in r.env_ids]
+        masked = [r.action_masks is not None for r in batch]
+        extra: dict[str, Any] = {}
+        if any(masked):
+            if not all(masked):
+                raise ValueError(
+                    f"a batch mixes runners whose envs sent action masks "
+                    f"{[r.runner_id for r in batch if r.action_masks is not None]} with runners "
+                    f"whose envs sent none {[r.runner_id for r in batch if r.action_masks is None]}"
+                    ": serve envs of one kind per server"
+                )
+            extra["action_masks"] = concat_observations([r.action_masks for r in batch])
         try:
             stacked = _stacked(
                 self._policy(
@@ -343,6 +498,7 @@ class PolicyServer:
                     env_ids,
                     np.concatenate([r.episode_start for r in batch]),
                     stamps,
+                    **extra,
                 )
             )
         except Exception as exc:  # every runner of the batch gets the policy's error

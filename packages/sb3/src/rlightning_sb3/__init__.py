@@ -12,6 +12,9 @@ Public names:
   :func:`add_replay_step`, :func:`finish_training` -- fill SB3's rollout and replay buffers from
   responses, exactly as SB3's ``collect_rollouts`` does, calling SB3 callbacks and dumping SB3's
   logger where ``learn()`` does (:class:`StopTraining` when a callback stops the loop);
+* :class:`ActingReplica`, :class:`ActingState`, :func:`acting_state`, :func:`policy_weights`,
+  :func:`rollout_steps`, :func:`set_acting_seed` -- the acting side of ``collect_rollouts`` for a
+  replica of the model that acts away from its learner (:mod:`rlightning_sb3.acting`);
 * :data:`SB3_SUPPORTED` -- the supported stable-baselines3 range, checked at import.
 
 Importing this package with a stable-baselines3 older than :data:`SB3_SUPPORTED` raises
@@ -39,6 +42,14 @@ check_version(
 )
 
 from rlightning_sb3._spaces import observation_space_mismatch  # noqa: E402
+from rlightning_sb3.acting import (  # noqa: E402
+    ActingReplica,
+    ActingState,
+    acting_state,
+    policy_weights,
+    rollout_steps,
+    set_acting_seed,
+)
 from rlightning_sb3.adapter import SB3PolicyAdapter  # noqa: E402  # only after the version check
 from rlightning_sb3.buffers import (  # noqa: E402
     StopTraining,
@@ -58,15 +69,21 @@ __all__ = [
     "SB3_CONTRIB_SUPPORTED",
     "SB3_HIGHEST_TESTED",
     "SB3_SUPPORTED",
+    "ActingReplica",
+    "ActingState",
     "SB3PolicyAdapter",
     "StopTraining",
     "UntestedVersionWarning",
     "__version__",
+    "acting_state",
     "add_replay_step",
     "add_rollout_step",
     "check_version",
     "finish_rollout",
     "finish_training",
     "observation_space_mismatch",
+    "policy_weights",
+    "rollout_steps",
+    "set_acting_seed",
     "start_training",
 ]
