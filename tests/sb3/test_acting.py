@@ -174,6 +174,13 @@ def test_plain_weights_refused_for_counters_and_loads_are_all_or_nothing() -> No
         replica.advance(-1)
 
 
+def test_an_exploring_gsde_model_is_refused() -> None:
+    model = PPO("MlpPolicy", "Pendulum-v1", use_sde=True, n_steps=8, batch_size=8, device="cpu")
+    with pytest.raises(ValueError, match=re.escape("uses gSDE (use_sde=True)")):
+        ActingReplica(model)
+    assert ActingReplica(model, explore=False).explore is False
+
+
 def test_rollout_steps_and_the_acting_seed() -> None:
     assert (
         rollout_steps(PPO("MlpPolicy", "CartPole-v1", n_steps=16, batch_size=16, device="cpu"))

@@ -173,9 +173,10 @@ class ActingReplica:
     order, and the replica's random generators where the learner's are (:func:`set_acting_seed`
     on both sides), the actions equal SB3's ``collect_rollouts``', step for step.
 
-    Not followed: gSDE's noise resampling (``use_sde=True``): ``collect_rollouts`` resamples
-    the noise matrix at each rollout's start and every ``sde_sample_freq`` steps; a replica does
-    not know where the learner's rollouts start (see :meth:`SB3PolicyAdapter.act`'s note).
+    Refused: an exploring gSDE model (``use_sde=True``). ``collect_rollouts`` resamples its
+    noise matrix at each rollout's start and every ``sde_sample_freq`` steps; a replica does not
+    know where the learner's rollouts start (see :meth:`SB3PolicyAdapter.act`'s note), so it
+    would explore with another noise than SB3's.
 
     Args:
         model: The model that acts (built as the learner's model, with the envs' spaces; its
@@ -189,6 +190,7 @@ class ActingReplica:
         seed: When given, :func:`set_acting_seed` runs after the adapter is built.
 
     Raises:
+        ValueError: ``model`` uses gSDE (``use_sde=True``) and ``explore`` is True.
         TypeError, ValueError: what :class:`SB3PolicyAdapter` raises for ``model``.
     """
 
@@ -201,6 +203,14 @@ class ActingReplica:
         seed: int | None = None,
     ) -> None:
         self._adapter = SB3PolicyAdapter(model)
+        if explore and getattr(model, "use_sde", False):
+            raise ValueError(
+                f"{type(model).__name__} uses gSDE (use_sde=True), whose noise matrix "
+                "collect_rollouts resamples at each rollout's start and every sde_sample_freq "
+                "steps; an ActingReplica does not know where the learner's rollouts start, so it "
+                "would explore with another noise than SB3's: build the model with use_sde=False, "
+                "or act with explore=False"
+            )
         self._model = model
         self._explore = bool(explore)
         self._use_masking = bool(use_masking)
