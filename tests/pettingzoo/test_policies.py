@@ -95,7 +95,10 @@ def test_respond_errors(simple_spread: ModuleType) -> None:
         )
     with pytest.raises(
         ValueError,
-        match=re.escape("policy for agent 'agent_0' returned env_id='other', expected 'env-0'"),
+        match=re.escape(
+            "the PolicyResponse the policy for agent 'agent_0' returned has another env_id; got "
+            "'other'; expected 'env-0' or None [rule env-id]"
+        ),
     ):
         respond(
             env,
@@ -279,5 +282,7 @@ def test_respond_with_a_non_callable_policy_is_a_type_error(spread: Any) -> None
 def test_respond_refuses_a_response_for_another_env(spread: Any) -> None:
     obs = {a: None for a in spread.agents}
     policies = {a: (lambda o: PolicyResponse("other", action=1)) for a in spread.agents}
-    with pytest.raises(ValueError, match=re.escape("returned env_id='other', expected 'env-0'")):
+    with pytest.raises(
+        ValueError, match=re.escape("returned has another env_id; got 'other'; expected 'env-0'")
+    ):
         respond(spread, obs, policies, "env-0")
