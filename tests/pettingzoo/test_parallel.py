@@ -476,3 +476,37 @@ def test_duplicate_live_agent_does_not_hide_an_inactive_action(
     response = MultiAgentPolicyResponse("e0", action={"agent_0": 1, "agent_1": 2})
     with pytest.raises(ValueError, match=re.escape("[rule no-inactive-action]")):
         to_parallel_actions(response, env)
+
+
+@pytest.mark.parametrize(
+    "actions",
+    [
+        {"agent_1": 0},
+        {"agent_0": 0, "agent_1": 1, "ghost": 2, "agent_2": 3},
+        {"agent_0": 0, "agent_2": 3, "ghost": 2},
+    ],
+    ids=["missing", "inactive", "both"],
+)
+def test_to_parallel_actions_and_the_checker_share_the_liveness_rule(
+    spread: Any, actions: dict[str, Any]
+) -> None:
+    """One rule (rlightning.rules.check_live_agents): the same verdict, rule and problem."""
+    response = MultiAgentPolicyResponse("env-0", action=actions)
+    action_spaces = {a: spread.action_space("agent_0") for a in [*spread.possible_agents, "ghost"]}
+    liveness = r"\[rule (live-agents|no-inactive-action)\]$"
+    with pytest.raises(ValueError, match=liveness) as adapter:
+        to_parallel_actions(response, spread)
+    with pytest.raises(ValueError, match=liveness) as checker:
+        check_multi_agent_policy_response(response, action_spaces, live_agents=spread.agents)
+    rule = re.search(r"\[rule [a-z-]+\]$", str(checker.value))
+    assert rule is not None and str(adapter.value).endswith(rule.group())
+    # The adapter names the env and what a parallel step takes; the problem is the checker's.
+    problem = str(checker.value).split("; got ")[0]
+    assert f"simple_spread_v3 (response env_id='env-0'): {problem}; got " in str(adapter.value)
+
+
+@pytest.mark.parametrize("name", ["ts_policy_recv_ns", "ts_infer_start_ns", "policy_version"])
+def test_from_parallel_actions_refuses_every_shared_field_per_agent(name: str) -> None:
+    """rlightning.rules.SHARED_FIELDS: Ray's stamps and policy_version are one per response."""
+    with pytest.raises(ValueError, match=re.escape(f"{name!r} is ")):
+        from_parallel_actions({"a": 1, "b": 1}, "e", **{name: {"a": 5, "b": 5}})

@@ -26,7 +26,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as dist_version
 
-from rlightning.rules import UntestedVersionWarning, check_framework_version, tested_range
+from rlightning.rules import UntestedVersionWarning, check_framework_version, framework_tested_range
 
 __all__ = [
     "PETTINGZOO_HIGHEST_TESTED",
@@ -45,7 +45,7 @@ PETTINGZOO_SUPPORTED = ">=1.24.4,<2"
 PETTINGZOO_HIGHEST_TESTED = "1.27.0"
 
 #: The tested PettingZoo range (a PEP 440 specifier): ``tox -e pz-lowest`` runs the lowest.
-PETTINGZOO_TESTED = tested_range(PETTINGZOO_SUPPORTED, PETTINGZOO_HIGHEST_TESTED)
+PETTINGZOO_TESTED = framework_tested_range(PETTINGZOO_SUPPORTED, PETTINGZOO_HIGHEST_TESTED)
 
 
 _INSTALL_HINT = f'install a supported one with `pip install "pettingzoo{PETTINGZOO_SUPPORTED}"`'

@@ -241,7 +241,7 @@ def respond(
     fits the model's (``rlightning_sb3.observation_space_mismatch``) and its action space equals
     the model's (a ``Box(-1, 1)`` model's actions are no elements of a ``Box(-3, 3)`` agent's
     space), the very check :class:`SharedPolicyAdapter` applies, run for every model before any
-    model acts. Agents whose policy is the same SB3 model object are run together in one
+    policy is asked. Agents whose policy is the same SB3 model object are run together in one
     batched call of :meth:`rlightning_sb3.SB3PolicyAdapter.act` (one row per agent, in the order
     of the acting
     agents), so each agent gets exactly what SB3's own rollout collection gives an env: with
@@ -284,7 +284,7 @@ def respond(
             observation or no policy (names the agents); an acting agent's action mask breaks
             the ``action-mask`` rule (names the agent); an SB3 model's observation or action
             space does not fit an agent's it is asked to act for (names the agent and both
-            spaces; checked before any model runs, as :class:`SharedPolicyAdapter` checks);
+            spaces; checked before any policy runs, as :class:`SharedPolicyAdapter` checks);
             an SB3 model's batch fails because an agent's observation does not fit
             ``env.observation_space(agent)`` (names the agent); or a returned response has
             another ``env_id`` (rule ``env-id``) or no action (rule ``has-action``).
@@ -299,6 +299,7 @@ def respond(
     masks = {agent: find_action_mask(agent, observations, infos) for agent in agents}
     checked = dict(zip(agents, _checked_masks(agents, list(masks.values()), env), strict=True))
     groups: dict[int, list[Any]] = {}
+    called: list[Any] = []
     for agent in agents:
         if checked[agent] is _WAITS:
             per_agent[agent] = {"action": None}  # no legal action: no policy is asked
@@ -307,18 +308,21 @@ def respond(
         if is_sb3_model(policy):
             groups.setdefault(id(policy), []).append(agent)
         elif callable(policy):
-            per_agent[agent] = _call_policy(policy, agent, observations[agent], env_id)
+            called.append(agent)
         else:
             raise TypeError(
                 f"policy for agent {agent!r} must be an SB3 model or a callable "
                 f"(observation) -> action | PolicyResponse, got {type(policy).__name__}"
             )
+    # Every check before any policy is asked (an SB3 model's act advances its RNG and state).
     for group in groups.values():
         model = policies[group[0]]
         fitted = _FITTED.get(model)
         if fitted is None:
             fitted = _FITTED[model] = {}
         _check_model_fits(env, model, group, fitted)  # SharedPolicyAdapter's check
+    for agent in called:
+        per_agent[agent] = _call_policy(policies[agent], agent, observations[agent], env_id)
     for group in groups.values():
         model = policies[group[0]]
         rows = _sb3_rows(

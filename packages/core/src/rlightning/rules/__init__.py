@@ -35,7 +35,8 @@ rule                              owner
 ``per-agent-keys``                :func:`check_per_agent_field`,
                                   :func:`check_per_agent_keys`
 ``framework-version``             :func:`check_framework_version`,
-                                  :func:`framework_version_verdict`, :func:`tested_range`,
+                                  :func:`framework_version_verdict`,
+                                  :func:`framework_tested_range`,
                                   :class:`UntestedVersionWarning`
 (every message)                   :func:`rule_error`, :func:`rule_message`, :func:`describe`
 ================================  ==========================================================
@@ -95,8 +96,8 @@ from rlightning.rules._versions import (
     UntestedVersionWarning,
     VersionVerdict,
     check_framework_version,
+    framework_tested_range,
     framework_version_verdict,
-    tested_range,
 )
 
 __all__ = [
@@ -133,6 +134,7 @@ __all__ = [
     "contains",
     "describe",
     "flat_mask",
+    "framework_tested_range",
     "framework_version_verdict",
     "mask_size",
     "mask_violation",
@@ -141,7 +143,6 @@ __all__ = [
     "rule_message",
     "space_violation",
     "takes_action_mask",
-    "tested_range",
 ]
 
 # The functions are defined in private modules (one concept each) and presented here, where they
@@ -168,6 +169,7 @@ for _function in (
     contains,
     describe,
     flat_mask,
+    framework_tested_range,
     framework_version_verdict,
     mask_size,
     mask_violation,
@@ -176,7 +178,6 @@ for _function in (
     rule_message,
     space_violation,
     takes_action_mask,
-    tested_range,
 ):
     _function.__module__ = __name__
 del _function

@@ -37,7 +37,7 @@ def _clauses(supported: str) -> list[str]:
     return [clause.strip() for clause in supported.split(",") if clause.strip()]
 
 
-def tested_range(supported: str, highest_tested: str | None) -> str:
+def framework_tested_range(supported: str, highest_tested: str | None) -> str:
     """Return the tested range: ``supported`` with its upper caps replaced by ``<=highest_tested``.
 
     Args:
@@ -49,7 +49,7 @@ def tested_range(supported: str, highest_tested: str | None) -> str:
         The tested range as a specifier set, clauses in the order given (``">=2.4.0,<=2.9.2"``).
 
     Examples:
-        >>> tested_range(">=2.4.0,<3.0", "2.9.2")
+        >>> framework_tested_range(">=2.4.0,<3.0", "2.9.2")
         '>=2.4.0,<=2.9.2'
     """
     if highest_tested is None:
@@ -71,8 +71,8 @@ def framework_version_verdict(
       ``<=``): older than the lowest release, or excluded by ``!=``/``==``/``~=``. A
       pre-release or dev release *of* the lowest release is older than it (``2.4.0rc1 <
       2.4.0``): refused, as pip refuses it for ``>=2.4.0``;
-    * ``"tested"``: it is in :func:`tested_range` (between the lowest and the highest tested
-      release). A local build counts as its public release (``2.9.2+cu121`` is ``2.9.2``: PEP
+    * ``"tested"``: it is in :func:`framework_tested_range` (between the lowest and the highest
+      tested release). A local build counts as its public release (``2.9.2+cu121`` is ``2.9.2``: PEP
       440 ignores the local label against a specifier without one); a post-release of the
       highest tested one (``2.9.2.post1``) is newer, so untested;
     * ``"untested"``: newer than the highest tested release, a new major release beyond the
@@ -110,7 +110,7 @@ def framework_version_verdict(
     for clause in specifiers:
         if clause.operator not in _CAPS and not clause.contains(version, prereleases=True):
             return "unsupported"
-    tested = SpecifierSet(tested_range(supported, highest_tested))
+    tested = SpecifierSet(framework_tested_range(supported, highest_tested))
     return "tested" if tested.contains(version, prereleases=True) else "untested"
 
 
@@ -164,7 +164,7 @@ def check_framework_version(
         return verdict
     subject = f"the installed {distribution}"
     if verdict == "untested":
-        tested = tested_range(supported, highest_tested)
+        tested = framework_tested_range(supported, highest_tested)
         message = rule_message(
             "framework-version",
             subject,
