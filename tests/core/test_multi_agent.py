@@ -115,27 +115,26 @@ def test_for_agent_splits_per_agent_fields_and_shares_the_rest():
 
 def _partial_message(
     name: str,
-    given: list[str],
     missing: list[str],
     agents: list[str],
     got: str,
     when: str = "action's agents",
 ) -> str:
     return (
-        f"field {name!r} is keyed by agent ids {given} but has no entry for agent(s) {missing} "
-        f"of {when} {agents}, so it would be taken as shared by all agents and "
+        f"response.{name} is keyed by agent ids but not by exactly {when} {agents}: missing "
+        f"{missing}, extra [], so it would be read as shared by all agents and "
         f"for_agent({missing[0]!r}) would get the whole dict; got {got}; fix: give every agent "
-        "an entry (None for an agent that has none), or rekey a dict meant to be shared by all "
-        "agents [rule per-agent-keys]"
+        "of action an entry (None for an agent that has none), or rekey a dict meant to be "
+        "shared by all agents [rule per-agent-keys]"
     )
 
 
 def test_a_field_keyed_by_some_of_the_agents_is_refused_naming_the_field_and_the_missing() -> None:
     # Read as shared, log_prob={"a": -0.1} would hand agent "b" a dict holding agent a's entry.
-    msg = _partial_message("log_prob", ["a"], ["b"], ["a", "b"], "{'a': -0.1}")
+    msg = _partial_message("log_prob", ["b"], ["a", "b"], "{'a': -0.1}")
     with pytest.raises(ValueError, match=re.escape(msg)):
         MultiAgentPolicyResponse("e", action={"a": 0, "b": 1}, log_prob={"a": -0.1})
-    msg = _partial_message("value", ["a", "c"], ["b"], ["a", "b", "c"], "{'c': 1.0, 'a': 2.0}")
+    msg = _partial_message("value", ["b"], ["a", "b", "c"], "{'c': 1.0, 'a': 2.0}")
     with pytest.raises(ValueError, match=re.escape(msg)):
         MultiAgentPolicyResponse("e", action={"a": 0, "b": 1, "c": 2}, value={"c": 1.0, "a": 2.0})
 
@@ -164,13 +163,12 @@ def test_a_dict_field_not_keyed_by_some_of_the_agents_stays_shared(value: dict[s
 
 def test_setting_a_field_or_the_action_checks_the_same_rule() -> None:
     r = MultiAgentPolicyResponse("e", action={"a": 0, "b": 1}, log_prob={"a": -0.1, "b": -0.2})
-    msg = _partial_message("value", ["b"], ["a"], ["a", "b"], "{'b': 0.5}")
+    msg = _partial_message("value", ["a"], ["a", "b"], "{'b': 0.5}")
     with pytest.raises(ValueError, match=re.escape(msg)):
         r.value = {"b": 0.5}
     assert "value" not in vars(r)
     msg = _partial_message(
         "log_prob",
-        ["a", "b"],
         ["c"],
         ["a", "b", "c"],
         "{'a': -0.1, 'b': -0.2}",
@@ -248,7 +246,10 @@ def test_from_agents_errors():
         MultiAgentPolicyResponse.from_agents("e", {"a": 1})
     with pytest.raises(
         ValueError,
-        match=re.escape("response for agent 'a' has env_id='other', expected 'e' or None"),
+        match=re.escape(
+            "response for agent 'a' has another env_id; got 'other'; expected 'e' or None "
+            "[rule env-id]"
+        ),
     ):
         MultiAgentPolicyResponse.from_agents("e", {"a": PolicyResponse("other", action=1)})
     parts = {"a": PolicyResponse("e", action=1, v=1), "b": PolicyResponse("e", action=1)}
@@ -404,7 +405,7 @@ def test_fields_a_subclass_sets_before_super_init_are_checked_against_the_agents
             self.extra = extra  # before action exists: __setattr__ cannot check it yet
             super().__init__(env_id, action=action)
 
-    with pytest.raises(ValueError, match="field 'extra'"):
+    with pytest.raises(ValueError, match=re.escape("response.extra is keyed by agent ids")):
         Early("e", {"a": 1, "b": 2}, {"a": 9})
     ok = Early("e", {"a": 1, "b": 2}, {"a": 9, "b": 8})
     assert ok.for_agent("b").extra == 8

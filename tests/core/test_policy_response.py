@@ -57,7 +57,8 @@ def test_env_id_keyword_and_none():
 @pytest.mark.parametrize("bad", [3, 1.5, b"e", ["e"]])
 def test_env_id_must_be_str_or_none(bad):
     with pytest.raises(
-        TypeError, match=re.escape(f"env_id must be a str (or None), got {type(bad).__name__}")
+        TypeError,
+        match=re.escape(f"env_id must be a str or None, not {type(bad).__name__}; got "),
     ):
         PolicyResponse(bad, action=1)
     r = PolicyResponse("e")
@@ -72,7 +73,10 @@ def test_env_id_checks() -> None:
     assert PolicyResponse(None, action=1).env_id is None
     assert PolicyResponse(env_id="e", action=1).env_id == "e"
     assert PolicyResponse(Name("e"), action=1).env_id == "e"
-    msg = "env_id must be a str (or None), got int 3; pass str(3) if a number identifies the env"
+    msg = (
+        "env_id must be a str or None, not int; got 3; fix: pass str(3) if a number identifies "
+        "the env [rule env-id]"
+    )
     with pytest.raises(TypeError, match=re.escape(msg)):
         PolicyResponse(3, action=1)
     with pytest.raises(TypeError, match=re.escape(msg)):

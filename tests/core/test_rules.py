@@ -86,7 +86,23 @@ def test_public_names_are_documented() -> None:
         member = getattr(rules, name)
         if inspect.isfunction(member):
             doc = inspect.getdoc(member) or ""
-            assert "Args:" in doc and "Returns:" in doc and "Examples:" in doc, name
+            assert "Args:" in doc and "Examples:" in doc, name
+            returns_none = inspect.signature(member).return_annotation in ("None", None)
+            assert returns_none or "Returns:" in doc, name
+            assert returns_none or member.__module__ == "rlightning.rules", name
+        assert getattr(member, "__module__", "rlightning.rules") == "rlightning.rules" or (
+            not inspect.isfunction(member) and not inspect.isclass(member)
+        ), name
+
+
+def test_the_rule_table_names_an_owner_of_every_rule() -> None:
+    """Every rule id has a row in the module docstring's table, each owner a public name."""
+    doc = rules.__doc__ or ""
+    table = doc.split("(every message)")[0]
+    for rule in RULES:
+        assert f"``{rule}``" in table, rule
+    for owner in re.findall(r":(?:func|data|class):`(\w+)`", table):
+        assert owner in rules.__all__, owner
 
 
 # ---------------------------------------------------------------------------- space membership
@@ -631,8 +647,16 @@ def test_flat_layout_is_sb3_contribs() -> None:
 
 # ---------------------------------------------------------------------------- stamps
 def test_stamp_fields() -> None:
-    assert frozenset({"ts_env_sent_ns", "ts_policy_sent_ns"}) == STAMP_FIELDS
+    assert rules.STAMP_ORDER == (
+        "ts_env_sent_ns",
+        "ts_policy_recv_ns",
+        "ts_infer_start_ns",
+        "ts_policy_sent_ns",
+    )
+    assert frozenset(rules.STAMP_ORDER) == STAMP_FIELDS
     assert rules.STAMP_FIELDS is STAMP_FIELDS
+    assert STAMP_FIELDS | {"policy_version"} == rules.SHARED_FIELDS
+    assert rules.POLICY_VERSION_FIELD == "policy_version"
 
 
 @pytest.mark.parametrize(

@@ -198,7 +198,10 @@ def test_valid_response_passes() -> None:
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"value": 1.0}, "response has no action field; got None [rule has-action]"),
+        (
+            {"value": 1.0},
+            "response has no action field among its fields; got ['value'] [rule has-action]",
+        ),
         (
             {"action": 3},
             "response.action is not in Discrete(3): 3 is outside [0, 2]; got 3 "
@@ -372,19 +375,27 @@ def test_wrong_kinds_are_type_errors() -> None:
     with pytest.raises(
         TypeError,
         match=re.escape(
-            "response must be a single-agent PolicyResponse, got MultiAgentPolicyResponse; use "
+            "response must be a single-agent PolicyResponse, not MultiAgentPolicyResponse; got "
+            "MultiAgentPolicyResponse(env_id=None, action={'a': 1}); fix: use "
             "check_multi_agent_policy_response for a MultiAgentPolicyResponse [rule response-type]"
         ),
     ):
         check_policy_response(multi, spaces.Discrete(2))
-    with pytest.raises(TypeError, match=re.escape("got dict [rule response-type]")):
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "response must be a single-agent PolicyResponse, not dict; got {'action': 1} "
+            "[rule response-type]"
+        ),
+    ):
         check_policy_response({"action": 1}, spaces.Discrete(2))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=re.escape("action_space must be a gymnasium.Space")):
         check_policy_response(PolicyResponse(None, action=1), 3)  # type: ignore[arg-type]
     response = PolicyResponse(None, action=1)
     response.__dict__["env_id"] = 7  # bypassing the constructor's own check
     with pytest.raises(
-        TypeError, match=re.escape("response.env_id must be a str or None; got 7 [rule env-id]")
+        TypeError,
+        match=re.escape("response.env_id must be a str or None, not int; got 7; fix: pass str(7)"),
     ):
         check_policy_response(response, spaces.Discrete(2))
 
@@ -440,25 +451,29 @@ def test_multi_agent_valid() -> None:
         (
             _ma(action={"a": 1}),
             ["a", "b"],
-            "response.action lacks live agent(s) ['b']; got {'a': 1} [rule live-agents]",
+            "response.action lacks live agent(s) ['b']; got {'a': 1}; expected an action for every "
+            "live agent ['a', 'b'] [rule live-agents]",
         ),
         (
             _ma(),
             ["a"],
             "response.action has action(s) for agent(s) ['b'] that are not live (live: ['a']); "
-            "got {'a': 1, 'b': array([0., 0.], dtype=float32)} [rule no-inactive-action]",
+            "got {'a': 1, 'b': array([0., 0.], dtype=float32)}; fix: drop them: a terminated, "
+            "truncated or unknown agent takes no action [rule no-inactive-action]",
         ),
         (
             _ma_unchecked(log_prob={"a": -1.0}),
             None,
-            "response.log_prob is keyed by agents but not by exactly those of action: missing "
-            "['b'], extra []; got {'a': -1.0} [rule per-agent-keys]",
+            "response.log_prob is keyed by agent ids but not by exactly action's agents "
+            "['a', 'b']: missing ['b'], extra [], so it would be read as shared by all agents "
+            "and for_agent('b') would get the whole dict; got {'a': -1.0}",
         ),
         (
             _ma_unchecked(action={"a": 1}, value={"a": 1.0, "b": 2.0}),
             None,
-            "response.value is keyed by agents but not by exactly those of action: missing [], "
-            "extra ['b']; got {'a': 1.0, 'b': 2.0} [rule per-agent-keys]",
+            "response.value is keyed by agent ids but not by exactly action's agents ['a']: "
+            "missing [], extra ['b'], so it would be read as shared by all agents and "
+            "for_agent('a') would get the whole dict; got {'a': 1.0, 'b': 2.0}",
         ),
         (
             _ma(action={"a": 4, "b": np.zeros(2, np.float32)}),
@@ -503,7 +518,14 @@ def test_shared_dict_field_not_keyed_by_agents_is_fine() -> None:
 
 
 def test_multi_agent_wrong_kinds() -> None:
-    with pytest.raises(TypeError, match=re.escape("got PolicyResponse [rule response-type]")):
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "response must be a MultiAgentPolicyResponse, not PolicyResponse; got "
+            "PolicyResponse(env_id=None, action=1); fix: use check_policy_response for a "
+            "single-agent PolicyResponse [rule response-type]"
+        ),
+    ):
         check_multi_agent_policy_response(PolicyResponse(None, action=1), SPACES_AB)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=re.escape("action_spaces must be a mapping")):
         check_multi_agent_policy_response(_ma(), [spaces.Discrete(2)])  # type: ignore[arg-type]
@@ -539,6 +561,7 @@ def test_every_rule_is_documented() -> None:
         "live-agents",
         "no-inactive-action",
         "per-agent-keys",
+        "framework-version",
     }
     assert all(isinstance(text, str) and text for text in RULES.values())
 

@@ -86,7 +86,14 @@ def test_none_for_a_finished_agent_whatever_the_response_holds() -> None:
             assert aec_action(None, env) is None
             stale = MultiAgentPolicyResponse("e", action={agent: 1})
             assert aec_action(stale, env) is None
-            with pytest.raises(TypeError, match="MultiAgentPolicyResponse or None"):
+            with pytest.raises(
+                TypeError,
+                match=re.escape(
+                    "response for a finished agent must be a MultiAgentPolicyResponse, not dict; "
+                    f"got {{{agent!r}: 1}}; fix: pass None (a terminated or truncated agent steps "
+                    "None) or a MultiAgentPolicyResponse [rule response-type]"
+                ),
+            ):
                 aec_action({agent: 1}, env)  # type: ignore[arg-type]
             env.step(None)
         else:
@@ -109,14 +116,17 @@ def test_missing_action_for_selected_agent() -> None:
     with pytest.raises(
         ValueError,
         match=re.escape(
-            "tictactoe_v3 (response env_id='env-1'): no action for agent 'player_1', the "
-            "env.agent_selection that acts now; got actions for ['player_2'] [rule live-agents]"
+            "tictactoe_v3 (response env_id='env-1'): response.action lacks live agent(s) "
+            "['player_1']; got {'player_2': 0}; expected an action for agent 'player_1', the "
+            "env.agent_selection that acts now [rule live-agents]"
         ),
     ):
         aec_action(response, env)
     with pytest.raises(
         TypeError,
-        match="response for live agent 'player_1' must be a MultiAgentPolicyResponse, got NoneType",
+        match=re.escape(
+            "response for live agent 'player_1' must be a MultiAgentPolicyResponse, not NoneType"
+        ),
     ):
         aec_action(None, env)
 
@@ -146,9 +156,8 @@ def test_illegal_move_is_caught_before_the_env_ends_the_game(
     with pytest.raises(
         ValueError,
         match=re.escape(
-            "tictactoe_v3 (response env_id=None): action 4 for agent 'player_2' is illegal now: "
-            "4 is masked out by the action mask (legal: [0, 1, 2, 3, 5, 6, 7, 8]) "
-            "[rule action-mask]"
+            "tictactoe_v3 (response env_id=None): agent 'player_2' action 4 is masked out by the "
+            "action mask (legal: [0, 1, 2, 3, 5, 6, 7, 8]); got 4 [rule action-mask]"
         ),
     ):
         aec_action(response, env)
@@ -193,9 +202,9 @@ def test_after_the_game_ended_every_entry_point_says_call_reset(game: ModuleType
     assert env.agents == []
     agent = env.agent_selection
     expected = re.escape(
-        f"{game.__name__.rsplit('.', 1)[-1]}: the game is over: env.agents is empty (every agent "
-        f"has left; env.agent_selection {agent!r} names a removed agent), so no agent acts; call "
-        "env.reset() before the next step"
+        f"{game.__name__.rsplit('.', 1)[-1]}: env.agent_selection names a removed agent: the "
+        "game is over (env.agents is empty: every agent has left), so no agent acts; got "
+        f"{agent!r}; fix: call env.reset() before the next step"
     )
     with pytest.raises(ValueError, match=expected):
         aec_action(MultiAgentPolicyResponse("g", action={agent: 0}), env)
@@ -231,7 +240,7 @@ def test_aec_illegal_move_is_named_before_the_game_punishes_it() -> None:
     env.reset(seed=0)
     env.step(4)
     agent = env.agent_selection
-    with pytest.raises(ValueError, match=re.escape(f"action 4 for agent '{agent}' is illegal")):
+    with pytest.raises(ValueError, match=re.escape(f"agent '{agent}' action 4 is masked out")):
         aec_action(_ma({agent: 4}), env)
 
 
@@ -275,8 +284,8 @@ def test_single_agent_response_says_how_to_make_a_multi_agent_one() -> None:
         aec_action(PolicyResponse("e", action=1), env)  # type: ignore[arg-type]
     message = str(caught.value)
     assert message.startswith(
-        "response for live agent 'player_1' must be a MultiAgentPolicyResponse, got a "
-        "single-agent PolicyResponse (env_id='e', fields ['action']): an AEC env's response "
+        "response for live agent 'player_1' must be a MultiAgentPolicyResponse, not "
+        "PolicyResponse; got PolicyResponse(env_id='e', action=1); fix: an AEC env's response "
         "holds the acting agent's action keyed by its id (action={'player_1': ...}); make one "
         "with MultiAgentPolicyResponse(env_id, action={agent: action, ...})"
     ), message

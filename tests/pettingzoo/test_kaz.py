@@ -108,7 +108,8 @@ def test_stale_answer_without_drop_is_an_error(kaz: ModuleType, death_seed: int)
     dead = [a for a in env.possible_agents if a not in env.agents]
     stale = from_parallel_actions(dict.fromkeys(env.possible_agents, 0), "kaz")
     with pytest.raises(
-        ValueError, match=re.escape(f"action(s) for agent(s) {dead} not in env.agents")
+        ValueError,
+        match=re.escape(f"response.action has action(s) for agent(s) {dead} that are not live"),
     ):
         to_parallel_actions(stale, env)
 

@@ -241,7 +241,7 @@ def test_unmasked_parallel_response_is_the_constructors(
 def test_unmasked_parallel_response_refuses_a_bad_env_id(simple_spread: ModuleType) -> None:
     env = simple_spread.parallel_env()
     env.reset(seed=0)
-    with pytest.raises(TypeError, match=re.escape("env_id must be a str (or None), got int 3")):
+    with pytest.raises(TypeError, match=re.escape("env_id must be a str or None, not int; got 3")):
         sample_response(env, 3)  # type: ignore[arg-type]
 
 

@@ -115,10 +115,10 @@ def test_missing_live_agents_are_named(simple_spread: ModuleType) -> None:
     env.reset(seed=0)
     response = MultiAgentPolicyResponse("env-0", action={"agent_1": 0})
     msg = (
-        "simple_spread_v3 (response env_id='env-0'): no action for live agent(s) "
-        "['agent_0', 'agent_2']; a parallel step() takes an action for every agent in "
-        "env.agents ['agent_0', 'agent_1', 'agent_2']; got actions for ['agent_1'] "
-        "[rule live-agents]"
+        "simple_spread_v3 (response env_id='env-0'): response.action lacks live agent(s) "
+        "['agent_0', 'agent_2']; got {'agent_1': 0}; expected an action for every agent of "
+        "env.agents ['agent_0', 'agent_1', 'agent_2'] (a parallel step() takes one for each; None "
+        "for an agent that waits) [rule live-agents]"
     )
     with pytest.raises(ValueError, match=re.escape(msg)):
         to_parallel_actions(response, env)
@@ -130,9 +130,10 @@ def test_action_for_unknown_agent_is_an_error(simple_spread: ModuleType) -> None
     actions = {"agent_0": 0, "agent_1": 1, "ghost": 2, "agent_2": 3}
     response = MultiAgentPolicyResponse("env-0", action=actions)
     msg = (
-        "simple_spread_v3 (response env_id='env-0'): action(s) for agent(s) ['ghost'] not in "
-        "env.agents ['agent_0', 'agent_1', 'agent_2'] (terminated, truncated or unknown agents "
-        "take no action); drop them, or pass drop_inactive=True [rule no-inactive-action]"
+        "simple_spread_v3 (response env_id='env-0'): response.action has action(s) for agent(s) "
+        "['ghost'] that are not live (live: ['agent_0', 'agent_1', 'agent_2']); got {'agent_0': "
+        "0, 'agent_1': 1, 'ghost': 2, 'agent_2': 3}; fix: drop them (a terminated, truncated or "
+        "unknown agent takes no action), or pass drop_inactive=True [rule no-inactive-action]"
     )
     with pytest.raises(ValueError, match=re.escape(msg)):
         to_parallel_actions(response, env)
@@ -191,13 +192,16 @@ def test_wrong_kinds(simple_spread: ModuleType) -> None:
     )
     with pytest.raises(
         TypeError,
-        match=re.escape(f"response must be a MultiAgentPolicyResponse, got dict; {how}"),
+        match=re.escape(
+            "response must be a MultiAgentPolicyResponse, not dict; got {'agent_0': 0}; fix: "
+            f"{how} [rule response-type]"
+        ),
     ):
         to_parallel_actions({"agent_0": 0}, env)  # type: ignore[arg-type]
     single = (
-        "response must be a MultiAgentPolicyResponse, got a single-agent PolicyResponse "
-        "(env_id='e', fields ['action', 'log_prob']): a parallel env steps every agent at once, "
-        f"so the response needs one action per agent; {how}"
+        "response must be a MultiAgentPolicyResponse, not PolicyResponse; got PolicyResponse("
+        "env_id='e', action=0, log_prob=-0.1, ts_env_sent_ns=1); fix: a parallel env steps every "
+        f"agent at once, so the response needs one action per agent; {how} [rule response-type]"
     )
     with pytest.raises(TypeError, match=re.escape(single)):
         to_parallel_actions(
@@ -238,8 +242,10 @@ def test_from_parallel_actions_errors() -> None:
     with pytest.raises(
         ValueError,
         match=re.escape(
-            "per-agent field 'value' must be keyed by the agents of actions ['a', 'b']: "
-            "missing ['b'], extra ['c']"
+            "from_parallel_actions(): value is a per-agent field but not keyed by exactly "
+            "action's agents ['a', 'b']: missing ['b'], extra ['c']; got {'a': 1.0, 'c': 2.0}; "
+            "fix: give every agent of action an entry (None for an agent that has none) "
+            "[rule per-agent-keys]"
         ),
     ):
         from_parallel_actions({"a": 0, "b": 1}, value={"a": 1.0, "c": 2.0})
@@ -289,10 +295,12 @@ def test_liveness_rules_hold_for_any_agent_set(
     missing = [a for a in AGENTS if a not in chosen]
     extra = sorted(chosen - set(AGENTS))
     if missing:
-        with pytest.raises(ValueError, match=re.escape(f"no action for live agent(s) {missing}")):
+        lacks = f"response.action lacks live agent(s) {missing}"
+        with pytest.raises(ValueError, match=re.escape(lacks)):
             to_parallel_actions(response, env, drop_inactive=drop)
     elif extra and not drop:
-        with pytest.raises(ValueError, match=re.escape(f"action(s) for agent(s) {extra} not in")):
+        not_live = f"action(s) for agent(s) {extra} that are not live"
+        with pytest.raises(ValueError, match=re.escape(not_live)):
             to_parallel_actions(response, env)
     elif extra:
         with pytest.warns(InactiveAgentActionWarning):
@@ -331,7 +339,9 @@ def _ma(actions: dict[Any, Any], **fields: Any) -> MultiAgentPolicyResponse:
 
 
 def test_a_single_missing_live_agent_is_named(spread: Any) -> None:
-    with pytest.raises(ValueError, match=re.escape("no action for live agent(s) ['agent_2']")):
+    with pytest.raises(
+        ValueError, match=re.escape("response.action lacks live agent(s) ['agent_2']")
+    ):
         to_parallel_actions(_ma({"agent_0": 1, "agent_1": 1}), spread)
 
 
@@ -352,7 +362,7 @@ def test_drop_inactive_reports_the_dropped_agents(spread: Any) -> None:
 
 
 def test_agent_ids_of_the_wrong_type_are_reported_as_missing_agents(spread: Any) -> None:
-    with pytest.raises(ValueError, match=re.escape("got actions for [0, 1, 2]")):
+    with pytest.raises(ValueError, match=re.escape("got {0: 1, 1: 1, 2: 1}")):
         to_parallel_actions(_ma({0: 1, 1: 1, 2: 1}), spread)
 
 
@@ -362,7 +372,7 @@ def test_numpy_str_agent_ids_find_their_agents(spread: Any) -> None:
 
 
 def test_a_single_agent_response_is_a_type_error(spread: Any) -> None:
-    got = "got a single-agent PolicyResponse (env_id='env-0', fields ['action'])"
+    got = "not PolicyResponse; got PolicyResponse(env_id='env-0', action=1); fix: "
     with pytest.raises(TypeError, match=re.escape(got)) as info:
         to_parallel_actions(PolicyResponse("env-0", action=1), spread)  # type: ignore[arg-type]
     # it says how to make a multi-agent one, both ways
@@ -466,3 +476,37 @@ def test_duplicate_live_agent_does_not_hide_an_inactive_action(
     response = MultiAgentPolicyResponse("e0", action={"agent_0": 1, "agent_1": 2})
     with pytest.raises(ValueError, match=re.escape("[rule no-inactive-action]")):
         to_parallel_actions(response, env)
+
+
+@pytest.mark.parametrize(
+    "actions",
+    [
+        {"agent_1": 0},
+        {"agent_0": 0, "agent_1": 1, "ghost": 2, "agent_2": 3},
+        {"agent_0": 0, "agent_2": 3, "ghost": 2},
+    ],
+    ids=["missing", "inactive", "both"],
+)
+def test_to_parallel_actions_and_the_checker_share_the_liveness_rule(
+    spread: Any, actions: dict[str, Any]
+) -> None:
+    """One rule (rlightning.rules.check_live_agents): the same verdict, rule and problem."""
+    response = MultiAgentPolicyResponse("env-0", action=actions)
+    action_spaces = {a: spread.action_space("agent_0") for a in [*spread.possible_agents, "ghost"]}
+    liveness = r"\[rule (live-agents|no-inactive-action)\]$"
+    with pytest.raises(ValueError, match=liveness) as adapter:
+        to_parallel_actions(response, spread)
+    with pytest.raises(ValueError, match=liveness) as checker:
+        check_multi_agent_policy_response(response, action_spaces, live_agents=spread.agents)
+    rule = re.search(r"\[rule [a-z-]+\]$", str(checker.value))
+    assert rule is not None and str(adapter.value).endswith(rule.group())
+    # The adapter names the env and what a parallel step takes; the problem is the checker's.
+    problem = str(checker.value).split("; got ")[0]
+    assert f"simple_spread_v3 (response env_id='env-0'): {problem}; got " in str(adapter.value)
+
+
+@pytest.mark.parametrize("name", ["ts_policy_recv_ns", "ts_infer_start_ns", "policy_version"])
+def test_from_parallel_actions_refuses_every_shared_field_per_agent(name: str) -> None:
+    """rlightning.rules.SHARED_FIELDS: Ray's stamps and policy_version are one per response."""
+    with pytest.raises(ValueError, match=re.escape(f"{name!r} is ")):
+        from_parallel_actions({"a": 1, "b": 1}, "e", **{name: {"a": 5, "b": 5}})

@@ -14,7 +14,7 @@ from pettingzoo.classic import tictactoe_v3
 
 from rlightning import MultiAgentPolicyResponse, PolicyResponse
 from rlightning.testing import check_multi_agent_policy_response
-from rlightning_pettingzoo import aec_action, respond, to_parallel_actions
+from rlightning_pettingzoo import SharedPolicyAdapter, aec_action, respond, to_parallel_actions
 
 
 def _spaces(env: Any) -> dict[str, Any]:
@@ -95,7 +95,10 @@ def test_respond_errors(simple_spread: ModuleType) -> None:
         )
     with pytest.raises(
         ValueError,
-        match=re.escape("policy for agent 'agent_0' returned env_id='other', expected 'env-0'"),
+        match=re.escape(
+            "the PolicyResponse the policy for agent 'agent_0' returned has another env_id; got "
+            "'other'; expected 'env-0' or None [rule env-id]"
+        ),
     ):
         respond(
             env,
@@ -279,5 +282,107 @@ def test_respond_with_a_non_callable_policy_is_a_type_error(spread: Any) -> None
 def test_respond_refuses_a_response_for_another_env(spread: Any) -> None:
     obs = {a: None for a in spread.agents}
     policies = {a: (lambda o: PolicyResponse("other", action=1)) for a in spread.agents}
-    with pytest.raises(ValueError, match=re.escape("returned env_id='other', expected 'env-0'")):
+    with pytest.raises(
+        ValueError, match=re.escape("returned has another env_id; got 'other'; expected 'env-0'")
+    ):
         respond(spread, obs, policies, "env-0")
+
+
+# ---------------------------------------------------------------------------- spaces that fit
+def _box_model(make_sb3: Any, env: Any, action_space: Any) -> Any:
+    from stable_baselines3 import PPO
+
+    return make_sb3(PPO, "MlpPolicy", env.observation_space("agent_0"), action_space)
+
+
+def test_respond_refuses_a_model_of_another_action_space_as_the_shared_adapter_does(
+    spread_box: Any, make_sb3: Any
+) -> None:
+    """A Box(-1, 1) model clips its actions to [-1, 1]: they are no actions of a Box(0, 1) agent."""
+    from gymnasium import spaces
+
+    env = spread_box
+    observations, _ = env.reset(seed=0)
+    wide = spaces.Box(-1.0, 1.0, (5,), np.float32)
+    model = _box_model(make_sb3, env, wide)
+    message = (
+        f"agent 'agent_0' of simple_spread_v3 acts in {env.action_space('agent_0')}, but the model "
+        f"(PPO) acts in {wide} (PettingZoo: an agent's action is an element of "
+        "env.action_space(agent); an SB3 model acts in its own action_space, so its actions would "
+        "not be the agent's)"
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        respond(env, observations, dict.fromkeys(env.agents, model), "env-0")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        SharedPolicyAdapter(model).act(env, observations, "env-0")
+    fitting = _box_model(make_sb3, env, env.action_space("agent_0"))
+    response = respond(env, observations, dict.fromkeys(env.agents, fitting), "env-0")
+    check_multi_agent_policy_response(response, _spaces(env), live_agents=env.agents)
+
+
+def test_respond_refuses_a_model_of_another_observation_space_before_any_policy_runs(
+    spread: Any, make_sb3: Any
+) -> None:
+    from gymnasium import spaces
+    from stable_baselines3 import PPO
+
+    narrow = spaces.Box(-1.0, 1.0, (10,), np.float32)
+    model = make_sb3(PPO, "MlpPolicy", narrow, spread.action_space("agent_1"))
+    observations = {a: spread.observation_space(a).sample() for a in spread.agents}
+    asked: list[Any] = []
+    policies = {"agent_0": lambda obs: asked.append(obs) or 0, "agent_1": model, "agent_2": model}
+    message = (
+        f"agent 'agent_1' of simple_spread_v3 observes {spread.observation_space('agent_1')}, but "
+        f"the model (PPO) takes observations of {narrow}: shape (18,) is not the model's (10,) "
+        "(SB3's obs_to_tensor accepts only its observation space's shape)"
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        respond(spread, observations, policies, "env-0")
+    assert asked == []  # the callable was not asked either
+    with pytest.raises(ValueError, match=re.escape(message.replace("agent_1", "agent_0", 2))):
+        SharedPolicyAdapter(model).act(spread, observations)
+
+
+def test_respond_checks_each_model_for_each_agent_it_acts_for(
+    spread_box: Any, make_sb3: Any
+) -> None:
+    """Two models, one fitting: the other is refused for the agents it was given."""
+    from gymnasium import spaces
+
+    env = spread_box
+    observations, _ = env.reset(seed=0)
+    fitting = _box_model(make_sb3, env, env.action_space("agent_0"))
+    other = _box_model(make_sb3, env, spaces.Box(0.0, 1.0, (5,), np.float64))
+    policies = {"agent_0": fitting, "agent_1": fitting, "agent_2": other}
+    with pytest.raises(ValueError, match=re.escape("agent 'agent_2' of simple_spread_v3 acts in")):
+        respond(env, observations, policies)
+    policies["agent_2"] = fitting
+    assert set(respond(env, observations, policies).action) == set(env.agents)
+
+
+def test_respond_checks_env_id_before_asking_any_policy(spread: Any) -> None:
+    asked: list[Any] = []
+    policies = dict.fromkeys(spread.agents, lambda obs: asked.append(obs) or 0)
+    observations = {a: spread.observation_space(a).sample() for a in spread.agents}
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "env_id must be a str or None, not int; got 3; fix: pass str(3) if a number "
+            "identifies the env [rule env-id]"
+        ),
+    ):
+        respond(spread, observations, policies, 3)  # type: ignore[arg-type]
+    assert asked == []
+
+
+def test_a_policy_answer_without_an_action_is_named(spread: Any) -> None:
+    observations = {a: spread.observation_space(a).sample() for a in spread.agents}
+    policies = dict.fromkeys(spread.agents, lambda obs: PolicyResponse(None, value=0.5))
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "the PolicyResponse the policy for agent 'agent_0' returned has no action field among "
+            "its fields; got ['value'] [rule has-action]"
+        ),
+    ):
+        respond(spread, observations, policies)

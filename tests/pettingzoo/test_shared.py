@@ -151,8 +151,9 @@ def test_action_space_must_match_the_model(simple_spread: ModuleType, make_sb3: 
     with pytest.raises(
         ValueError,
         match=re.escape(
-            "agent 'agent_0' of simple_spread_v3 acts in Discrete(5), but the shared model acts "
-            "in Discrete(3)"
+            "agent 'agent_0' of simple_spread_v3 acts in Discrete(5), but the model (PPO) acts in "
+            "Discrete(3) (PettingZoo: an agent's action is an element of env.action_space(agent); "
+            "an SB3 model acts in its own action_space, so its actions would not be the agent's)"
         ),
     ):
         SharedPolicyAdapter(model).act(env, observations)

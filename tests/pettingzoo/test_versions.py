@@ -9,12 +9,14 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import pettingzoo
 import rlightning
 import rlightning_pettingzoo
+from rlightning.rules import framework_version_verdict
 from rlightning_pettingzoo._versions import (
     PETTINGZOO_HIGHEST_TESTED,
     PETTINGZOO_SUPPORTED,
@@ -27,9 +29,11 @@ from rlightning_pettingzoo._versions import (
 ROOT = Path(__file__).parents[2]
 PYPROJECT = ROOT / "packages" / "pettingzoo" / "pyproject.toml"
 TESTED_MESSAGE = (
-    "rlightning-pettingzoo is tested with PettingZoo >=1.24.4,<=1.27.0, but PettingZoo {} is "
-    "installed; it may work, but nothing has checked that it does. If it misbehaves, install a "
-    'tested one with `pip install "pettingzoo>=1.24.4,<=1.27.0"`'
+    "the installed pettingzoo is newer than any release rlightning-pettingzoo is tested with; it "
+    "may work, but nothing has checked that it does; got '{}'; expected pettingzoo>=1.24.4,"
+    '<=1.27.0; fix: if it misbehaves, `pip install "pettingzoo>=1.24.4,<=1.27.0"`; once you have '
+    'checked it, silence this with warnings.filterwarnings("ignore", '
+    "category=rlightning.UntestedVersionWarning) [rule framework-version]"
 )
 
 
@@ -60,6 +64,16 @@ def test_installed_version_is_supported() -> None:
     check_pettingzoo_version(pettingzoo.__version__)
 
 
+def test_the_verdict_table_is_every_adapters(
+    version_row: tuple[str, str, str], version_of_row: Any, judge_version: Any
+) -> None:
+    """The same verdict as rlightning_sb3's and rlightning_ray's (tests/conftest.py)."""
+    _, template, verdict = version_row
+    version = version_of_row(template, "1.24.4", PETTINGZOO_HIGHEST_TESTED)
+    assert judge_version(check_pettingzoo_version, version) == verdict
+    assert framework_version_verdict(version, PETTINGZOO_SUPPORTED, "1.27.0") == verdict
+
+
 @pytest.mark.parametrize("found", ["1.24.4", "1.25.0", "1.26.1", "1.27.0", "1.27.0+local"])
 def test_tested_versions_pass_without_a_warning(found: str) -> None:
     with warnings.catch_warnings():
@@ -71,21 +85,23 @@ def test_tested_versions_pass_without_a_warning(found: str) -> None:
 def test_newer_than_tested_warns_naming_the_tested_range(found: str) -> None:
     with pytest.warns(UntestedVersionWarning, match=re.escape(TESTED_MESSAGE.format(found))):
         check_pettingzoo_version(found)
-    assert issubclass(UntestedVersionWarning, UserWarning)
+    assert UntestedVersionWarning is rlightning.UntestedVersionWarning
+    assert rlightning_pettingzoo.UntestedVersionWarning is rlightning.UntestedVersionWarning
 
 
 @pytest.mark.parametrize("found", ["1.24.3", "1.24.4rc1", "1.22.3", "1.0.0"])
 def test_older_than_supported_names_the_range(found: str) -> None:
     msg = (
-        f"rlightning-pettingzoo supports PettingZoo >=1.24.4,<2, but PettingZoo {found} is "
-        'installed; install a supported one with `pip install "pettingzoo>=1.24.4,<2"`'
+        "the installed pettingzoo is older than the lowest release rlightning-pettingzoo "
+        f"supports; got {found!r}; expected pettingzoo>=1.24.4,<2; fix: `pip install "
+        '"pettingzoo>=1.24.4,<2"` [rule framework-version]'
     )
     with pytest.raises(ImportError, match=re.escape(msg)):
         check_pettingzoo_version(found)
 
 
 def test_invalid_version() -> None:
-    with pytest.raises(ImportError, match=re.escape("reports the invalid version 'banana'")):
+    with pytest.raises(ImportError, match=re.escape("not a PEP 440 version; got 'banana'")):
         check_pettingzoo_version("banana")
 
 
@@ -109,9 +125,9 @@ def test_import_fails_with_out_of_range_pettingzoo(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert (
-        "ImportError: rlightning-pettingzoo supports PettingZoo >=1.24.4,<2, but PettingZoo "
-        "1.22.3 is installed" in proc.stderr
-    )
+        "ImportError: the installed pettingzoo is older than the lowest release "
+        "rlightning-pettingzoo supports; got '1.22.3'"
+    ) in proc.stderr
 
 
 def test_missing_pettingzoo(tmp_path: Path) -> None:

@@ -110,7 +110,8 @@ def test_the_result_is_a_new_array(adapter: SB3PolicyAdapter) -> None:
             _responses("a"),
             "a",
             TypeError,
-            "env_ids must be a sequence of str in the VecEnv's env order, got str 'a'",
+            "env_ids must be a sequence of str in the VecEnv's env order, not str; got 'a' "
+            "[rule env-id]",
         ),
         (
             [PolicyResponse("a", action=1), PolicyResponse("b", value=2)],

@@ -8,6 +8,8 @@ Public names:
 * :class:`EnvIds` -- the ``env_ids`` of a stacked response;
 * :class:`ResponseBatch` -- the per-env responses of one batched call, split only when read;
 * :class:`StampWarning` -- a latency method read an unusable stamp and returned 0.0;
+* :class:`UntestedVersionWarning` -- an adapter was imported with a framework release newer than
+  any it was tested with (the one class every adapter warns with);
 * :class:`WireFormatError` -- raised by ``from_bytes`` for bad bytes (see :mod:`rlightning.wire`).
 
 torch is optional (``pip install rlightning-core[torch]``); without it everything but ``cuda()``
@@ -18,7 +20,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from rlightning._stack import EnvIds, PerEnv
 from rlightning.batch import ResponseBatch
-from rlightning.rules import StampWarning
+from rlightning.rules import StampWarning, UntestedVersionWarning
 from rlightning.types.policy_response import MultiAgentPolicyResponse, PolicyResponse
 from rlightning.wire import WireFormatError
 
@@ -34,6 +36,7 @@ __all__ = [
     "PolicyResponse",
     "ResponseBatch",
     "StampWarning",
+    "UntestedVersionWarning",
     "WireFormatError",
     "__version__",
 ]

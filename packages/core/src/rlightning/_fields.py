@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import gymnasium as gym
 import numpy as np
 
+from rlightning.rules._responses import check_env_id
 from rlightning.rules._values import (
     STAMP_EPOCH_FLOOR_NS,
     _stamp_problem,
@@ -30,12 +31,12 @@ _R = TypeVar("_R", bound="PolicyResponse")
 
 
 def _check_env_id(env_id: object) -> None:
-    # The class itself, not isinstance: an object faking __class__ (a Mock(spec=str)) is no str.
-    if env_id is not None and not issubclass(type(env_id), str):
-        raise TypeError(
-            f"env_id must be a str (or None), got {type(env_id).__name__} {env_id!r}; "
-            f"pass str({env_id!r}) if a number identifies the env"
-        )
+    """The constructors' slow path for an ``env_id`` that is not an exact str or None.
+
+    Rule ``env-id`` (:func:`rlightning.rules.check_env_id`): a str subclass passes, anything
+    else (an object faking ``__class__``, a ``Mock(spec=str)``, a number) raises ``TypeError``.
+    """
+    check_env_id(env_id)
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**64 - 1  # signed or unsigned 64-bit

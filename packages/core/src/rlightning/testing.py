@@ -26,16 +26,28 @@ from typing import Any
 
 from gymnasium import spaces
 
-from rlightning._checks_multi import _check_known_agents, _check_live_agents, _check_per_agent_keys
-from rlightning._checks_single import (
-    _check_action_mask,
-    _check_buffer_action,
-    _check_env_id,
-    _check_scalar_fields,
-    _check_stamps,
-)
 from rlightning._fields import _check_space
-from rlightning.rules import RULES, STAMP_FIELDS, check_action_mask, rule_error, space_violation
+from rlightning.rules import (
+    RULES,
+    SCALAR_FIELDS,
+    SHARED_FIELDS,
+    STAMP_ORDER,
+    check_action,
+    check_action_allowed,
+    check_action_mask,
+    check_buffer_action,
+    check_env_id,
+    check_has_action,
+    check_known_agents,
+    check_live_agents,
+    check_per_agent_keys,
+    check_response_type,
+    check_scalar_field,
+    check_stamp,
+    rule_error,
+    space_violation,
+    takes_action_mask,
+)
 from rlightning.types.policy_response import MultiAgentPolicyResponse, PolicyResponse
 
 __all__ = [
@@ -48,31 +60,37 @@ __all__ = [
 
 def _check_fields(fields: Mapping[str, Any], space: spaces.Space[Any], subject: str) -> None:
     """Apply the single-agent rules to one agent's fields (``subject`` prefixes messages)."""
-    if "action" not in fields:
-        raise rule_error(
-            ValueError, "has-action", subject.rstrip(". "), "has no action field", None
+    action = check_has_action(fields, subject.rstrip(". "))
+    check_action(space, action, f"{subject}action")
+    mask = fields.get("action_mask")
+    if mask is not None and takes_action_mask(space):
+        check_action_allowed(
+            space, mask, action, subject=f"{subject}action", mask_subject=f"{subject}action_mask"
         )
-    action = fields["action"]
-    reason = space_violation(space, action)
-    if reason is not None:
-        raise rule_error(
-            ValueError,
-            "action-in-space",
-            f"{subject}action",
-            f"is not in {space}: {reason}",
-            action,
-        )
-    _check_action_mask(fields, space, subject)
-    _check_scalar_fields(fields, subject)
-    _check_buffer_action(fields, space, subject)
+    for name in SCALAR_FIELDS:
+        value = fields.get(name)
+        if value is not None:
+            check_scalar_field(name, value, subject)
+    buffer_action = fields.get("buffer_action")
+    if buffer_action is not None:
+        check_buffer_action(space, buffer_action, subject)
+
+
+def _check_stamps(fields: Mapping[str, Any], subject: str) -> None:
+    """Rule ``timestamp`` on every stamp present, in the order a step travels."""
+    for name in STAMP_ORDER:
+        stamp = fields.get(name)
+        if stamp is not None:
+            check_stamp(name, stamp, subject)
 
 
 def _check_waiting(fields: Mapping[str, Any], space: spaces.Space[Any], subject: str) -> None:
     """An agent whose action is None waits: its mask allows no action and it has no outputs.
 
     Rule ``no-legal-action``: the agent's ``action_mask`` is there and allows no action
-    (``check_action_mask(..., allow_empty=True)`` gives None), and every other per-agent field
-    but the stamps is None (no policy was asked, so no value or log_prob exists).
+    (``check_action_mask(..., allow_empty=True)`` gives None), and every other field but those
+    one value per response describes (``SHARED_FIELDS``: the stamps and ``policy_version``) is
+    None (no policy was asked, so no value or log_prob exists).
     """
     mask = fields.get("action_mask")
     if mask is None or (
@@ -98,7 +116,7 @@ def _check_waiting(fields: Mapping[str, Any], space: spaces.Space[Any], subject:
         for name, value in fields.items()
         if value is not None
         and name not in ("action", "action_mask", "env_id")
-        and name not in STAMP_FIELDS
+        and name not in SHARED_FIELDS
     ]
     if made_up:
         raise rule_error(
@@ -121,7 +139,9 @@ def check_policy_response(response: PolicyResponse, action_space: spaces.Space[A
     MultiDiscrete or MultiBinary: :func:`rlightning.rules.mask_violation`, a tuple read in
     gymnasium's layout and an array in sb3-contrib's flat one), ``scalar-field`` (``value``,
     ``log_prob``),
-    ``buffer-action`` (Box spaces) and ``timestamp`` (``ts_env_sent_ns``, ``ts_policy_sent_ns``).
+    ``buffer-action`` (Box spaces) and ``timestamp`` (every stamp of
+    :data:`rlightning.rules.STAMP_FIELDS`: ``ts_env_sent_ns``, ``ts_policy_recv_ns``,
+    ``ts_infer_start_ns``, ``ts_policy_sent_ns``).
     Other fields are not checked. Tensors are accepted in ``value``, ``log_prob``,
     ``buffer_action`` and ``action_mask``; an ``action`` must be what the env takes (numpy or
     Python), so a tensor action breaks ``action-in-space``.
@@ -144,19 +164,10 @@ def check_policy_response(response: PolicyResponse, action_space: spaces.Space[A
         ...
         ValueError: response.action is not in Discrete(2): 2 is outside [0, 1]; got 2 [rule action-in-space]
     """  # noqa: E501  (doctest output is one line)
-    if not isinstance(response, PolicyResponse) or isinstance(response, MultiAgentPolicyResponse):
-        hint = (
-            "; use check_multi_agent_policy_response for a MultiAgentPolicyResponse"
-            if isinstance(response, MultiAgentPolicyResponse)
-            else ""
-        )
-        raise TypeError(
-            f"response must be a single-agent PolicyResponse, got {type(response).__name__}"
-            f"{hint} [rule response-type]"
-        )
+    check_response_type(response, multi_agent=False)
     _check_space(action_space, "action_space")
-    _check_env_id(response)
     fields = response.__dict__
+    check_env_id(fields.get("env_id"), "response.env_id")
     _check_stamps(fields, "response.")
     _check_fields(fields, action_space, "response.")
 
@@ -181,8 +192,10 @@ def check_multi_agent_policy_response(
         action_spaces: ``{agent_id: gymnasium.Space}``; for a PettingZoo env
             ``{a: env.action_space(a) for a in env.possible_agents}``. Agents it lists need not all
             have actions.
-        live_agents: The agents that must act now and the only ones that may: ``env.agents`` of
-            a parallel env, less any agent whose action mask allows no action (rule
+        live_agents: The agents that must have an action now and the only ones that may:
+            ``env.agents`` of a parallel env, as ``rlightning_pettingzoo.to_parallel_actions``
+            reads it (:func:`rlightning.rules.check_live_agents`). An agent whose action mask
+            allows no action is live too: it waits, with the action None (rule
             ``no-legal-action``: the waiting player of a turn-based game in parallel form, whose
             action ``turn_based_aec_to_parallel`` never reads). None skips the two liveness
             rules.
@@ -200,13 +213,9 @@ def check_multi_agent_policy_response(
         >>> check_multi_agent_policy_response(r, spaces_, live_agents=["a", "b"])
         Traceback (most recent call last):
         ...
-        ValueError: response.action lacks live agent(s) ['b']; got {'a': 1} [rule live-agents]
-    """
-    if not isinstance(response, MultiAgentPolicyResponse):
-        raise TypeError(
-            "response must be a MultiAgentPolicyResponse, got "
-            f"{type(response).__name__} [rule response-type]"
-        )
+        ValueError: response.action lacks live agent(s) ['b']; got {'a': 1}; expected an action for every live agent ['a', 'b'] [rule live-agents]
+    """  # noqa: E501  (doctest output is one line)
+    check_response_type(response, multi_agent=True)
     if not isinstance(action_spaces, Mapping):
         raise TypeError(
             "action_spaces must be a mapping {agent_id: gymnasium.Space}, got "
@@ -214,14 +223,14 @@ def check_multi_agent_policy_response(
         )
     for agent, space in action_spaces.items():
         _check_space(space, f"action_spaces[{agent!r}]")
-    _check_env_id(response)
     fields = response.__dict__
+    check_env_id(fields.get("env_id"), "response.env_id")
     _check_stamps(fields, "response.")
     actions: dict[Any, Any] = fields["action"]
-    _check_known_agents(actions, action_spaces)
-    _check_per_agent_keys(fields, actions, action_spaces)
+    check_known_agents(actions, action_spaces)
+    check_per_agent_keys(fields, actions.keys(), known_agents=action_spaces.keys())
     if live_agents is not None:
-        _check_live_agents(actions, live_agents)
+        check_live_agents(actions, live_agents)
     for agent in actions:
         view = response.for_agent(agent).__dict__
         if view["action"] is None:

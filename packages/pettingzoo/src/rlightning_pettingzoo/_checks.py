@@ -5,7 +5,7 @@
 per action space object, a checker that answers the common cases (a Python ``int`` or numpy
 integer scalar for ``Discrete``; a plain ``np.ndarray`` for ``Box``) with a few precomputed
 comparisons, and hands every other value to the full check,
-:func:`rlightning.testing.space_violation` (gymnasium's ``Space.contains`` behind it), so that the
+:func:`rlightning.rules.space_violation` (gymnasium's ``Space.contains`` behind it), so that the
 verdict is always exactly that check's:
 
 * a fast path answers only ``True``, and only where ``Space.contains`` is true in every gymnasium
@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from rlightning.testing import space_violation
+from rlightning.rules import space_violation
 
 __all__ = [
     "CacheEntry",
@@ -189,7 +189,7 @@ def make_checker(space: spaces.Space[Any]) -> Checker:
 
     Returns:
         ``checker(value) -> bool``, always equal to
-        ``rlightning.testing.space_violation(space, value) is None`` (gymnasium's
+        ``rlightning.rules.space_violation(space, value) is None`` (gymnasium's
         ``space.contains(value)``, a torch tensor never being in a space).
     """
     return cache_entry(space)[1]

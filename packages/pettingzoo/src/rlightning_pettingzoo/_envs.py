@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pettingzoo import AECEnv, ParallelEnv
+from rlightning.rules import rule_error
 
 __all__ = ["describe_env", "require_aec", "require_parallel"]
 
@@ -107,16 +108,23 @@ def aec_acting_agent(env: AECEnv[Any, Any, Any]) -> Any | None:
     agents = env.agents  # a wrapper's attribute read costs ~1 us: only off the fast path
     if agent not in agents:
         if not agents:
-            raise ValueError(
-                f"{describe_env(env)}: the game is over: env.agents is empty (every agent has "
-                f"left; env.agent_selection {agent!r} names a removed agent), so no agent acts; "
-                "call env.reset() before the next step (PettingZoo AEC API: agent_iter() stops "
-                "when env.agents is empty) [rule live-agents]"
+            raise rule_error(
+                ValueError,
+                "live-agents",
+                f"{describe_env(env)}: env.agent_selection",
+                "names a removed agent: the game is over (env.agents is empty: every agent has "
+                "left), so no agent acts",
+                agent,
+                fix="call env.reset() before the next step (PettingZoo AEC API: agent_iter() "
+                "stops when env.agents is empty)",
             )
-        raise ValueError(
-            f"{describe_env(env)}: env.agent_selection {agent!r} is not in env.agents {agents}, "
-            "so it cannot act; call env.reset() (PettingZoo AEC API: only agents in env.agents "
-            "are selected) [rule live-agents]"
+        raise rule_error(
+            ValueError,
+            "live-agents",
+            f"{describe_env(env)}: env.agent_selection",
+            f"is not in env.agents {agents}, so it cannot act",
+            agent,
+            fix="call env.reset() (PettingZoo AEC API: only agents in env.agents are selected)",
         )
     return None if aec_agent_is_done(env, agent) else agent
 

@@ -5,22 +5,28 @@ two equal): the package metadata lets pip refuse an unsupported PettingZoo at in
 check here catches one that got in anyway (a source checkout, ``--no-deps``, a later upgrade of
 PettingZoo alone).
 
-* Older than the lowest supported release: an :class:`ImportError` that names the range, instead
-  of a confusing error deep inside an environment later on.
-* Newer than the highest tested release (:data:`PETTINGZOO_HIGHEST_TESTED`): the import works and
-  an :class:`UntestedVersionWarning` names the tested range. A new PettingZoo release must never
-  break ``import rlightning_pettingzoo`` for everyone the day it comes out; the declared range is
-  capped only at the next major release.
+The verdict is the core's, the one every rlightning adapter applies
+(:func:`rlightning.rules.check_framework_version`, rule ``framework-version``):
+
+* Older than the lowest supported release, or a pre-release of it (``1.24.4rc1``): an
+  :class:`ImportError` that names the range, instead of a confusing error deep inside an
+  environment later on.
+* Newer than the highest tested release (:data:`PETTINGZOO_HIGHEST_TESTED`), a 2.x beyond the
+  declared cap included: the import works and an :class:`UntestedVersionWarning` names the tested
+  range. A new PettingZoo release must never break ``import rlightning_pettingzoo`` for everyone
+  the day it comes out; the declared range is capped only at the next major release. A local
+  build counts as its release (``1.27.0+local`` is tested).
+
+``UntestedVersionWarning`` is :class:`rlightning.UntestedVersionWarning` itself, so one filter
+catches every adapter's.
 """
 
 from __future__ import annotations
 
-import warnings
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as dist_version
 
-from packaging.specifiers import SpecifierSet
-from packaging.version import InvalidVersion, Version
+from rlightning.rules import UntestedVersionWarning, check_framework_version, framework_tested_range
 
 __all__ = [
     "PETTINGZOO_HIGHEST_TESTED",
@@ -39,16 +45,7 @@ PETTINGZOO_SUPPORTED = ">=1.24.4,<2"
 PETTINGZOO_HIGHEST_TESTED = "1.27.0"
 
 #: The tested PettingZoo range (a PEP 440 specifier): ``tox -e pz-lowest`` runs the lowest.
-PETTINGZOO_TESTED = f">=1.24.4,<={PETTINGZOO_HIGHEST_TESTED}"
-
-
-class UntestedVersionWarning(UserWarning):
-    """A PettingZoo release newer than any this adapter was tested with is installed.
-
-    The import goes on; filter it with
-    ``warnings.filterwarnings("ignore", category=UntestedVersionWarning)`` once you have checked
-    the new release yourself.
-    """
+PETTINGZOO_TESTED = framework_tested_range(PETTINGZOO_SUPPORTED, PETTINGZOO_HIGHEST_TESTED)
 
 
 _INSTALL_HINT = f'install a supported one with `pip install "pettingzoo{PETTINGZOO_SUPPORTED}"`'
@@ -86,11 +83,12 @@ def installed_pettingzoo_version() -> str:
 
 
 def check_pettingzoo_version(found: str) -> None:
-    """Refuse a PettingZoo older than :data:`PETTINGZOO_SUPPORTED`; warn about an untested one.
+    """Refuse a PettingZoo :data:`PETTINGZOO_SUPPORTED` does not admit; warn about an untested one.
 
-    A pre-release of the lowest release is older than it (``1.24.4rc1`` raises); above it,
-    pre-releases and local builds count by their release number (``1.27.0+local`` is tested,
-    ``1.27.1rc1`` warns).
+    :func:`rlightning.rules.check_framework_version` for ``rlightning-pettingzoo``: the verdict
+    of every rlightning adapter. A pre-release of the lowest release is older than it
+    (``1.24.4rc1`` raises); a local build counts as its release (``1.27.0+local`` is tested);
+    newer releases warn (``1.27.1rc1``, ``1.28.0``, ``2.0.0``).
 
     Args:
         found: A PettingZoo version string, e.g. ``"1.27.0"``.
@@ -101,35 +99,15 @@ def check_pettingzoo_version(found: str) -> None:
             and the version found. The import goes on.
 
     Raises:
-        ImportError: ``found`` is older than the lowest supported release, or is not a valid
-            version; the message names the range, the version found and how to install a
-            supported one.
+        ImportError: ``found`` is older than the lowest supported release (or a pre-release of
+            it), or is not a valid version; the message names the range, the version found and
+            how to install a supported one.
     """
-    try:
-        parsed = Version(found)
-    except InvalidVersion as exc:
-        raise ImportError(
-            f"rlightning-pettingzoo supports PettingZoo {PETTINGZOO_SUPPORTED}, but the installed "
-            f"PettingZoo reports the invalid version {found!r}; {_INSTALL_HINT}"
-        ) from exc
-    release = Version(parsed.base_version)
-    lowest = SpecifierSet(
-        ",".join(
-            str(spec)
-            for spec in SpecifierSet(PETTINGZOO_SUPPORTED)
-            if spec.operator in (">=", ">", "==", "~=")
-        )
+    check_framework_version(
+        "rlightning-pettingzoo",
+        "pettingzoo",
+        found,
+        PETTINGZOO_SUPPORTED,
+        PETTINGZOO_HIGHEST_TESTED,
+        stacklevel=2,
     )
-    if not lowest.contains(parsed, prereleases=True):
-        raise ImportError(
-            f"rlightning-pettingzoo supports PettingZoo {PETTINGZOO_SUPPORTED}, but PettingZoo "
-            f"{found} is installed; {_INSTALL_HINT}"
-        )
-    if release > Version(PETTINGZOO_HIGHEST_TESTED):
-        warnings.warn(
-            f"rlightning-pettingzoo is tested with PettingZoo {PETTINGZOO_TESTED}, but PettingZoo "
-            f"{found} is installed; it may work, but nothing has checked that it does. If it "
-            f'misbehaves, install a tested one with `pip install "pettingzoo{PETTINGZOO_TESTED}"`',
-            UntestedVersionWarning,
-            stacklevel=2,
-        )

@@ -16,13 +16,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from gymnasium import spaces
-
 from rlightning import MultiAgentPolicyResponse
-from rlightning.rules import describe, mask_violation, space_violation
+from rlightning.rules import (
+    check_action,
+    check_action_allowed,
+    check_live_agents,
+    response_type_error,
+    takes_action_mask,
+)
 from rlightning_pettingzoo._envs import aec_acting_agent, describe_env, require_aec
 from rlightning_pettingzoo.masks import find_action_mask
-from rlightning_pettingzoo.parallel import _not_multi_agent_message
+from rlightning_pettingzoo.parallel import _how_to_make
 
 __all__ = ["aec_action"]
 
@@ -67,46 +71,50 @@ def aec_action(
     agent = aec_acting_agent(env)
     if agent is None:
         if response is not None and not isinstance(response, MultiAgentPolicyResponse):
-            raise TypeError(
-                "response must be a MultiAgentPolicyResponse or None, "
-                f"got {type(response).__name__}"
+            raise response_type_error(
+                response,
+                multi_agent=True,
+                subject="response for a finished agent",
+                fix="pass None (a terminated or truncated agent steps None) or a "
+                "MultiAgentPolicyResponse",
             )
         return None
     if not isinstance(response, MultiAgentPolicyResponse):
-        raise TypeError(
-            _not_multi_agent_message(
+        raise response_type_error(
+            response,
+            multi_agent=True,
+            subject=f"response for live agent {agent!r}",
+            fix=_how_to_make(
                 response,
                 why=f"an AEC env's response holds the acting agent's action keyed by its id "
                 f"(action={{{agent!r}: ...}})",
-                subject=f"response for live agent {agent!r}",
-            )
+            ),
         )
     actions: dict[Any, Any] = response.action
-    if agent not in actions:
-        raise ValueError(
-            f"{_where(env, response)}: no action for agent {agent!r}, the env.agent_selection "
-            f"that acts now; got actions for {list(actions)} [rule live-agents]"
-        )
+    where = _where(env, response)
+    # Rule live-agents with env.agent_selection the one live agent; the others' actions are
+    # ignored (allow_inactive): in AEC only env.agent_selection acts.
+    check_live_agents(
+        actions,
+        [agent],
+        subject=f"{where}: response.action",
+        allow_inactive=True,
+        expected=f"an action for agent {agent!r}, the env.agent_selection that acts now",
+    )
     action = actions[agent]
     space = env.action_space(agent)
-    reason = space_violation(space, action)
-    if reason is not None:
-        raise ValueError(
-            f"{_where(env, response)}: action for agent {agent!r} is not in {space}: {reason}; got "
-            f"{describe(action)} [rule action-in-space]"
-        )
-    if check_mask:
+    check_action(space, action, f"{where}: action for agent {agent!r}")
+    if check_mask and takes_action_mask(space):
         mask = find_action_mask(agent, {agent: env.observe(agent)}, env.infos)
-        if mask is not None and (
-            isinstance(space, spaces.Discrete)
-            or (isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1)
-        ):
-            reason = mask_violation(space, mask, action, subject=f"action mask of agent {agent!r}")
-            if reason is not None:
-                raise ValueError(
-                    f"{_where(env, response)}: action {describe(action)} for agent {agent!r} "
-                    f"is illegal now: {reason} [rule action-mask]"
-                )
+        if mask is not None:
+            check_action_allowed(
+                space,
+                mask,
+                action,
+                layout="gymnasium",
+                subject=f"{where}: agent {agent!r} action",
+                mask_subject=f"action mask of agent {agent!r}",
+            )
     return action
 
 

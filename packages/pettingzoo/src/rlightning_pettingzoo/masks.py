@@ -9,7 +9,10 @@ read, in this order, by ``pettingzoo.test.api_test`` and ``parallel_test.sample_
 
 A mask holds 1 for a legal action and 0 for an illegal one, in gymnasium's
 ``Space.sample(mask=...)`` format: shape ``(n,)`` for ``Discrete(n)``, a tuple of per-dimension
-arrays for ``MultiDiscrete``.
+arrays for ``MultiDiscrete``; ``MultiBinary(n)`` has sb3-contrib's ``(2 * n,)`` layout (entries
+``2i`` and ``2i + 1`` allow element ``i`` to be 0 and 1), since gymnasium's ``(n,)`` MultiBinary
+"mask" forces values instead of listing legal ones. Which masks are read, and how they are
+judged, is :mod:`rlightning.rules`' (``takes_action_mask``, ``check_action_mask``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from gymnasium import spaces
 
 from pettingzoo import AECEnv, ParallelEnv
 from rlightning import MultiAgentPolicyResponse
-from rlightning.rules import check_action_mask
+from rlightning.rules import check_action_mask, takes_action_mask
 from rlightning.types import response_from_checked
 from rlightning_pettingzoo._envs import aec_acting_agent, describe_env, is_aec
 
@@ -66,13 +69,16 @@ def _checked_action_mask(space: spaces.Space[Any], mask: Any, agent: Any, env: A
     """Check ``agent``'s action mask against its action space; return it in gymnasium's format.
 
     The rule is :func:`rlightning.rules.check_action_mask` (``action-mask``), the same one
-    :func:`rlightning.testing.check_multi_agent_policy_response` applies: for ``Discrete(n)`` a
-    mask of shape ``(n,)`` holding only 0 and 1 (so 0.5, NaN or 2 is refused, never read as
-    "allowed"); for a 1-D ``MultiDiscrete`` a tuple of such masks, one per dimension. Masks of
-    other spaces are returned unchecked (gymnasium's ``MultiBinary.sample(mask=...)`` takes
-    0/1/2 "force 0, force 1, random" entries, not legal-action masks). Used by
-    :func:`sample_response`, :func:`aec_action`, :func:`respond` and
-    :class:`SharedPolicyAdapter` alike.
+    :func:`rlightning.testing.check_multi_agent_policy_response` applies, on the spaces
+    :func:`rlightning.rules.takes_action_mask` names: for ``Discrete(n)`` a mask of shape
+    ``(n,)`` holding only 0 and 1 (so 0.5, NaN or 2 is refused, never read as "allowed"); for a
+    1-D ``MultiDiscrete`` a tuple of such masks, one per dimension; for a 1-D ``MultiBinary(n)``
+    sb3-contrib's ``(2 * n,)`` layout (gymnasium's own ``MultiBinary.sample(mask=...)`` takes
+    0/1/2 "force 0, force 1, random" entries, not legal-action masks); a multi-dimensional
+    ``MultiDiscrete`` or ``MultiBinary`` has no mask (refused). Masks of other spaces (``Box``,
+    ``Dict``, ...) are returned unchecked: they are no legal-action masks and nothing reads them
+    as such. Used by :func:`sample_response`, :func:`respond` and :class:`SharedPolicyAdapter`
+    alike (``aec_action`` asks the same two functions).
 
     Args:
         space: ``env.action_space(agent)``.
@@ -82,21 +88,18 @@ def _checked_action_mask(space: spaces.Space[Any], mask: Any, agent: Any, env: A
 
     Returns:
         For Discrete, an int8 array of shape ``(n,)``; for 1-D MultiDiscrete, a tuple of such
-        arrays (the dtype gymnasium's ``Space.sample(mask=...)`` requires); otherwise ``mask``
-        unchanged. None when the mask allows no action (rule ``no-legal-action``): the agent
-        waits (the waiting player of a turn-based game in parallel form) and gets the action
-        None.
+        arrays (the dtype gymnasium's ``Space.sample(mask=...)`` requires); for 1-D MultiBinary
+        an int8 array of shape ``(2 * n,)`` (:func:`_sample_masked` turns it into gymnasium's
+        sampling mask); otherwise ``mask`` unchanged. None when the mask allows no action (rule
+        ``no-legal-action``): the agent waits (the waiting player of a turn-based game in
+        parallel form) and gets the action None.
 
     Raises:
         TypeError: the mask's kind or dtype is wrong (names the env and the agent).
         ValueError: the mask breaks the rule (names the env, the agent, the mask and what is
             wrong).
     """
-    if not (
-        type(space) is spaces.Discrete
-        or isinstance(space, spaces.Discrete)
-        or (isinstance(space, spaces.MultiDiscrete) and space.nvec.ndim == 1)
-    ):
+    if not takes_action_mask(space):
         return mask
     try:
         checked = check_action_mask(
@@ -109,6 +112,22 @@ def _checked_action_mask(space: spaces.Space[Any], mask: Any, agent: Any, env: A
     if isinstance(checked, tuple):
         return tuple(part.view(np.int8) for part in checked)
     return checked.view(np.int8)
+
+
+def _sample_masked(space: spaces.Space[Any], mask: Any) -> Any:
+    """``space.sample(mask=...)`` with a mask checked by :func:`_checked_action_mask`.
+
+    Discrete and MultiDiscrete take the checked mask as gymnasium does. For a 1-D
+    ``MultiBinary(n)`` the legal-action mask (entries ``2i``, ``2i + 1``: value 0, value 1 of
+    element ``i`` legal) becomes gymnasium's per-element sampling mask: 2 (either value, drawn
+    at random) where both are legal, else the one legal value (a mask with neither was refused:
+    the agent waits). So the action is drawn uniformly over the legal ones, as
+    ``MultiBinary.sample()`` draws every element when all are legal.
+    """
+    if isinstance(space, spaces.MultiBinary):
+        zero, one = mask[0::2].astype(bool), mask[1::2].astype(bool)
+        return space.sample(mask=np.where(zero & one, 2, one).astype(np.int8))
+    return space.sample(mask=mask)
 
 
 # Space type -> is it a gymnasium Dict space. spaces.Dict is also a typing.Mapping, so a plain
@@ -229,7 +248,7 @@ def sample_response(
         else:
             masked = True
             mask = _checked_action_mask(space, mask, agent, env)
-            actions[agent] = None if mask is None else space.sample(mask=mask)
+            actions[agent] = None if mask is None else _sample_masked(space, mask)
     if masked:
         return MultiAgentPolicyResponse(env_id, action=actions, action_mask=masks)
     return _response(env_id, actions)

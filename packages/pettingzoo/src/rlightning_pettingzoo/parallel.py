@@ -20,19 +20,21 @@ from typing import Any
 from pettingzoo import ParallelEnv
 from rlightning import MultiAgentPolicyResponse, PolicyResponse
 from rlightning.rules import (
+    SHARED_FIELDS,
     STAMP_FIELDS,
     MaskLayout,
+    check_action,
     check_action_mask,
+    check_live_agents,
+    check_per_agent_field,
     describe,
-    space_violation,
+    response_type_error,
 )
 from rlightning_pettingzoo._checks import _CACHES as _CHECKER_CACHES
 from rlightning_pettingzoo._checks import cache_entry, checker_cache
 from rlightning_pettingzoo._envs import describe_env, require_parallel
 
 __all__ = ["InactiveAgentActionWarning", "from_parallel_actions", "to_parallel_actions"]
-
-# The timing stamps of a response (rlightning.types.policy_response): shared, never per agent.
 
 
 class InactiveAgentActionWarning(UserWarning):
@@ -103,7 +105,7 @@ def to_parallel_actions(
         {'agent_0': 1, 'agent_1': 1, 'agent_2': 1}
     """
     if not isinstance(response, MultiAgentPolicyResponse):
-        raise TypeError(_not_multi_agent_message(response))
+        raise response_type_error(response, multi_agent=True, fix=_how_to_make(response))
     if not isinstance(env, ParallelEnv):
         require_parallel(env, "to_parallel_actions()")  # raises the TypeError
     live = env.agents
@@ -147,26 +149,28 @@ def to_parallel_actions(
 def _checked_parallel_actions(
     response: MultiAgentPolicyResponse, env: Any, drop_inactive: bool
 ) -> dict[Any, Any]:
-    """The checks of :func:`to_parallel_actions` one by one, each failure with its own error."""
+    """The checks of :func:`to_parallel_actions` one by one, each failure with its own error.
+
+    The liveness rules are :func:`rlightning.rules.check_live_agents` (``env.agents`` is the
+    live set, a waiting agent included), the membership rule
+    :func:`rlightning.rules.check_action`.
+    """
     live = list(env.agents)
     actions: dict[Any, Any] = response.action
     where = f"{describe_env(env)} (response env_id={response.env_id!r})"
-    missing = [agent for agent in live if agent not in actions]
-    if missing:
-        raise ValueError(
-            f"{where}: no action for live agent(s) {missing}; a parallel step() takes an action "
-            f"for every agent in env.agents {live}; got actions for {list(actions)} "
-            "[rule live-agents]"
+    inactive = tuple(
+        check_live_agents(
+            actions,
+            live,
+            subject=f"{where}: response.action",
+            allow_inactive=drop_inactive,
+            expected=f"an action for every agent of env.agents {live} (a parallel step() takes "
+            "one for each; None for an agent that waits)",
+            inactive_fix="drop them (a terminated, truncated or unknown agent takes no action), "
+            "or pass drop_inactive=True",
         )
-    live_set = set(live)
-    inactive = tuple(agent for agent in actions if agent not in live_set)
+    )
     if inactive:
-        if not drop_inactive:
-            raise ValueError(
-                f"{where}: action(s) for agent(s) {list(inactive)} not in env.agents {live} "
-                "(terminated, truncated or unknown agents take no action); drop them, or pass "
-                "drop_inactive=True [rule no-inactive-action]"
-            )
         warnings.warn(
             InactiveAgentActionWarning(
                 f"{where}: dropped action(s) for agent(s) {list(inactive)}, not in env.agents",
@@ -183,12 +187,7 @@ def _checked_parallel_actions(
         if action is None and _waits(space, masks, agent):
             out[agent] = None  # no legal action: the agent waits (rule no-legal-action)
             continue
-        reason = space_violation(space, action)
-        if reason is not None:
-            raise ValueError(
-                f"{where}: action for agent {agent!r} is not in {space}: {reason}; got "
-                f"{describe(action)} [rule action-in-space]"
-            )
+        check_action(space, action, f"{where}: action for agent {agent!r}")
         out[agent] = action
     return out
 
@@ -246,61 +245,61 @@ def from_parallel_actions(
             f"{list(actions)} and as the per-agent field action= "
             f"{describe(per_agent_fields['action'])}; pass them once, as the first argument"
         )
-    stamps = sorted(STAMP_FIELDS.intersection(per_agent_fields))
-    if stamps:
+    shared = sorted(SHARED_FIELDS.intersection(per_agent_fields))
+    if shared:
+        name = shared[0]
+        what = (
+            "a timing stamp, one value per response (nanoseconds since the epoch)"
+            if name in STAMP_FIELDS
+            else "one value per response (the policy weights that produced it)"
+        )
         raise ValueError(
-            f"{stamps[0]!r} is a timing stamp, one value per response (nanoseconds since the "
-            f"epoch), not a per-agent field; got {describe(per_agent_fields[stamps[0]])}. "
-            "Per-agent stamps would make the latency methods return 0.0 (as "
-            "MultiAgentPolicyResponse.from_agents refuses differing stamps); set it on the "
-            "returned response instead (response.ts_env_sent_ns = ..., response.mark_policy_sent())"
+            f"{name!r} is {what}, not a per-agent field; got "
+            f"{describe(per_agent_fields[name])}. Per-agent values would make the latency "
+            "methods return 0.0 and break MultiAgentPolicyResponse.from_agents, which shares "
+            "them (rlightning.rules.SHARED_FIELDS); set it on the returned response instead "
+            f"(response.{name} = ..., response.mark_policy_sent())"
         )
     data: dict[str, Any] = {"action": dict(actions)}
+    agents = actions.keys()
     for name, field in per_agent_fields.items():
         if not isinstance(field, Mapping):
             raise TypeError(
                 f"per-agent field {name!r} must be a mapping {{agent_id: value}}, "
                 f"got {type(field).__name__}"
             )
-        if field.keys() != actions.keys():
-            missing = [a for a in actions if a not in field]
-            extra = [a for a in field if a not in actions]
-            raise ValueError(
-                f"per-agent field {name!r} must be keyed by the agents of actions "
-                f"{list(actions)}: missing {missing}, extra {extra}"
-            )
+        check_per_agent_field(
+            name, field, agents, subject="from_parallel_actions(): ", declared=True
+        )
         data[name] = dict(field)
     return MultiAgentPolicyResponse(env_id, **data)
 
 
-def _not_multi_agent_message(
+_HOW = (
+    "make one with MultiAgentPolicyResponse(env_id, action={agent: action, ...}) (one action "
+    "per agent of env.agents; other fields per-agent as dicts keyed by the same agents), or "
+    "MultiAgentPolicyResponse.from_agents(env_id, {agent: response, ...}) from one "
+    "single-agent PolicyResponse per agent"
+)
+
+
+def _how_to_make(
     response: object,
     why: str = (
         "a parallel env steps every agent at once, so the response needs one action per agent"
     ),
-    subject: str = "response",
 ) -> str:
-    """The ``TypeError`` message for a response that is not a :class:`MultiAgentPolicyResponse`.
+    """The fix of rule ``response-type`` for a response that is not multi-agent.
 
     Used by :func:`to_parallel_actions` and ``aec_action``.
 
     Args:
         response: What was given instead of a :class:`MultiAgentPolicyResponse`.
         why: Why the caller needs a multi-agent response (said for a single-agent one).
-        subject: What the message calls the argument.
 
     Returns:
-        The message: what was given, and how to make a multi-agent response from it.
+        How to make a multi-agent response from it.
     """
-    how = (
-        "make one with MultiAgentPolicyResponse(env_id, action={agent: action, ...}) (one action "
-        "per agent of env.agents; other fields per-agent as dicts keyed by the same agents), or "
-        "MultiAgentPolicyResponse.from_agents(env_id, {agent: response, ...}) from one "
-        "single-agent PolicyResponse per agent"
-    )
     if isinstance(response, PolicyResponse):
-        return (
-            f"{subject} must be a MultiAgentPolicyResponse, got a single-agent PolicyResponse "
-            f"(env_id={response.env_id!r}, fields {list(response.to_dict())}): {why}; {how}"
-        )
-    return f"{subject} must be a MultiAgentPolicyResponse, got {type(response).__name__}; {how}"
+        return f"{why}; {_HOW}"
+    return _HOW

@@ -16,10 +16,12 @@ sb3-contrib's ``MaskablePPO``, ...: any ``BaseAlgorithm``), driven through
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rlightning import MultiAgentPolicyResponse, PolicyResponse
+from rlightning.rules import check_env_id, check_env_id_matches, check_has_action
 from rlightning_pettingzoo._envs import aec_acting_agent, describe_env, is_aec, require_parallel
 from rlightning_pettingzoo._sb3 import (
     is_sb3_model,
@@ -66,14 +68,10 @@ def _call_policy(
             "returns an action or a single-agent PolicyResponse"
         )
     if isinstance(answer, PolicyResponse):
-        if answer.env_id is not None and answer.env_id != env_id:
-            raise ValueError(
-                f"policy for agent {agent!r} returned env_id={answer.env_id!r}, expected "
-                f"{env_id!r} (or None)"
-            )
+        subject = f"the PolicyResponse the policy for agent {agent!r} returned"
+        check_env_id_matches(answer.env_id, env_id, subject)
         fields = answer.to_dict()
-        if "action" not in fields:
-            raise ValueError(f"policy for agent {agent!r} returned a PolicyResponse with no action")
+        check_has_action(fields, subject)
         return fields
     return {"action": answer}
 
@@ -170,6 +168,64 @@ def _model_space_message(env: Any, agent: Any, space: Any, model: Any, reason: s
     )
 
 
+#: Per model, ``{agent: (observation space, action space, the model's two)}`` of the agents
+#: :func:`_check_model_fits` has passed: checked again only when one of the four space objects
+#: changes (PettingZoo requires ``observation_space(agent)`` and ``action_space(agent)`` to
+#: return the same object every call). :func:`respond` keeps them here; each
+#: :class:`SharedPolicyAdapter` keeps its own.
+_FITTED: weakref.WeakKeyDictionary[Any, dict[Any, tuple[Any, Any, Any, Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _check_model_fits(
+    env: Any, model: Any, agents: Sequence[Any], fitted: dict[Any, tuple[Any, Any, Any, Any]]
+) -> None:
+    """Refuse an SB3 model whose spaces do not fit an agent's (what a model may act for).
+
+    The one check of :func:`respond` and :class:`SharedPolicyAdapter`, run before the model
+    sees a batch: each agent's observation space must fit the model's
+    (:func:`rlightning_sb3.observation_space_mismatch`, SB3's ``obs_to_tensor`` rules), and
+    its action space must equal the model's (an SB3 model acts in its own ``action_space``: a
+    ``Box(-1, 1)`` model clips and scales to ``[-1, 1]``, so its actions for a ``Box(-3, 3)``
+    agent would be elements of the wrong space, silently). Passed agents are remembered in
+    ``fitted`` with the space objects they were checked with.
+
+    Raises:
+        ValueError: naming the agent, the env and both spaces.
+    """
+    model_obs, model_act = model.observation_space, model.action_space
+    unchecked = []
+    for agent in agents:
+        obs_space = env.observation_space(agent)
+        act_space = env.action_space(agent)
+        known = fitted.get(agent)
+        if (
+            known is None
+            or known[0] is not obs_space
+            or known[1] is not act_space
+            or known[2] is not model_obs
+            or known[3] is not model_act
+        ):
+            unchecked.append((agent, obs_space, act_space))
+    if not unchecked:
+        return
+    from rlightning_sb3 import observation_space_mismatch
+
+    for agent, obs_space, act_space in unchecked:
+        reason = observation_space_mismatch(obs_space, model_obs)
+        if reason is not None:
+            raise ValueError(_model_space_message(env, agent, obs_space, model, reason))
+        if act_space != model_act:
+            raise ValueError(
+                f"agent {agent!r} of {describe_env(env)} acts in {act_space}, but the model "
+                f"({type(model).__name__}) acts in {model_act} (PettingZoo: an agent's action "
+                "is an element of env.action_space(agent); an SB3 model acts in its own "
+                "action_space, so its actions would not be the agent's)"
+            )
+        fitted[agent] = (obs_space, act_space, model_obs, model_act)
+
+
 def respond(
     env: Any,
     observations: Mapping[Any, Any],
@@ -181,8 +237,13 @@ def respond(
 ) -> MultiAgentPolicyResponse:
     """Ask each acting agent's own policy for its action; return one multi-agent response.
 
-    Agents whose policy is the same SB3 model object are run together in one batched call of
-    :meth:`rlightning_sb3.SB3PolicyAdapter.act` (one row per agent, in the order of the acting
+    An SB3 model acts only for agents whose spaces fit its own: the agent's observation space
+    fits the model's (``rlightning_sb3.observation_space_mismatch``) and its action space equals
+    the model's (a ``Box(-1, 1)`` model's actions are no elements of a ``Box(-3, 3)`` agent's
+    space), the very check :class:`SharedPolicyAdapter` applies, run for every model before any
+    policy is asked. Agents whose policy is the same SB3 model object are run together in one
+    batched call of :meth:`rlightning_sb3.SB3PolicyAdapter.act` (one row per agent, in the order
+    of the acting
     agents), so each agent gets exactly what SB3's own rollout collection gives an env: with
     ``deterministic=False`` sampling, DQN's epsilon-greedy, the ``learning_starts`` warm-up and
     action noise drawn per agent; with ``deterministic=True`` what ``model.predict(...,
@@ -221,11 +282,16 @@ def respond(
         ValueError: an AEC env's game is over (``env.agents`` is empty: call ``env.reset()``)
             or its ``env.agent_selection`` is not in ``env.agents``; an acting agent has no
             observation or no policy (names the agents); an acting agent's action mask breaks
-            the ``action-mask`` rule (names the agent); an SB3 model's batch fails because an
-            agent's observation does not fit ``env.observation_space(agent)`` or that space
-            does not fit the model's (names the agent); or a returned response has another
-            ``env_id`` or no action.
+            the ``action-mask`` rule (names the agent); an SB3 model's observation or action
+            space does not fit an agent's it is asked to act for (names the agent and both
+            spaces; checked before any policy runs, as :class:`SharedPolicyAdapter` checks);
+            an SB3 model's batch fails because an agent's observation does not fit
+            ``env.observation_space(agent)`` (names the agent); or a returned response has
+            another ``env_id`` (rule ``env-id``) or no action (rule ``has-action``).
+        TypeError: also ``env_id`` is neither a str nor None (rule ``env-id``), raised before
+            any policy is asked.
     """
+    check_env_id(env_id)  # before any policy runs (an SB3 model's act advances its state)
     agents = _acting_agents(env)
     _require_entries(observations, agents, "observations", env)
     _require_entries(policies, agents, "policies", env)
@@ -233,6 +299,7 @@ def respond(
     masks = {agent: find_action_mask(agent, observations, infos) for agent in agents}
     checked = dict(zip(agents, _checked_masks(agents, list(masks.values()), env), strict=True))
     groups: dict[int, list[Any]] = {}
+    called: list[Any] = []
     for agent in agents:
         if checked[agent] is _WAITS:
             per_agent[agent] = {"action": None}  # no legal action: no policy is asked
@@ -241,12 +308,21 @@ def respond(
         if is_sb3_model(policy):
             groups.setdefault(id(policy), []).append(agent)
         elif callable(policy):
-            per_agent[agent] = _call_policy(policy, agent, observations[agent], env_id)
+            called.append(agent)
         else:
             raise TypeError(
                 f"policy for agent {agent!r} must be an SB3 model or a callable "
                 f"(observation) -> action | PolicyResponse, got {type(policy).__name__}"
             )
+    # Every check before any policy is asked (an SB3 model's act advances its RNG and state).
+    for group in groups.values():
+        model = policies[group[0]]
+        fitted = _FITTED.get(model)
+        if fitted is None:
+            fitted = _FITTED[model] = {}
+        _check_model_fits(env, model, group, fitted)  # SharedPolicyAdapter's check
+    for agent in called:
+        per_agent[agent] = _call_policy(policies[agent], agent, observations[agent], env_id)
     for group in groups.values():
         model = policies[group[0]]
         rows = _sb3_rows(
@@ -320,7 +396,7 @@ class SharedPolicyAdapter:
                 f"got {type(model).__name__}"
             )
         self.model = model
-        self._checked: dict[Any, tuple[int, int]] = {}
+        self._fitted: dict[Any, tuple[Any, Any, Any, Any]] = {}
 
     def agent_order(self, env: Any) -> list[Any]:
         """The live agents in the stable batch order (see the class docstring).
@@ -342,18 +418,19 @@ class SharedPolicyAdapter:
         return ordered
 
     def _check_homogeneous(self, env: Any, agents: Sequence[Any]) -> None:
-        """Check each agent once per pair of space objects (see the class docstring).
+        """One observation space for all agents, and spaces that fit the model.
 
-        One observation space for all agents, one the model takes
-        (:func:`observation_space_mismatch`), and the model's action space.
+        The fit is :func:`_check_model_fits`, the check :func:`respond` applies to every SB3
+        model it asks: each agent's observation space fits the model's
+        (:func:`observation_space_mismatch`) and its action space is the model's. Each agent is
+        checked once per set of space objects.
         """
+        fitted = self._fitted
         reference = env.observation_space(agents[0])
-        unchecked: list[tuple[Any, Any, Any, tuple[int, int]]] = []
         for agent in agents:
             obs_space = env.observation_space(agent)
-            act_space = env.action_space(agent)
-            key = (id(obs_space), id(act_space))
-            if self._checked.get(agent) == key:
+            known = fitted.get(agent)
+            if known is not None and known[0] is obs_space:
                 continue
             if obs_space != reference:
                 raise ValueError(
@@ -361,21 +438,7 @@ class SharedPolicyAdapter:
                     f"{obs_space}, agent {agents[0]!r} observes {reference}; a shared policy "
                     "needs one observation space (use respond() with a policy per agent type)"
                 )
-            unchecked.append((agent, obs_space, act_space, key))
-        if unchecked:
-            from rlightning_sb3 import observation_space_mismatch
-        for agent, obs_space, act_space, key in unchecked:
-            reason = observation_space_mismatch(obs_space, self.model.observation_space)
-            if reason is not None:
-                raise ValueError(_model_space_message(env, agent, obs_space, self.model, reason))
-            if act_space != self.model.action_space:
-                raise ValueError(
-                    f"agent {agent!r} of {describe_env(env)} acts in {act_space}, but the shared "
-                    f"model acts in {self.model.action_space} (PettingZoo: an agent's action is "
-                    "an element of env.action_space(agent); an SB3 model acts in its own "
-                    "action_space)"
-                )
-            self._checked[agent] = key
+        _check_model_fits(env, self.model, agents, fitted)
 
     def act(
         self,

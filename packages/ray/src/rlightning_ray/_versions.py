@@ -4,17 +4,23 @@ The range is declared twice, here and in ``packages/ray/pyproject.toml`` (a test
 equal): the metadata lets pip refuse an unsupported Ray at install time, the check here catches
 one that got in anyway (a source checkout, ``--no-deps``, a later upgrade of Ray alone).
 
-* Older than the lowest supported release: an :class:`ImportError` naming the range.
-* Newer than the highest tested release (:data:`RAY_HIGHEST_TESTED`): the import works and an
-  :class:`UntestedVersionWarning` names the tested range, as the other rlightning adapters do.
+The verdict is the core's, the one every rlightning adapter applies
+(:func:`rlightning.rules.check_framework_version`, rule ``framework-version``):
+
+* Older than the lowest supported release, or a pre-release of it (``2.60.0rc1``): an
+  :class:`ImportError` naming the range.
+* Newer than the highest tested release (:data:`RAY_HIGHEST_TESTED`), a Ray 3 beyond the
+  declared cap included: the import works and an :class:`UntestedVersionWarning` names the
+  tested range, as the other rlightning adapters do (``docs/compatibility.md``). A local build
+  counts as its release (``2.60.0+local`` is tested).
+
+``UntestedVersionWarning`` is :class:`rlightning.UntestedVersionWarning` itself, so one filter
+catches every adapter's.
 """
 
 from __future__ import annotations
 
-import warnings
-
-from packaging.specifiers import SpecifierSet
-from packaging.version import InvalidVersion, Version
+from rlightning.rules import UntestedVersionWarning, check_framework_version
 
 __all__ = ["RAY_HIGHEST_TESTED", "RAY_SUPPORTED", "UntestedVersionWarning", "check_ray_version"]
 
@@ -25,39 +31,30 @@ RAY_SUPPORTED = ">=2.60.0,<3"
 RAY_HIGHEST_TESTED = "2.60.0"
 
 
-class UntestedVersionWarning(UserWarning):
-    """A Ray release newer than any this package was tested with is installed."""
-
-
 def check_ray_version(installed: str) -> None:
-    """Refuse a Ray older than :data:`RAY_SUPPORTED`; warn for one newer than tested.
+    """Refuse a Ray :data:`RAY_SUPPORTED` does not admit; warn for one newer than tested.
+
+    :func:`rlightning.rules.check_framework_version` for ``rlightning-ray``: the verdict of
+    every rlightning adapter.
 
     Args:
         installed: The installed Ray version, e.g. ``ray.__version__``.
 
+    Warns:
+        UntestedVersionWarning: ``installed`` is newer than :data:`RAY_HIGHEST_TESTED` (a Ray 3
+            included); the import goes on.
+
     Raises:
-        ImportError: ``installed`` is not a version, or is outside :data:`RAY_SUPPORTED`.
+        ImportError: ``installed`` is not a version, or is older than the lowest supported
+            release (or a pre-release of it).
 
     Examples:
         >>> check_ray_version("2.60.0")
         >>> check_ray_version("2.9.0")
         Traceback (most recent call last):
         ...
-        ImportError: rlightning-ray needs ray>=2.60.0,<3; ray 2.9.0 is installed: install a supported one with `pip install "ray>=2.60.0,<3"`
+        ImportError: the installed ray is older than the lowest release rlightning-ray supports; got '2.9.0'; expected ray>=2.60.0,<3; fix: `pip install "ray>=2.60.0,<3"` [rule framework-version]
     """  # noqa: E501  (doctest output is one line)
-    hint = f'install a supported one with `pip install "ray{RAY_SUPPORTED}"`'
-    try:
-        parsed = Version(installed)
-    except InvalidVersion as exc:
-        raise ImportError(f"cannot read the installed ray version {installed!r}: {hint}") from exc
-    if parsed not in SpecifierSet(RAY_SUPPORTED, prereleases=True):
-        raise ImportError(
-            f"rlightning-ray needs ray{RAY_SUPPORTED}; ray {installed} is installed: {hint}"
-        )
-    if parsed > Version(RAY_HIGHEST_TESTED):
-        warnings.warn(
-            f"ray {installed} is newer than the tested range >=2.60.0,<={RAY_HIGHEST_TESTED}; "
-            f'if something breaks, `pip install "ray=={RAY_HIGHEST_TESTED}"`',
-            UntestedVersionWarning,
-            stacklevel=3,
-        )
+    check_framework_version(
+        "rlightning-ray", "ray", installed, RAY_SUPPORTED, RAY_HIGHEST_TESTED, stacklevel=2
+    )

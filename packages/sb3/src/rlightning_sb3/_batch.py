@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from rlightning import PolicyResponse, ResponseBatch
-from rlightning.rules import as_bools, check_stamp
+from rlightning.rules import as_bools, check_env_ids, check_stamp
 
 __all__ = [
     "order_responses",
@@ -28,13 +28,19 @@ def _duplicates(ids: Sequence[Any]) -> list[Any]:
     return [env_id for env_id, count in Counter(ids).items() if count > 1]
 
 
+#: What ``env_ids`` may be (SB3's ``predict`` rule), said when it is neither.
+_ENV_IDS_KINDS = "a str (one unbatched observation) or a sequence of str (one per row of a batch)"
+
+
 def resolve_env_ids(env_ids: object, n_envs: int, vectorized: bool) -> list[str]:
     """Check ``env_ids`` against the observation batch and return them as a list.
 
     Follows SB3's ``predict`` rule for what counts as one observation or a batch
     (``BasePolicy.is_vectorized_observation``): a single unbatched observation takes one ``str``
     env id; a batch of ``n_envs`` observations takes a sequence of ``n_envs`` distinct ``str`` ids,
-    one per row, in row order.
+    one per row, in row order. The ids are judged by rule ``env-id``
+    (:func:`rlightning.rules.check_env_ids`): a str or a str subclass by ``type()``, never
+    converted.
 
     Args:
         env_ids: What the caller passed.
@@ -45,46 +51,36 @@ def resolve_env_ids(env_ids: object, n_envs: int, vectorized: bool) -> list[str]
         The ids as a list of length ``n_envs``.
 
     Raises:
-        TypeError: an id is not a str, or ``env_ids`` is neither a str nor a sequence of str.
-        ValueError: the number of ids differs from the batch size, an id repeats, or a single
-            str id comes with a batch (or a sequence of ids with an unbatched observation).
+        TypeError: an id is not a str, or ``env_ids`` is neither a str nor a sequence of str
+            (rule ``env-id``).
+        ValueError: the number of ids differs from the batch size, an id repeats (rule
+            ``env-id``), or a single str id comes with a batch (or a sequence of ids with an
+            unbatched observation).
     """
-    if isinstance(env_ids, str):
+    if isinstance(env_ids, str) and issubclass(type(env_ids), str):
         if vectorized:
             raise ValueError(
                 f"env_ids is the single str {env_ids!r} but the observation is a batch of "
                 f"{n_envs}; pass one env id per row, e.g. a list of {n_envs} str"
             )
         return [env_ids]
-    if isinstance(env_ids, np.ndarray) and env_ids.ndim == 1:
-        env_ids = env_ids.tolist()
-    if not isinstance(env_ids, Sequence) or isinstance(env_ids, bytes):
-        raise TypeError(
-            f"env_ids must be a str (one unbatched observation) or a sequence of str (one per "
-            f"row of a batch), got {type(env_ids).__name__} {env_ids!r}"
-        )
-    ids = list(env_ids)
-    if not vectorized:
+    several = (
+        isinstance(env_ids, Sequence) and not isinstance(env_ids, (str, bytes, bytearray))
+    ) or (isinstance(env_ids, np.ndarray) and env_ids.ndim == 1)
+    if not vectorized and several:
+        given = list(cast("Sequence[Any]", env_ids))
         raise ValueError(
             f"the observation is a single unbatched observation but env_ids is a sequence "
-            f"{ids!r}; pass one str env id (SB3's predict rule), or batch the observation as "
-            f"shape (1, *obs_shape)"
+            f"{given!r}; pass one str env id (SB3's predict rule), or batch the observation as "
+            "shape (1, *obs_shape)"
         )
-    for index, env_id in enumerate(ids):
-        if not isinstance(env_id, str):
-            raise TypeError(
-                f"env_ids[{index}] must be a str, got {type(env_id).__name__} {env_id!r}; "
-                f"pass str({env_id!r}) if a number identifies the env"
-            )
-    if len(ids) != n_envs:
-        raise ValueError(
-            f"env_ids has {len(ids)} ids but the observation batch has {n_envs} rows; "
-            "pass one env id per row"
-        )
-    dups = _duplicates(ids)
-    if dups:
-        raise ValueError(f"env_ids repeats {dups}: each row needs its own env id")
-    return ids
+    return check_env_ids(
+        env_ids,
+        n_envs,
+        per="row",
+        expected=_ENV_IDS_KINDS,
+        count=f"the observation batch has {n_envs} rows",
+    )
 
 
 def per_env_bools(
@@ -202,7 +198,7 @@ def order_responses(responses: object, env_ids: Sequence[str] | None) -> list[Po
 
     Raises:
         TypeError: ``responses`` is not a sequence of PolicyResponse, or ``env_ids`` is not a
-            sequence of str.
+            sequence of str (rule ``env-id``).
         ValueError: ``responses`` is empty; a response is a stacked batch (``env_id`` None and
             an ``env_ids`` field, as ``PolicyResponse.stack`` makes); two responses share an env
             id; ``env_ids`` repeats an id, has a different length than ``responses`` (both
@@ -239,15 +235,9 @@ def order_responses(responses: object, env_ids: Sequence[str] | None) -> list[Po
         raise ValueError(f"several responses for env id(s) {dups}: give one response per env")
     if env_ids is None:
         return out
-    if isinstance(env_ids, str) or not isinstance(env_ids, (Sequence, np.ndarray)):
-        raise TypeError(
-            f"env_ids must be a sequence of str in the VecEnv's env order, "
-            f"got {type(env_ids).__name__} {env_ids!r}"
-        )
-    order = list(env_ids)
-    dups = _duplicates(order)
-    if dups:
-        raise ValueError(f"env_ids repeats {dups}: each env of the VecEnv needs its own id")
+    order = check_env_ids(
+        env_ids, per="env of the VecEnv", expected="a sequence of str in the VecEnv's env order"
+    )
     by_id = {r.env_id: r for r in out}
     missing = [env_id for env_id in order if env_id not in by_id]
     known = set(order)

@@ -23,7 +23,15 @@ RULES: dict[str, str] = {
         "check_policy_response takes a PolicyResponse that is not multi-agent; "
         "check_multi_agent_policy_response takes a MultiAgentPolicyResponse"
     ),
-    "env-id": "env_id is a str, or None (rlightning API page: PolicyResponse(env_id, **data))",
+    "env-id": (
+        "env_id is a str (str or a subclass, judged by type(): an object posing as str is "
+        "none), or None for a response not routed to an env (rlightning API page: "
+        "PolicyResponse(env_id, **data)); nothing is converted (3 is refused, never read as "
+        "'3'); a per-agent response or a routed answer carries None or its env's very id; a "
+        "list of env ids (one per env of a vectorized env or runner, one per row of a batch) "
+        "is a sequence of such str, one per env or row, all distinct (an env id routes one "
+        "env's answers and carries its state)"
+    ),
     "has-action": "the response has an 'action' field, what the env's step() takes",
     "action-in-space": (
         "each action is an element of its action space, exactly as gymnasium's "
@@ -57,9 +65,11 @@ RULES: dict[str, str] = {
         "collect_rollouts stores the policy's raw action"
     ),
     "timestamp": (
-        "ts_env_sent_ns and ts_policy_sent_ns, when present and not None, are integers (a "
-        "Python int or numpy integer, not a bool) of nanoseconds since the epoch "
-        "(time.time_ns()), not negative and at most 2**64 - 1 (they fit in 64 bits)"
+        "the timing stamps ts_env_sent_ns, ts_policy_recv_ns, ts_infer_start_ns and "
+        "ts_policy_sent_ns (STAMP_FIELDS; the second and third are rlightning_ray's), when "
+        "present and not None, are integers (a Python int or numpy integer, not a bool) of "
+        "nanoseconds since the epoch (time.time_ns()), not negative and at most 2**64 - 1 "
+        "(they fit in 64 bits)"
     ),
     "boolean": (
         "a flag (dones, episode_start, a mask entry) is a bool, or a number that is exactly 0 "
@@ -79,7 +89,16 @@ RULES: dict[str, str] = {
     ),
     "per-agent-keys": (
         "a dict field keyed by agent ids is keyed by exactly the agents of action "
-        "(rlightning: a field is per-agent when its keys equal action's keys)"
+        "(rlightning: a field is per-agent when its keys equal action's keys; agent ids are "
+        "action's keys and, where known, the env's other agents): a non-empty dict of agent "
+        "ids that is not would be read as shared, handing every agent the whole dict"
+    ),
+    "framework-version": (
+        "the framework an adapter drives (stable-baselines3, sb3-contrib, pettingzoo, ray) "
+        "is a PEP 440 version its declared range admits, upper cap aside: older than the "
+        "lowest release, a pre-release of it or an excluded release is refused (ImportError); "
+        "one newer than the highest tested release, a new major beyond the cap included, "
+        "imports with an UntestedVersionWarning; a local build counts as its release"
     ),
 }
 

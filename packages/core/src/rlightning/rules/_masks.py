@@ -23,6 +23,38 @@ MaskLayout = Literal["gymnasium", "flat"]
 
 
 # ---------------------------------------------------------------------------- action masks
+_MASK_KINDS = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
+def takes_action_mask(space: spaces.Space[Any]) -> bool:
+    """Return whether a mask given for an action of ``space`` is an action mask (``action-mask``).
+
+    The one predicate every path asks before it reads a mask (``rlightning.testing``, the
+    PettingZoo adapter's ``sample_response``, ``respond``, ``aec_action`` and
+    ``SharedPolicyAdapter``): True for ``Discrete``, ``MultiDiscrete`` and ``MultiBinary``
+    spaces (subclasses included), whose masks :func:`check_action_mask` then judges. It defines
+    masks for ``Discrete``, a 1-D ``MultiDiscrete`` and a 1-D ``MultiBinary`` (the spaces
+    sb3-contrib's ``MaskableRolloutBuffer`` and distributions take) and refuses a mask of a
+    multi-dimensional ``MultiDiscrete`` or ``MultiBinary``, which no path could honour. False for
+    every other space (``Box``, ``Dict``, ``Tuple``, ...): there is no legal-action mask of a
+    continuous or composite action, so such a "mask" is not read.
+
+    Args:
+        space: The action space.
+
+    Returns:
+        Whether masks of ``space`` are checked.
+
+    Examples:
+        >>> from gymnasium.spaces import Box, Discrete, MultiBinary
+        >>> takes_action_mask(Discrete(3)), takes_action_mask(MultiBinary(4))
+        (True, True)
+        >>> takes_action_mask(Box(-1, 1, (2,)))
+        False
+    """
+    return type(space) is spaces.Discrete or isinstance(space, _MASK_KINDS)
+
+
 def _mask_blocks(space: spaces.Space[Any], subject: str, mask: Any) -> list[int]:
     """The sizes of the mask's blocks (one per choice the agent makes), as sb3-contrib splits them.
 

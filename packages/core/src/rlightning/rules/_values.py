@@ -15,10 +15,32 @@ from rlightning._space_reasons import _first_index, _is_tensor
 from rlightning.rules._errors import rule_error, rule_message
 
 # ---------------------------------------------------------------------------- timestamps
-#: The timing stamps, in nanoseconds since the epoch: left out by ``PolicyResponse.to_dict`` (with
+#: The timing stamps, in nanoseconds since the epoch, in the order a step travels:
+#: ``ts_env_sent_ns`` (the env worker sends the observation), ``ts_policy_recv_ns`` (a policy
+#: server receives it) and ``ts_infer_start_ns`` (its batch's forward pass starts), both set by
+#: ``rlightning_ray``'s ``PolicyServer``, and ``ts_policy_sent_ns``
+#: (``PolicyResponse.mark_policy_sent``). Left out by ``PolicyResponse.to_dict`` (with
 #: ``env_id``), shared (never per-agent) in ``MultiAgentPolicyResponse.from_agents``, and checked
-#: by :func:`check_stamp`.
-STAMP_FIELDS: frozenset[str] = frozenset({"ts_env_sent_ns", "ts_policy_sent_ns"})
+#: by :func:`check_stamp` in ``rlightning.testing``.
+STAMP_ORDER: tuple[str, ...] = (
+    "ts_env_sent_ns",
+    "ts_policy_recv_ns",
+    "ts_infer_start_ns",
+    "ts_policy_sent_ns",
+)
+
+#: :data:`STAMP_ORDER` as a set, for membership tests.
+STAMP_FIELDS: frozenset[str] = frozenset(STAMP_ORDER)
+
+#: The field naming the policy weights that produced a response (``rlightning_ray``'s servers
+#: stamp it; an int, one per answer).
+POLICY_VERSION_FIELD = "policy_version"
+
+#: The fields one value per response describes, never per agent: the stamps and
+#: :data:`POLICY_VERSION_FIELD`. ``MultiAgentPolicyResponse.from_agents`` shares them (equal in
+#: every agent's response), and ``rlightning_pettingzoo.from_parallel_actions`` refuses them as
+#: per-agent fields.
+SHARED_FIELDS: frozenset[str] = STAMP_FIELDS | {POLICY_VERSION_FIELD}
 
 _STAMP_MAX = 2**64 - 1  # an unsigned 64-bit int; time.time_ns() fits a signed one until 2262
 _NOT_INT = "must be an int of nanoseconds since the epoch (time.time_ns())"
@@ -167,7 +189,8 @@ def check_stamp(name: str, value: object, subject: str = "") -> int:
     warns :class:`StampWarning` once per field and reason).
 
     Args:
-        name: The stamp's field name, one of :data:`STAMP_FIELDS` for a response's stamps.
+        name: The stamp's field name, one of :data:`STAMP_FIELDS` for a response's stamps
+            (the adapters also check other stamps they define by this rule).
         value: The stamp; None is not a stamp (callers skip None, "not stamped").
         subject: Prefix naming the owner in messages (``"response."``, ``"agent 'a' "``).
 

@@ -20,7 +20,13 @@ import gymnasium as gym
 
 from rlightning._fields import _check_env_id, _check_space
 from rlightning._tree import tree_equal, tree_repr
-from rlightning.rules import STAMP_FIELDS, rule_error
+from rlightning.rules import (
+    SHARED_FIELDS,
+    STAMP_FIELDS,
+    check_env_id_matches,
+    check_per_agent_field,
+    check_per_agent_keys,
+)
 from rlightning.types.policy_response import PolicyResponse
 
 __all__ = ["MultiAgentPolicyResponse"]
@@ -134,29 +140,20 @@ class MultiAgentPolicyResponse(PolicyResponse):
         if not type(self)._reserved_fields.isdisjoint(data):
             self._refuse_reserved(data)
         agents = action.keys()
-        # The fields given, and any a subclass's __init__ set before calling this one (they
-        # passed __setattr__ before there was an action to hold them against).
-        for items in (data.items(), self.__dict__.items()):
-            for name, value in items:
-                if isinstance(value, dict) and name != "action":
-                    keys = value.keys()
-                    if keys and keys != agents and keys <= agents:
-                        _refuse_partial_agents(name, value, agents)
+        # Rule per-agent-keys (rlightning.rules.check_per_agent_keys): the fields given, and any
+        # a subclass's __init__ set before calling this one (they passed __setattr__ before
+        # there was an action to hold them against).
+        if data:
+            check_per_agent_keys(data, agents)
+        if self.__dict__:
+            check_per_agent_keys(self.__dict__, agents)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "action":
             _check_agent_actions(value)
-            agents = value.keys()
-            for other, field in self.__dict__.items():
-                if isinstance(field, dict) and other != "action":
-                    keys = field.keys()
-                    if keys and keys != agents and keys <= agents:
-                        _refuse_partial_agents(other, field, agents, setting_action=True)
+            check_per_agent_keys(self.__dict__, value.keys(), setting_action=True)
         elif isinstance(value, dict) and "action" in self.__dict__:
-            agents = self.__dict__["action"].keys()
-            keys = value.keys()
-            if keys and keys != agents and keys <= agents:
-                _refuse_partial_agents(name, value, agents)
+            check_per_agent_field(name, value, self.__dict__["action"].keys())
         super().__setattr__(name, value)
 
     @property
@@ -230,8 +227,10 @@ class MultiAgentPolicyResponse(PolicyResponse):
         """Build a multi-agent response from one single-agent response per agent.
 
         The inverse of :meth:`for_agent`. Every field becomes a per-agent dict keyed by agent id
-        (in the order of ``responses``), except the fields named in ``shared`` and the timing
-        stamps ``ts_env_sent_ns`` / ``ts_policy_sent_ns``, which are shared: they must be equal
+        (in the order of ``responses``), except the fields named in ``shared`` and those one
+        value per response describes (``rlightning.rules.SHARED_FIELDS``: the timing stamps
+        ``ts_env_sent_ns``, ``ts_policy_recv_ns``, ``ts_infer_start_ns``,
+        ``ts_policy_sent_ns`` and ``policy_version``), which are shared: they must be equal
         (as ``==`` on responses compares values) in every agent's response, and the first
         agent's value is kept. Which fields are shared is therefore stated, never guessed from
         the values.
@@ -254,11 +253,12 @@ class MultiAgentPolicyResponse(PolicyResponse):
         Raises:
             TypeError: ``responses`` is not a mapping of single-agent PolicyResponse objects.
             ValueError: ``responses`` is empty; a response's ``env_id`` is neither None nor
-                ``env_id``; no response has an ``action``; a field is present for some agents and
-                missing for others; a shared field or stamp differs between agents; ``shared``
-                names ``action`` or a field no agent has; or a shared value is a dict keyed by
-                agent ids (all of them: it would read back as per-agent; some: the constructor
-                refuses it). Messages name the field and the agents.
+                ``env_id`` (rule ``env-id``); no response has an ``action``; a field is present
+                for some agents and missing for others; a shared field, stamp or
+                ``policy_version`` differs between agents; ``shared`` names ``action`` or a
+                field no agent has; or a shared value is a dict keyed by agent ids (all of them:
+                it would read back as per-agent; some: the constructor refuses it). Messages
+                name the field and the agents.
         """
         if not isinstance(responses, Mapping):
             raise TypeError(
@@ -279,12 +279,7 @@ class MultiAgentPolicyResponse(PolicyResponse):
                     f"response for agent {agent_id!r} must be a single-agent PolicyResponse, "
                     f"got {type(response).__name__}"
                 )
-            if response.env_id is not None and response.env_id != env_id:
-                expected = f"{env_id!r} or None" if env_id is not None else "None"
-                raise ValueError(
-                    f"response for agent {agent_id!r} has env_id={response.env_id!r}, "
-                    f"expected {expected}"
-                )
+            check_env_id_matches(response.env_id, env_id, f"response for agent {agent_id!r}")
             names.update(dict.fromkeys(k for k in response.__dict__ if k != "env_id"))
         unknown = sorted(shared_names.difference(names))
         if unknown:
@@ -302,7 +297,7 @@ class MultiAgentPolicyResponse(PolicyResponse):
                     "give every agent the field or none"
                 )
             values = [r.__dict__[name] for r in responses.values()]
-            if name in shared_names or name in STAMP_FIELDS:
+            if name in shared_names or name in SHARED_FIELDS:
                 data[name] = _shared_value(name, agent_ids, values)
             else:
                 data[name] = dict(zip(agent_ids, values, strict=True))
@@ -347,11 +342,12 @@ def _shared_value(name: str, agent_ids: list[Any], values: list[Any]) -> Any:
     first = values[0]
     differing = [a for a, v in zip(agent_ids, values, strict=True) if not tree_equal(v, first)]
     if differing:
-        hint = (
-            "stamp the combined response instead (e.g. call mark_policy_sent() on it)"
-            if name in STAMP_FIELDS
-            else "leave it out of shared= to keep it per-agent"
-        )
+        if name in STAMP_FIELDS:
+            hint = "stamp the combined response instead (e.g. call mark_policy_sent() on it)"
+        elif name in SHARED_FIELDS:
+            hint = "answers of different policy weights are not one response: ask one policy"
+        else:
+            hint = "leave it out of shared= to keep it per-agent"
         raise ValueError(
             f"shared field {name!r} differs between agents: agent(s) {differing} differ from "
             f"agent {agent_ids[0]!r}; {hint}"
@@ -368,37 +364,6 @@ def _shared_value(name: str, agent_ids: list[Any], values: list[Any]) -> Any:
             f"per-agent (leave it out of shared=) or rekey it"
         )
     return first
-
-
-def _refuse_partial_agents(
-    name: str, value: dict[Any, Any], agents: Iterable[Any], *, setting_action: bool = False
-) -> None:
-    """Raise rule ``per-agent-keys``'s ValueError for a dict field keyed by some agent ids.
-
-    Args:
-        name: The field's name.
-        value: The field's value, a dict whose keys are some, not all, of ``agents``.
-        agents: The agent ids of ``action`` (the new ones when ``action`` is being set).
-        setting_action: Whether ``action`` is being set (the message then says so).
-
-    Raises:
-        ValueError: always; the message names the field, its agents and the missing ones.
-    """
-    present = value.keys()
-    missing = [a for a in agents if a not in present]
-    given = [a for a in agents if a in present]
-    when = "the new action's agents" if setting_action else "action's agents"
-    raise rule_error(
-        ValueError,
-        "per-agent-keys",
-        f"field {name!r}",
-        f"is keyed by agent ids {given} but has no entry for agent(s) {missing} of {when} "
-        f"{list(agents)}, so it would be taken as shared by all agents and "
-        f"for_agent({missing[0]!r}) would get the whole dict",
-        value,
-        fix="give every agent an entry (None for an agent that has none), or rekey a dict "
-        "meant to be shared by all agents",
-    )
 
 
 def _check_agent_actions(action: object) -> None:

@@ -6,9 +6,12 @@ single-agent and multi-agent scenarios. It follows the original API page
 open: which fields ``to_dict`` leaves out, how latencies treat bad stamps and clock skew, how
 conversions treat nested containers and dtypes numpy lacks, and which names a field may not take.
 
-Timing stamps are integers in nanoseconds since the Unix epoch (``time.time_ns()``):
+Timing stamps are integers in nanoseconds since the Unix epoch (``time.time_ns()``), in the order
+a step travels (``rlightning.rules.STAMP_ORDER``):
 
 * ``ts_env_sent_ns`` -- set by whoever sends the observation (the env worker);
+* ``ts_policy_recv_ns`` and ``ts_infer_start_ns`` -- set by ``rlightning_ray``'s policy server
+  (the request arrived; its batch's forward pass began);
 * ``ts_policy_sent_ns`` -- set by :meth:`PolicyResponse.mark_policy_sent`.
 
 :class:`MultiAgentPolicyResponse` is defined in ``rlightning.types._multi_agent`` and re-exported
@@ -50,8 +53,9 @@ class PolicyResponse(SimpleNamespace):
 
     Conventional fields (names follow Stable-Baselines3 and PettingZoo): ``action`` (what the env's
     ``step`` takes), ``buffer_action`` (what a buffer stores), ``value``, ``log_prob``, ``state``
-    (recurrent state), ``episode_start``, ``action_mask``, and the stamps ``ts_env_sent_ns`` and
-    ``ts_policy_sent_ns`` (nanoseconds since the epoch).
+    (recurrent state), ``episode_start``, ``action_mask``, ``policy_version``, and the stamps
+    ``ts_env_sent_ns``, ``ts_policy_recv_ns``, ``ts_infer_start_ns`` and ``ts_policy_sent_ns``
+    (nanoseconds since the epoch).
 
     Attributes:
         env_id: Environment identifier this response is for (a str, or None when not routed).
@@ -129,7 +133,7 @@ class PolicyResponse(SimpleNamespace):
     def __setattr__(self, name: str, value: Any) -> None:
         if name in type(self)._reserved_fields:
             type(self)._refuse_reserved({name: value})
-        if name == "env_id":
+        if name == "env_id" and type(value) is not str and value is not None:
             _check_env_id(value)
         self.__dict__[name] = value
 
@@ -168,19 +172,28 @@ class PolicyResponse(SimpleNamespace):
     def to_dict(self) -> dict[str, Any]:
         """Convert to dictionary excluding env_id.
 
-        The timing stamps ``ts_env_sent_ns`` and ``ts_policy_sent_ns`` are left out too: they
-        describe the transport, not the step's data. Values are the stored objects themselves (a
-        shallow copy of the field mapping; arrays and tensors are not copied).
+        The timing stamps (``rlightning.rules.STAMP_FIELDS``: ``ts_env_sent_ns``,
+        ``ts_policy_recv_ns``, ``ts_infer_start_ns``, ``ts_policy_sent_ns``) are left out too:
+        they describe the transport, not the step's data. Every other field is kept
+        (``policy_version`` included: which weights produced the step is data). Values are the
+        stored objects themselves (a shallow copy of the field mapping; arrays and tensors are
+        not copied).
 
         Returns:
             Dictionary of response fields, in the order they were set.
         """
+        # One constant-key lookup per stamp (rlightning.rules.STAMP_FIELDS, spelled out): a
+        # set operation over the fields costs more than the four lookups (callgrind).
         fields = self.__dict__.copy()
         del fields["env_id"]
         if "ts_env_sent_ns" in fields:
             del fields["ts_env_sent_ns"]
         if "ts_policy_sent_ns" in fields:
             del fields["ts_policy_sent_ns"]
+        if "ts_policy_recv_ns" in fields:
+            del fields["ts_policy_recv_ns"]
+        if "ts_infer_start_ns" in fields:
+            del fields["ts_infer_start_ns"]
         return fields
 
     # ------------------------------------------------------------------ conversions
