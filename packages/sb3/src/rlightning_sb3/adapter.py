@@ -28,15 +28,13 @@ from typing import Any, overload
 import numpy as np
 import torch as th
 from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
-from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning import PolicyResponse, ResponseBatch
 from rlightning_sb3._actions import ACTION_KINDS, refuse_action_dtypes
 from rlightning_sb3._answer import answer
 from rlightning_sb3._batch import order_responses, per_env_bools, stacked_in_order
 from rlightning_sb3._calls import read_call
-from rlightning_sb3._contrib import contrib_kind
+from rlightning_sb3._facts import ModelFacts
 from rlightning_sb3._observations import as_arrays, batch_observation, native_arrays, refuse_nan
 from rlightning_sb3._predict import direct_predict, predict_actions
 from rlightning_sb3._spaces import unsupported_space
@@ -90,16 +88,8 @@ class SB3PolicyAdapter:
         reason = unsupported_space(model.action_space, model.observation_space)
         if reason is not None:
             raise ValueError(f"{type(model).__name__} cannot be adapted: {reason}")
-        self._model = model
-        kind = contrib_kind(model)
-        self._recurrent = kind == "recurrent"
-        self._maskable = kind == "maskable"
-        self._off_policy = isinstance(model, OffPolicyAlgorithm)
-        self._on_policy = isinstance(model, OnPolicyAlgorithm)
-        #: Whether ``model.predict`` is ``BaseAlgorithm.predict`` (``policy.predict`` called
-        #: as it is): then ``predict`` may run the policy's ``predict`` directly (DQN's
-        #: epsilon-greedy, RecurrentPPO's and MaskablePPO's own are always called).
-        self._direct = type(model).predict is BaseAlgorithm.predict
+        #: The model and which of SB3's collection paths it takes (read-only).
+        self._facts = ModelFacts(model)
         #: What the adapter remembers between calls (env ids seen, carried LSTM states, the
         #: fast paths' caches); only its own methods change it.
         self._state = AdapterState()
@@ -108,22 +98,22 @@ class SB3PolicyAdapter:
     @property
     def model(self) -> BaseAlgorithm:
         """The wrapped SB3 model."""
-        return self._model
+        return self._facts.model
 
     @property
     def is_recurrent(self) -> bool:
         """Whether the model is sb3-contrib's RecurrentPPO (responses then carry LSTM states)."""
-        return self._recurrent
+        return self._facts.recurrent
 
     @property
     def is_maskable(self) -> bool:
         """Whether the model is sb3-contrib's MaskablePPO (``action_masks`` are then accepted)."""
-        return self._maskable
+        return self._facts.maskable
 
     @property
     def is_off_policy(self) -> bool:
         """Whether the model is an ``OffPolicyAlgorithm`` (SAC, TD3, DDPG, DQN, ...)."""
-        return self._off_policy
+        return self._facts.off_policy
 
     def reset_state(self, env_ids: str | Sequence[str] | None = None) -> None:
         """Forget what the adapter carries for some env ids (all when None).
@@ -262,7 +252,8 @@ class SB3PolicyAdapter:
             )
         if type(observation) is not np.ndarray:  # (as_arrays keeps an array as it is)
             observation = as_arrays(observation)  # lists, as SB3's obs_to_tensor converts them
-        call = read_call(self, observation, env_ids, ts_env_sent_ns, action_masks)
+        facts = self._facts
+        call = read_call(facts, self._state, observation, env_ids, ts_env_sent_ns, action_masks)
         if not call.ready:  # (the fast path's batch is the observation, already native)
             observation = native_arrays(observation)  # what torch cannot view, a native copy
         ids = call.ids
@@ -274,23 +265,21 @@ class SB3PolicyAdapter:
         )
         next_states: list[tuple[np.ndarray, ...]] | None = None
         try:
-            if masks is None and state is None and not self._recurrent:
+            if masks is None and state is None and not facts.recurrent:
                 # predict_actions' common case, without its call; BasePolicy.predict run
                 # directly where it can be (a ready batch, a plain policy), else called
-                policy = self._model.policy
-                device = (
-                    self._state.direct_predict(self._model) if call.ready and self._direct else None
-                )
+                model = facts.model
+                device = self._state.direct_predict(model) if call.ready and facts.direct else None
                 if device is not None:
-                    actions = direct_predict(policy, call.batch, device, deterministic)
+                    actions = direct_predict(model.policy, call.batch, device, deterministic)
                 else:
-                    actions, _ = self._model.predict(observation, deterministic=deterministic)
+                    actions, _ = model.predict(observation, deterministic=deterministic)
             else:
                 extra: dict[str, Any] = {}
                 if masks is not None:
                     extra["action_masks"] = masks if call.vectorized else masks[0]
                 actions, next_states = predict_actions(
-                    self, observation, state, starts, deterministic, extra, ids
+                    facts, observation, state, starts, deterministic, extra, ids
                 )
         except (ValueError, RuntimeError):
             if call.checked_by_torch:
@@ -441,8 +430,9 @@ class SB3PolicyAdapter:
             call ``model.policy.reset_noise(n_envs)`` (off-policy: ``model.actor.reset_noise``)
             where ``collect_rollouts`` would.
         """
+        facts = self._facts
         state = self._state
-        call = read_call(self, observation, env_ids, ts_env_sent_ns, action_masks)
+        call = read_call(facts, state, observation, env_ids, ts_env_sent_ns, action_masks)
         ids = call.ids
         if episode_start is not None:
             starts = per_env_bools(episode_start, "episode_start", ids, None).tolist()
@@ -450,19 +440,19 @@ class SB3PolicyAdapter:
             starts = [False] * call.n_envs
         else:
             starts = state.default_starts(ids)
-        if self._on_policy:
+        if facts.on_policy:
             try:
-                fields, columns = act_on_policy(self, call, starts, explore)
+                fields, columns = act_on_policy(facts, state, call, starts, explore)
             except (ValueError, RuntimeError):
                 if call.checked_by_torch:
                     refuse_nan(call.batch, ids)  # names the envs when a NaN made torch raise
                 raise
-        elif self._off_policy:
-            fields, columns = act_off_policy(self, call, explore)
+        elif facts.off_policy:
+            fields, columns = act_off_policy(facts, state, call, explore)
         else:
             raise TypeError(
                 f"act() supports on-policy and off-policy SB3 algorithms; "
-                f"{type(self._model).__name__} is neither (use predict())"
+                f"{type(facts.model).__name__} is neither (use predict())"
             )
         if not call.seen:  # (a call with the last call's ids changes nothing there)
             state.register(ids, call.vectorized)
@@ -494,15 +484,16 @@ class SB3PolicyAdapter:
             ValueError: the observation does not fit the model's observation space (SB3's rule,
                 see :meth:`predict`), or is an empty batch.
         """
-        model = self._model
+        facts = self._facts
+        model = facts.model
         policy: Any = model.policy
-        if self._recurrent:
+        if facts.recurrent:
             raise TypeError(
                 f"{type(model).__name__}'s values depend on each env's LSTM state; "
                 f"predict_values() takes none (RecurrentPPO's truncation bootstrap uses the "
                 f"'state' of the env's last act() response)"
             )
-        if not self._on_policy or not callable(getattr(policy, "predict_values", None)):
+        if not facts.on_policy or not callable(getattr(policy, "predict_values", None)):
             raise TypeError(
                 f"{type(model).__name__} has no state-value function (policy "
                 f"{type(policy).__name__} has no predict_values); predict_values() needs an "
@@ -551,7 +542,8 @@ class SB3PolicyAdapter:
                 type(action) is np.ndarray
                 and action.ndim
                 and action.shape[0] == len(stacked.__dict__["env_ids"])
-                and action.dtype.kind in ACTION_KINDS.get(type(self._model.action_space), "biuf")
+                and action.dtype.kind
+                in ACTION_KINDS.get(type(self._facts.model.action_space), "biuf")
             ):
                 return action.copy()
         ordered = order_responses(responses, env_ids)
@@ -569,10 +561,9 @@ class SB3PolicyAdapter:
                 )
             )
         dtypes = {a.dtype for a in actions}
-        if len(dtypes) > 1 or next(iter(dtypes)).kind not in ACTION_KINDS.get(
-            type(self._model.action_space), "biuf"
-        ):
-            refuse_action_dtypes(self._model.action_space, ordered, actions)
+        space = self._facts.model.action_space
+        if len(dtypes) > 1 or next(iter(dtypes)).kind not in ACTION_KINDS.get(type(space), "biuf"):
+            refuse_action_dtypes(space, ordered, actions)
         return np.stack(actions)
 
 
