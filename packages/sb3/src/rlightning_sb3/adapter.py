@@ -32,11 +32,17 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from rlightning import PolicyResponse, ResponseBatch
 from rlightning_sb3._actions import ACTION_KINDS, refuse_action_dtypes
 from rlightning_sb3._answer import answer
-from rlightning_sb3._batch import order_responses, per_env_bools, stacked_in_order
+from rlightning_sb3._batch import (
+    order_responses,
+    per_env_bools,
+    resolve_env_ids,
+    stacked_in_order,
+)
 from rlightning_sb3._calls import read_call
 from rlightning_sb3._facts import ModelFacts
 from rlightning_sb3._observations import as_arrays, batch_observation, native_arrays, refuse_nan
 from rlightning_sb3._predict import direct_predict, predict_actions
+from rlightning_sb3._recurrent import split_rnn_states
 from rlightning_sb3._spaces import unsupported_space
 from rlightning_sb3._state import AdapterState
 from rlightning_sb3._step import act_off_policy, act_on_policy
@@ -127,6 +133,64 @@ class SB3PolicyAdapter:
             env_ids: One id, several, or None for every env. Unknown ids are ignored.
         """
         self._state.forget(env_ids)
+
+    def load_training_state(self, env_ids: Sequence[str]) -> np.ndarray:
+        """Load where the model's training stands, so that a loop continues as ``learn()`` would.
+
+        SB3's ``collect_rollouts`` continues from what the model holds: ``_last_obs`` (what
+        :func:`~rlightning_sb3.start_training` returns), ``_last_episode_starts`` and, for
+        RecurrentPPO, ``_last_lstm_states``. ``learn()`` and the buffer helpers keep them up
+        to date; this reads the last two for the VecEnv's envs, env ``i`` being
+        ``env_ids[i]``:
+
+        * RecurrentPPO: env ``i``'s column of ``model._last_lstm_states`` (a copy) becomes the
+          LSTM state :meth:`act` carries into ``env_ids[i]``'s next call and answers as its
+          ``buffer_state`` (what ``RecurrentRolloutBuffer`` stores for the step, before the
+          ``episode_start`` reset): zeros for a new model, else the state where the last
+          ``learn()`` or loop stopped, also when ``start_training`` resets the env;
+        * every model: returns ``model._last_episode_starts`` (a copy), to pass as
+          :meth:`act`'s ``episode_start`` for the first step (all True after a reset).
+
+        Call it after every :func:`~rlightning_sb3.start_training`, before the loop's first
+        :meth:`act`. The env ids become seen (:meth:`reset_state` forgets them); what the
+        adapter carries for other env ids is not changed.
+
+        Args:
+            env_ids: One distinct str id per env of the model's VecEnv (``model.n_envs``), in
+                env order: the ids the loop passes to :meth:`act` and the buffer helpers.
+
+        Returns:
+            ``(n_envs,)`` bool numpy array: ``model._last_episode_starts``, copied.
+
+        Raises:
+            TypeError: ``env_ids`` is not a sequence of str.
+            ValueError: ``env_ids`` repeats an id or does not have one id per env of the
+                model; or the model has no training state yet (neither
+                :func:`~rlightning_sb3.start_training` nor ``learn()`` was called).
+        """
+        model: Any = self._facts.model
+        n_envs = int(model.n_envs)
+        if (
+            isinstance(env_ids, Sequence)
+            and not isinstance(env_ids, str | bytes)
+            and len(env_ids) != n_envs
+        ):
+            raise ValueError(
+                f"env_ids has {len(env_ids)} ids but {type(model).__name__}'s env has {n_envs} "
+                f"envs: pass one env id per env, in env order"
+            )
+        ids = resolve_env_ids(env_ids, n_envs, True)
+        starts = model._last_episode_starts
+        if starts is None or model._last_obs is None:
+            raise ValueError(
+                f"{type(model).__name__} has no training state to continue from: call "
+                f"start_training(model, total_timesteps) first"
+            )
+        states = None
+        if self._facts.recurrent:
+            states = split_rnn_states(model._last_lstm_states)
+        self._state.load(ids, states)
+        return np.array(starts, dtype=bool)
 
     # ------------------------------------------------------------------ predict
     @overload
