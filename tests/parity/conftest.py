@@ -13,7 +13,7 @@ observations whatever actions they receive; every action it receives is checked 
 ``action_space.contains`` and recorded.
 
 Hypothesis profiles (``RLIGHTNING_PARITY_PROFILE``): ``short`` (the default; derandomized, so
-every CI run draws the same cases; 200 examples per test, the whole directory in about a minute
+every CI run draws the same cases; 200 examples per test, the whole directory in about 1.5 minutes
 on two cores) and ``long`` (random, 8000 examples per test: ``tox -e parity-long``, over 30
 minutes on two cores);
 ``RLIGHTNING_PARITY_EXAMPLES`` overrides either profile's examples per test. The number of cases
