@@ -62,7 +62,8 @@ class SB3PolicyAdapter:
     The adapter holds one piece of state per env id: for RecurrentPPO, the LSTM state that
     :meth:`act` carries to that env's next call; for every model, whether the env id was seen
     before (the default ``episode_start``); off-policy with a vectorized action noise, which of
-    the noise's envs it is. :meth:`reset_state` forgets it.
+    the noise's envs it is. :meth:`reset_state` forgets it; :meth:`load_training_state` loads
+    the model's (``learn()``'s) episode starts and LSTM states for a loop that continues.
 
     Args:
         model: A Stable-Baselines3 (or sb3-contrib) model. It is used, not copied: training it
