@@ -46,8 +46,14 @@ def last_observation(observation: Any) -> Any:
     numpy arrays (a dict of them for a Dict space), as a VecEnv returns them; an array torch
     cannot view (a negative stride, a non-native byte order) is a native copy, a list an array.
     The same values: a ``learn()`` that continues from it computes what it would from the
-    VecEnv's own array.
+    VecEnv's own array. The common case, a native array without a negative stride (what a
+    VecEnv returns), is the array itself, found with three checks (this runs on every step).
     """
+    if type(observation) is np.ndarray:
+        strides = observation.strides
+        if observation.dtype.isnative and (not strides or min(strides) >= 0):
+            return observation
+        return native_arrays(observation)
     return native_arrays(as_arrays(observation))
 
 
@@ -235,20 +241,29 @@ def replay_transition(
     return original_obs, next_obs, original_reward, original_new
 
 
-def replay_outputs(model: Any, observation: Any, new_observation: Any, original_new: Any) -> None:
+def replay_outputs(
+    model: Any, observation: Any, last: Any, new_observation: Any, original_new: Any
+) -> None:
     """Set what ``OffPolicyAlgorithm._store_transition`` leaves on the model.
 
     ``_last_obs = new_obs``; ``_last_original_obs`` is the original of it with ``VecNormalize``
     (``original_new``), else the observation the step acted on (SB3 assigns it ``_last_obs``
-    before storing).
+    before storing), as ``ReplayBuffer.add`` left it: ``DictReplayBuffer.add`` reshapes a
+    Discrete key of the dict it is given to ``(n_envs, 1)`` in place, so for a dict it is read
+    again after the step was stored.
 
     Args:
         model: The off-policy model (mutated: the two attributes).
-        observation: The observation the step acted on.
+        observation: The observation the step acted on, as given (and stored).
+        last: ``observation`` as :func:`last_observation` kept it before it was stored (the
+            model's ``_last_obs`` while the step was collected).
         new_observation: What ``env.step`` returned.
         original_new: ``vn.get_original_obs()`` of the step with ``VecNormalize``, else None.
     """
-    model._last_original_obs = (
-        last_observation(observation) if original_new is None else original_new
-    )
+    if original_new is not None:
+        model._last_original_obs = original_new
+    elif type(observation) is dict:
+        model._last_original_obs = last_observation(observation)
+    else:
+        model._last_original_obs = last
     model._last_obs = last_observation(new_observation)

@@ -512,7 +512,7 @@ def add_replay_step(
     obs_, next_obs, rewards_, original_new = replay_transition(
         model, observation, new_observation, rewards_arr, dones_arr, infos, ids
     )
-    model._last_obs = last_observation(observation)  # where SB3 stands if a callback stops
+    last = model._last_obs = last_observation(observation)  # where SB3 stands if one stops
     n_envs = len(ids)
     callback = run.callback
     env_actions = None if callback is None else step.array("action")
@@ -540,7 +540,7 @@ def add_replay_step(
             stop(run)
     model._update_info_buffer(list(infos), dones_arr)
     buf.add(obs_, next_obs, actions, rewards_, dones_arr, list(infos))
-    replay_outputs(model, observation, new_observation, original_new)
+    replay_outputs(model, observation, last, new_observation, original_new)
     _update_progress(model)
     model._on_step()
     for idx, done in enumerate(dones_arr):
