@@ -171,7 +171,8 @@ def train(
     found, curve = callbacks(model, seed, eval_every, eval_episodes, out)
     # as learn() begins: counters, logger, env reset, callbacks' on_training_start
     obs = start_training(model, total, callback=found, progress_bar=progress_bar)
-    episode_starts = np.ones(env.num_envs, dtype=bool)
+    # where collect_rollouts continues from: every env at an episode start after the reset
+    episode_starts = adapter.load_training_state(env_ids)
     try:
         while model.num_timesteps < total:
             for _ in range(model.n_steps):

@@ -13,7 +13,7 @@ observations whatever actions they receive; every action it receives is checked 
 ``action_space.contains`` and recorded.
 
 Hypothesis profiles (``RLIGHTNING_PARITY_PROFILE``): ``short`` (the default; derandomized, so
-every CI run draws the same cases; 200 examples per test, the whole directory in about a minute
+every CI run draws the same cases; 200 examples per test, the whole directory in about 1.5 minutes
 on two cores) and ``long`` (random, 8000 examples per test: ``tox -e parity-long``, over 30
 minutes on two cores);
 ``RLIGHTNING_PARITY_EXAMPLES`` overrides either profile's examples per test. The number of cases
@@ -41,7 +41,13 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
 from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.vec_env import DummyVecEnv
+from stable_baselines3.common.vec_env import (
+    DummyVecEnv,
+    VecFrameStack,
+    VecMonitor,
+    VecNormalize,
+    VecTransposeImage,
+)
 
 th.set_num_threads(1)  # tiny networks on a shared 2-core machine
 
@@ -257,14 +263,93 @@ class GenEnv(gym.Env[Any, Any]):
         return self._obs(), reward, terminated, False, {}
 
 
-def make_venv(spec: EnvSpec, n_envs: int, seed: int, strict: bool) -> DummyVecEnv:
-    """``n_envs`` Monitor(TimeLimit(GenEnv)) in a DummyVecEnv, seeded ``seed, seed+1, ...``."""
+def make_venv(
+    spec: EnvSpec, n_envs: int, seed: int, strict: bool, monitor: bool = True
+) -> DummyVecEnv:
+    """``n_envs`` Monitor(TimeLimit(GenEnv)) in a DummyVecEnv, seeded ``seed, seed+1, ...``.
+
+    ``monitor=False`` leaves out ``Monitor`` (for SB3's ``VecMonitor``).
+    """
 
     def factory() -> gym.Env[Any, Any]:
-        return Monitor(TimeLimit(GenEnv(spec, strict), max_episode_steps=spec.max_steps))
+        env = TimeLimit(GenEnv(spec, strict), max_episode_steps=spec.max_steps)
+        return Monitor(env) if monitor else env
 
     venv = DummyVecEnv([factory] * n_envs)
     venv.seed(seed)
+    return venv
+
+
+# ---------------------------------------------------------------------------- VecEnv wrappers
+
+
+#: The wrappers :func:`wrapper_specs` draws, and the observation kinds each fits: for Dict
+#: observations ``VecNormalize`` normalizes only the Box key ``"vec"``, for Discrete ones no
+#: observation (SB3's ``VecNormalize`` refuses to normalize anything but a Box), and images are
+#: not normalized; ``VecFrameStack`` stacks Box and image observations.
+WRAPPER_OBSERVATIONS: dict[str, tuple[str, ...]] = {
+    "none": ("box", "dict", "image", "discrete"),
+    "monitor": ("box", "dict", "image", "discrete"),
+    "normalize": ("box", "dict", "discrete"),
+    "frame_stack": ("box", "image"),
+    "normalize+frame_stack": ("box",),
+    "transpose": ("image",),
+}
+
+
+def wrapper_specs(kind: str, obs: str) -> st.SearchStrategy[tuple[Any, ...]]:
+    """Hashable descriptions of SB3 VecEnv wrappers of ``kind`` for observations ``obs``.
+
+    ``("none",)``; ``("monitor",)`` (``VecMonitor`` instead of ``Monitor``); ``("normalize",
+    norm_obs, norm_reward, clip_obs, clip_reward)`` (``VecNormalize``); ``("frame_stack",
+    n_stack)`` (``VecFrameStack``); ``("normalize+frame_stack", norm_obs, norm_reward,
+    clip_obs, clip_reward, n_stack)`` (``VecNormalize`` over ``VecFrameStack``, SB3's order);
+    ``("transpose", n_stack)`` (images: ``VecTransposeImage`` over ``VecFrameStack``, given
+    explicitly, which SB3 otherwise adds itself). See :data:`WRAPPER_OBSERVATIONS`.
+    """
+    assert obs in WRAPPER_OBSERVATIONS[kind], (kind, obs)
+    normalize = st.tuples(
+        st.just(False) if obs == "discrete" else st.booleans(),
+        st.booleans(),
+        st.sampled_from((10.0, 0.5)),
+        st.sampled_from((10.0, 0.3)),
+    )
+    stack = st.integers(2, 3)
+    if kind == "normalize":
+        return normalize.map(lambda t: ("normalize", *t))
+    if kind == "normalize+frame_stack":
+        return st.tuples(normalize, stack).map(lambda t: (kind, *t[0], t[1]))
+    if kind == "frame_stack":
+        return stack.map(lambda n: ("frame_stack", n))
+    if kind == "transpose":
+        return st.integers(1, 2).map(lambda n: ("transpose", n))
+    return st.just((kind,))
+
+
+def make_wrapped_venv(
+    spec: EnvSpec, n_envs: int, seed: int, strict: bool, wrapper: tuple[Any, ...]
+) -> Any:
+    """:func:`make_venv` wrapped as ``wrapper`` describes (see :func:`wrapper_specs`)."""
+    kind = wrapper[0]
+    venv: Any = make_venv(spec, n_envs, seed, strict, monitor=kind != "monitor")
+    if kind == "monitor":
+        return VecMonitor(venv)
+    if kind in ("frame_stack", "transpose"):
+        venv = VecFrameStack(venv, n_stack=wrapper[1])
+        return VecTransposeImage(venv) if kind == "transpose" else venv
+    if kind == "normalize+frame_stack":
+        venv = VecFrameStack(venv, n_stack=wrapper[5])
+    if kind.startswith("normalize"):
+        _, norm_obs, norm_reward, clip_obs, clip_reward = wrapper[:5]
+        return VecNormalize(
+            venv,
+            norm_obs=norm_obs,
+            norm_reward=norm_reward,
+            clip_obs=clip_obs,
+            clip_reward=clip_reward,
+            norm_obs_keys=["vec"] if spec.obs == "dict" else None,
+        )
+    assert kind == "none", wrapper
     return venv
 
 
@@ -448,6 +533,9 @@ def gen() -> SimpleNamespace:
         EnvSpec=EnvSpec,
         GenEnv=GenEnv,
         make_venv=make_venv,
+        wrapper_specs=wrapper_specs,
+        WRAPPER_OBSERVATIONS=WRAPPER_OBSERVATIONS,
+        make_wrapped_venv=make_wrapped_venv,
         gen_envs=gen_envs,
         action_specs=action_specs,
         make_action_space=make_action_space,

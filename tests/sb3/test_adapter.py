@@ -331,3 +331,12 @@ def test_env_ids_in_the_observations_place_get_a_hint(ppo2_adapter: SB3PolicyAda
         "(env ids where the observation belongs? the observation comes first, env ids by "
         "keyword: act(obs, env_ids=ids))"
     ), caught.value
+
+
+def test_the_model_facts_the_steps_read_cannot_be_changed(ppo1_adapter: SB3PolicyAdapter) -> None:
+    facts = ppo1_adapter._facts  # what _calls, _step and _predict are given
+    assert facts.model is ppo1_adapter.model and facts.on_policy and not facts.recurrent
+    with pytest.raises(AttributeError, match=re.escape("ModelFacts is read-only")):
+        facts.recurrent = True
+    with pytest.raises(AttributeError, match=re.escape("ModelFacts is read-only")):
+        del facts.model

@@ -1,9 +1,10 @@
 """The checks every ``predict`` and ``act`` call starts with, read into one :class:`CallInput`.
 
-:func:`read_call` reads the adapter's state through its
-:class:`~rlightning_sb3._state.AdapterState` methods (the observation-form cache, the env ids
-seen) and changes nothing else; the steps in :mod:`rlightning_sb3._step` and
-:mod:`rlightning_sb3._predict` read the fields of the :class:`CallInput` it returns.
+:func:`read_call` is given the adapter's :class:`~rlightning_sb3._facts.ModelFacts` and its
+:class:`~rlightning_sb3._state.AdapterState`, reads the state through its methods (the
+observation-form cache, the env ids seen) and changes nothing else; the steps in
+:mod:`rlightning_sb3._step` and :mod:`rlightning_sb3._predict` read the fields of the
+:class:`CallInput` it returns.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from rlightning_sb3._batch import per_env_stamps
 from rlightning_sb3._observations import refuse_nan
 
 if TYPE_CHECKING:
-    from rlightning_sb3.adapter import SB3PolicyAdapter
+    from rlightning_sb3._facts import ModelFacts
+    from rlightning_sb3._state import AdapterState
 
 __all__ = ["CallInput", "read_call"]
 
@@ -70,7 +72,8 @@ _DISTRIBUTION = th.distributions.Distribution
 
 
 def read_call(
-    adapter: SB3PolicyAdapter,
+    facts: ModelFacts,
+    state: AdapterState,
     observation: Any,
     env_ids: object,
     ts_env_sent_ns: Any,
@@ -89,6 +92,14 @@ def read_call(
     pass raises, to name the envs. ``Distribution.set_default_validate_args(False)`` turns it
     off, and every batch is then scanned; off-policy batches are always scanned.
 
+    Args:
+        facts: The adapter's model facts (its model and kind).
+        state: The adapter's state (read; only its observation-form cache may change).
+        observation: The call's observation, as given.
+        env_ids: The call's ``env_ids``, as given.
+        ts_env_sent_ns: The call's stamps, as given (None: no stamps).
+        action_masks: The call's ``action_masks``, as given (None: no masks).
+
     Returns:
         The checked input; the adapter's state is not changed (the caller registers the ids
         with ``AdapterState.register`` once the call succeeded).
@@ -96,18 +107,17 @@ def read_call(
     Raises:
         TypeError, ValueError: as ``predict`` and ``act`` document for their arguments.
     """
-    state = adapter._state
     batch, n_envs, vectorized, ready, ids, seen = state.read(
-        adapter._model.policy, observation, env_ids
+        facts.model.policy, observation, env_ids
     )
-    checked_by_torch = adapter._on_policy and bool(_DISTRIBUTION._validate_args)
+    checked_by_torch = facts.on_policy and bool(_DISTRIBUTION._validate_args)
     if not checked_by_torch:
         refuse_nan(batch, ids)
     stamps = None if ts_env_sent_ns is None else per_env_stamps(ts_env_sent_ns, ids)
     masks = (
         None
         if action_masks is None
-        else check_action_masks(adapter._model, adapter._maskable, action_masks, ids)
+        else check_action_masks(facts.model, facts.maskable, action_masks, ids)
     )
     # The slots set here, without an __init__ frame (this runs on every call).
     call = _new_call(CallInput)

@@ -21,13 +21,13 @@ from rlightning_sb3._grad import grad_enabled, set_grad_enabled
 from rlightning_sb3._recurrent import predict_state, split_numpy_states
 
 if TYPE_CHECKING:
-    from rlightning_sb3.adapter import SB3PolicyAdapter
+    from rlightning_sb3._facts import ModelFacts
 
 __all__ = ["box_env_actions", "check_no_state", "direct_predict", "predict_actions"]
 
 
 def predict_actions(
-    adapter: SB3PolicyAdapter,
+    facts: ModelFacts,
     observation: Any,
     state: Any,
     starts: Any,
@@ -35,11 +35,24 @@ def predict_actions(
     extra: dict[str, Any],
     ids: list[str],
 ) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]] | None]:
-    """``model.predict`` for :func:`predict_step`; returns the actions and the next states."""
-    model = adapter._model
+    """``model.predict`` for ``SB3PolicyAdapter.predict``'s calls with a state or masks.
+
+    Args:
+        facts: The adapter's model facts (the model, whether it is RecurrentPPO).
+        observation: The observation, as ``model.predict`` takes it.
+        state: ``predict``'s ``state`` argument (see :func:`predict_state`).
+        starts: ``(n_envs,)`` episode starts, or None.
+        deterministic: As ``model.predict``'s.
+        extra: More keyword arguments for ``model.predict`` (``action_masks``).
+        ids: The env ids of the batch, for messages.
+
+    Returns:
+        The actions and, for RecurrentPPO, each env's next ``(h, c)`` (else None).
+    """
+    model = facts.model
     next_states: list[tuple[np.ndarray, ...]] | None = None
-    if adapter._recurrent:
-        sb3_state = predict_state(adapter._model.policy, state, ids)
+    if facts.recurrent:
+        sb3_state = predict_state(model.policy, state, ids)
         actions, new_state = model.predict(
             observation,
             state=sb3_state,

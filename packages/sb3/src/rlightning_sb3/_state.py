@@ -214,6 +214,20 @@ class AdapterState:
         """Carry each env's LSTM state after this step to its next call."""
         self.carried.update(zip(ids, states, strict=True))
 
+    def load(self, ids: Sequence[str], states: Sequence[Any] | None) -> None:
+        """Carry ``states[i]`` (None: nothing) into ``ids[i]``'s next call; every id is seen.
+
+        :meth:`SB3PolicyAdapter.load_training_state
+        <rlightning_sb3.SB3PolicyAdapter.load_training_state>`: the model's training state
+        replaces what the adapter carried for these ids. The next call skips no check:
+        ``last_ids`` is cleared.
+        """
+        self.last_ids = None
+        if states is None:
+            self.carried.update(dict.fromkeys(ids))
+        else:
+            self.carry(ids, states)
+
     def forget(self, env_ids: str | Sequence[str] | None) -> None:
         """Forget some env ids (all when None): :meth:`SB3PolicyAdapter.reset_state`.
 

@@ -4,9 +4,11 @@
 it computes and raises) reads its input with :func:`~rlightning_sb3._calls.read_call` and runs
 the off-policy step (:func:`act_off_policy`, as ``OffPolicyAlgorithm._sample_action``) or the
 on-policy one (:func:`act_on_policy`, as ``OnPolicyAlgorithm.collect_rollouts`` and
-sb3-contrib's RecurrentPPO and MaskablePPO versions). Both change the adapter's state only
-through its :class:`~rlightning_sb3._state.AdapterState` methods: the noise envs, RecurrentPPO's
-carried LSTM states, the cached policy modules for the eval-mode check.
+sb3-contrib's RecurrentPPO and MaskablePPO versions). Both are given the adapter's
+:class:`~rlightning_sb3._facts.ModelFacts` (the model and its kind) and its
+:class:`~rlightning_sb3._state.AdapterState`, never the adapter, and change the state only
+through its methods: the noise envs, RecurrentPPO's carried LSTM states, the cached policy
+modules for the eval-mode check.
 
 On the CPU, the on-policy step makes SB3's tensors at less cost than SB3's own calls: a ready
 batch (a native numpy array of the space's shape, :meth:`AdapterState.read
@@ -40,7 +42,8 @@ from rlightning_sb3._observations import obs_tensor
 from rlightning_sb3._recurrent import split_rnn_states, stack_rnn_states, zero_rnn_state
 
 if TYPE_CHECKING:
-    from rlightning_sb3.adapter import SB3PolicyAdapter
+    from rlightning_sb3._facts import ModelFacts
+    from rlightning_sb3._state import AdapterState
 
 __all__ = ["act_off_policy", "act_on_policy", "action_fields"]
 
@@ -76,7 +79,7 @@ def action_fields(
 
 
 def act_off_policy(
-    adapter: SB3PolicyAdapter, call: CallInput, explore: bool
+    facts: ModelFacts, state: AdapterState, call: CallInput, explore: bool
 ) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...]]:
     """Off-policy step for :meth:`~rlightning_sb3.SB3PolicyAdapter.act`.
 
@@ -90,17 +93,16 @@ def act_off_policy(
     Returns:
         ``(fields, columns)`` for :func:`~rlightning_sb3._answer.answer`.
     """
-    off = cast(OffPolicyAlgorithm, adapter._model)
+    off = cast(OffPolicyAlgorithm, facts.model)
     ids = call.ids
     noise = (
         exploration_noise(off, call.n_envs)
         if explore and isinstance(off.action_space, spaces.Box)
         else None
     )
-    state = adapter._state
     rows = state.noise_rows(noise, ids)  # (its errors come before any random draw)
     # ``model.predict`` run directly where ``predict`` would run it (the same draws)
-    direct = state.direct_predict(off) if call.ready and adapter._direct else None
+    direct = state.direct_predict(off) if call.ready and facts.direct else None
     env_acts, buffer_acts = off_policy_actions(
         off, call.batch, call.n_envs, explore, noise, rows, direct
     )
@@ -109,7 +111,7 @@ def act_off_policy(
 
 
 def act_on_policy(
-    adapter: SB3PolicyAdapter, call: CallInput, starts: list[bool], explore: bool
+    facts: ModelFacts, state: AdapterState, call: CallInput, starts: list[bool], explore: bool
 ) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...]]:
     """On-policy step for :meth:`~rlightning_sb3.SB3PolicyAdapter.act`.
 
@@ -118,8 +120,7 @@ def act_on_policy(
     Returns:
         ``(fields, columns)`` for :func:`~rlightning_sb3._answer.answer`.
     """
-    model = adapter._model
-    state = adapter._state
+    model = facts.model
     policy: Any = model.policy
     ids = call.ids
     masks = call.masks
@@ -137,14 +138,14 @@ def act_on_policy(
     grad = grad_enabled()
     set_grad_enabled(False)  # SB3's ``with th.no_grad():``, cheaper (rlightning_sb3._grad)
     try:
-        if adapter._recurrent:
+        if facts.recurrent:
             states_in = state.states_in(ids, zero_rnn_state(policy))
             episode_starts = th.tensor(starts, dtype=th.float32, device=model.device)
             actions, values, log_probs, lstm_out = policy(
                 obs, stack_rnn_states(states_in), episode_starts, not explore
             )
             states_out = split_rnn_states(lstm_out)
-        elif adapter._maskable:
+        elif facts.maskable:
             actions, values, log_probs = policy(obs, deterministic=not explore, action_masks=masks)
         elif explore:  # as collect_rollouts calls it (deterministic=False is forward's default)
             actions, values, log_probs = policy(obs)
@@ -157,7 +158,7 @@ def act_on_policy(
     sampled = actions.numpy() if on_cpu else actions.cpu().numpy()
     # RecurrentPPO's collect_rollouts clips even a squashed output; its predict unscales it
     env_acts, buffer_acts = on_policy_actions(  # unscale: False for RecurrentPPO exploring
-        policy, model.action_space, sampled, not (adapter._recurrent and explore)
+        policy, model.action_space, sampled, not (facts.recurrent and explore)
     )
     if states_out is not None:
         state.carry(ids, states_out)

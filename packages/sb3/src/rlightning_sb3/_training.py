@@ -47,9 +47,11 @@ class StopTraining(Exception):  # noqa: N818  # named after what happened, as St
 
     Raised by :func:`~rlightning_sb3.add_rollout_step` and :func:`~rlightning_sb3.add_replay_step`
     where SB3's ``collect_rollouts`` returns early (``continue_training=False``): the step is
-    counted (``model.num_timesteps``) but not stored, as in SB3. Catch it around the loop and call
-    :func:`finish_training` (``learn()`` then calls ``on_training_end``). Every later
-    ``add_*_step`` of that run raises it again, before changing anything.
+    counted (``model.num_timesteps``) but not stored, as in SB3, and the model's training state
+    is the step's inputs (``_last_obs`` the observation it acted on, not yet updated, as SB3
+    returns before updating it). Catch it around the loop and call :func:`finish_training`
+    (``learn()`` then calls ``on_training_end``). Every later ``add_*_step`` of that run raises
+    it again, before changing anything.
     """
 
 
@@ -158,8 +160,15 @@ def start_training(
             (the algorithm's name, ``"PPO"``, ``"DQN"``, ...).
 
     Returns:
-        The current observation of ``model.get_env()``, ``(n_envs, *obs_shape)`` (or a dict):
-        where the loop starts, with every env at an episode start.
+        ``model._last_obs``: the observation of ``model.get_env()`` the loop starts from,
+        ``(n_envs, *obs_shape)`` (or a dict). After a reset (``reset_num_timesteps``, or a
+        model that never trained) the envs' first observations, every env at an episode
+        start; with ``reset_num_timesteps=False`` where the last ``learn()`` or loop stopped.
+        Then call :meth:`SB3PolicyAdapter.load_training_state
+        <rlightning_sb3.SB3PolicyAdapter.load_training_state>` for the episode starts (and
+        RecurrentPPO's LSTM states) to continue from. ``total_timesteps`` counts from
+        ``model.num_timesteps`` when it is not reset, as in ``learn()``: the loop ends at
+        ``model.num_timesteps + total_timesteps`` (as read before this call).
 
     Raises:
         TypeError: ``total_timesteps`` is not an int (a bool is refused too).

@@ -28,17 +28,21 @@ from typing import Any, overload
 import numpy as np
 import torch as th
 from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
-from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning import PolicyResponse, ResponseBatch
 from rlightning_sb3._actions import ACTION_KINDS, refuse_action_dtypes
 from rlightning_sb3._answer import answer
-from rlightning_sb3._batch import order_responses, per_env_bools, stacked_in_order
+from rlightning_sb3._batch import (
+    order_responses,
+    per_env_bools,
+    resolve_env_ids,
+    stacked_in_order,
+)
 from rlightning_sb3._calls import read_call
-from rlightning_sb3._contrib import contrib_kind
+from rlightning_sb3._facts import ModelFacts
 from rlightning_sb3._observations import as_arrays, batch_observation, native_arrays, refuse_nan
 from rlightning_sb3._predict import direct_predict, predict_actions
+from rlightning_sb3._recurrent import split_rnn_states
 from rlightning_sb3._spaces import unsupported_space
 from rlightning_sb3._state import AdapterState
 from rlightning_sb3._step import act_off_policy, act_on_policy
@@ -58,7 +62,8 @@ class SB3PolicyAdapter:
     The adapter holds one piece of state per env id: for RecurrentPPO, the LSTM state that
     :meth:`act` carries to that env's next call; for every model, whether the env id was seen
     before (the default ``episode_start``); off-policy with a vectorized action noise, which of
-    the noise's envs it is. :meth:`reset_state` forgets it.
+    the noise's envs it is. :meth:`reset_state` forgets it; :meth:`load_training_state` loads
+    the model's (``learn()``'s) episode starts and LSTM states for a loop that continues.
 
     Args:
         model: A Stable-Baselines3 (or sb3-contrib) model. It is used, not copied: training it
@@ -90,16 +95,8 @@ class SB3PolicyAdapter:
         reason = unsupported_space(model.action_space, model.observation_space)
         if reason is not None:
             raise ValueError(f"{type(model).__name__} cannot be adapted: {reason}")
-        self._model = model
-        kind = contrib_kind(model)
-        self._recurrent = kind == "recurrent"
-        self._maskable = kind == "maskable"
-        self._off_policy = isinstance(model, OffPolicyAlgorithm)
-        self._on_policy = isinstance(model, OnPolicyAlgorithm)
-        #: Whether ``model.predict`` is ``BaseAlgorithm.predict`` (``policy.predict`` called
-        #: as it is): then ``predict`` may run the policy's ``predict`` directly (DQN's
-        #: epsilon-greedy, RecurrentPPO's and MaskablePPO's own are always called).
-        self._direct = type(model).predict is BaseAlgorithm.predict
+        #: The model and which of SB3's collection paths it takes (read-only).
+        self._facts = ModelFacts(model)
         #: What the adapter remembers between calls (env ids seen, carried LSTM states, the
         #: fast paths' caches); only its own methods change it.
         self._state = AdapterState()
@@ -108,22 +105,22 @@ class SB3PolicyAdapter:
     @property
     def model(self) -> BaseAlgorithm:
         """The wrapped SB3 model."""
-        return self._model
+        return self._facts.model
 
     @property
     def is_recurrent(self) -> bool:
         """Whether the model is sb3-contrib's RecurrentPPO (responses then carry LSTM states)."""
-        return self._recurrent
+        return self._facts.recurrent
 
     @property
     def is_maskable(self) -> bool:
         """Whether the model is sb3-contrib's MaskablePPO (``action_masks`` are then accepted)."""
-        return self._maskable
+        return self._facts.maskable
 
     @property
     def is_off_policy(self) -> bool:
         """Whether the model is an ``OffPolicyAlgorithm`` (SAC, TD3, DDPG, DQN, ...)."""
-        return self._off_policy
+        return self._facts.off_policy
 
     def reset_state(self, env_ids: str | Sequence[str] | None = None) -> None:
         """Forget what the adapter carries for some env ids (all when None).
@@ -137,6 +134,64 @@ class SB3PolicyAdapter:
             env_ids: One id, several, or None for every env. Unknown ids are ignored.
         """
         self._state.forget(env_ids)
+
+    def load_training_state(self, env_ids: Sequence[str]) -> np.ndarray:
+        """Load where the model's training stands, so that a loop continues as ``learn()`` would.
+
+        SB3's ``collect_rollouts`` continues from what the model holds: ``_last_obs`` (what
+        :func:`~rlightning_sb3.start_training` returns), ``_last_episode_starts`` and, for
+        RecurrentPPO, ``_last_lstm_states``. ``learn()`` and the buffer helpers keep them up
+        to date; this reads the last two for the VecEnv's envs, env ``i`` being
+        ``env_ids[i]``:
+
+        * RecurrentPPO: env ``i``'s column of ``model._last_lstm_states`` (a copy) becomes the
+          LSTM state :meth:`act` carries into ``env_ids[i]``'s next call and answers as its
+          ``buffer_state`` (what ``RecurrentRolloutBuffer`` stores for the step, before the
+          ``episode_start`` reset): zeros for a new model, else the state where the last
+          ``learn()`` or loop stopped, also when ``start_training`` resets the env;
+        * every model: returns ``model._last_episode_starts`` (a copy), to pass as
+          :meth:`act`'s ``episode_start`` for the first step (all True after a reset).
+
+        Call it after every :func:`~rlightning_sb3.start_training`, before the loop's first
+        :meth:`act`. The env ids become seen (:meth:`reset_state` forgets them); what the
+        adapter carries for other env ids is not changed.
+
+        Args:
+            env_ids: One distinct str id per env of the model's VecEnv (``model.n_envs``), in
+                env order: the ids the loop passes to :meth:`act` and the buffer helpers.
+
+        Returns:
+            ``(n_envs,)`` bool numpy array: ``model._last_episode_starts``, copied.
+
+        Raises:
+            TypeError: ``env_ids`` is not a sequence of str.
+            ValueError: ``env_ids`` repeats an id or does not have one id per env of the
+                model; or the model has no training state yet (neither
+                :func:`~rlightning_sb3.start_training` nor ``learn()`` was called).
+        """
+        model: Any = self._facts.model
+        n_envs = int(model.n_envs)
+        if (
+            isinstance(env_ids, Sequence)
+            and not isinstance(env_ids, str | bytes)
+            and len(env_ids) != n_envs
+        ):
+            raise ValueError(
+                f"env_ids has {len(env_ids)} ids but {type(model).__name__}'s env has {n_envs} "
+                f"envs: pass one env id per env, in env order"
+            )
+        ids = resolve_env_ids(env_ids, n_envs, True)
+        starts = model._last_episode_starts
+        if starts is None or model._last_obs is None:
+            raise ValueError(
+                f"{type(model).__name__} has no training state to continue from: call "
+                f"start_training(model, total_timesteps) first"
+            )
+        states = None
+        if self._facts.recurrent:
+            states = split_rnn_states(model._last_lstm_states)
+        self._state.load(ids, states)
+        return np.array(starts, dtype=bool)
 
     # ------------------------------------------------------------------ predict
     @overload
@@ -262,7 +317,8 @@ class SB3PolicyAdapter:
             )
         if type(observation) is not np.ndarray:  # (as_arrays keeps an array as it is)
             observation = as_arrays(observation)  # lists, as SB3's obs_to_tensor converts them
-        call = read_call(self, observation, env_ids, ts_env_sent_ns, action_masks)
+        facts = self._facts
+        call = read_call(facts, self._state, observation, env_ids, ts_env_sent_ns, action_masks)
         if not call.ready:  # (the fast path's batch is the observation, already native)
             observation = native_arrays(observation)  # what torch cannot view, a native copy
         ids = call.ids
@@ -274,23 +330,21 @@ class SB3PolicyAdapter:
         )
         next_states: list[tuple[np.ndarray, ...]] | None = None
         try:
-            if masks is None and state is None and not self._recurrent:
+            if masks is None and state is None and not facts.recurrent:
                 # predict_actions' common case, without its call; BasePolicy.predict run
                 # directly where it can be (a ready batch, a plain policy), else called
-                policy = self._model.policy
-                device = (
-                    self._state.direct_predict(self._model) if call.ready and self._direct else None
-                )
+                model = facts.model
+                device = self._state.direct_predict(model) if call.ready and facts.direct else None
                 if device is not None:
-                    actions = direct_predict(policy, call.batch, device, deterministic)
+                    actions = direct_predict(model.policy, call.batch, device, deterministic)
                 else:
-                    actions, _ = self._model.predict(observation, deterministic=deterministic)
+                    actions, _ = model.predict(observation, deterministic=deterministic)
             else:
                 extra: dict[str, Any] = {}
                 if masks is not None:
                     extra["action_masks"] = masks if call.vectorized else masks[0]
                 actions, next_states = predict_actions(
-                    self, observation, state, starts, deterministic, extra, ids
+                    facts, observation, state, starts, deterministic, extra, ids
                 )
         except (ValueError, RuntimeError):
             if call.checked_by_torch:
@@ -441,8 +495,9 @@ class SB3PolicyAdapter:
             call ``model.policy.reset_noise(n_envs)`` (off-policy: ``model.actor.reset_noise``)
             where ``collect_rollouts`` would.
         """
+        facts = self._facts
         state = self._state
-        call = read_call(self, observation, env_ids, ts_env_sent_ns, action_masks)
+        call = read_call(facts, state, observation, env_ids, ts_env_sent_ns, action_masks)
         ids = call.ids
         if episode_start is not None:
             starts = per_env_bools(episode_start, "episode_start", ids, None).tolist()
@@ -450,19 +505,19 @@ class SB3PolicyAdapter:
             starts = [False] * call.n_envs
         else:
             starts = state.default_starts(ids)
-        if self._on_policy:
+        if facts.on_policy:
             try:
-                fields, columns = act_on_policy(self, call, starts, explore)
+                fields, columns = act_on_policy(facts, state, call, starts, explore)
             except (ValueError, RuntimeError):
                 if call.checked_by_torch:
                     refuse_nan(call.batch, ids)  # names the envs when a NaN made torch raise
                 raise
-        elif self._off_policy:
-            fields, columns = act_off_policy(self, call, explore)
+        elif facts.off_policy:
+            fields, columns = act_off_policy(facts, state, call, explore)
         else:
             raise TypeError(
                 f"act() supports on-policy and off-policy SB3 algorithms; "
-                f"{type(self._model).__name__} is neither (use predict())"
+                f"{type(facts.model).__name__} is neither (use predict())"
             )
         if not call.seen:  # (a call with the last call's ids changes nothing there)
             state.register(ids, call.vectorized)
@@ -494,15 +549,16 @@ class SB3PolicyAdapter:
             ValueError: the observation does not fit the model's observation space (SB3's rule,
                 see :meth:`predict`), or is an empty batch.
         """
-        model = self._model
+        facts = self._facts
+        model = facts.model
         policy: Any = model.policy
-        if self._recurrent:
+        if facts.recurrent:
             raise TypeError(
                 f"{type(model).__name__}'s values depend on each env's LSTM state; "
                 f"predict_values() takes none (RecurrentPPO's truncation bootstrap uses the "
                 f"'state' of the env's last act() response)"
             )
-        if not self._on_policy or not callable(getattr(policy, "predict_values", None)):
+        if not facts.on_policy or not callable(getattr(policy, "predict_values", None)):
             raise TypeError(
                 f"{type(model).__name__} has no state-value function (policy "
                 f"{type(policy).__name__} has no predict_values); predict_values() needs an "
@@ -551,7 +607,8 @@ class SB3PolicyAdapter:
                 type(action) is np.ndarray
                 and action.ndim
                 and action.shape[0] == len(stacked.__dict__["env_ids"])
-                and action.dtype.kind in ACTION_KINDS.get(type(self._model.action_space), "biuf")
+                and action.dtype.kind
+                in ACTION_KINDS.get(type(self._facts.model.action_space), "biuf")
             ):
                 return action.copy()
         ordered = order_responses(responses, env_ids)
@@ -569,10 +626,9 @@ class SB3PolicyAdapter:
                 )
             )
         dtypes = {a.dtype for a in actions}
-        if len(dtypes) > 1 or next(iter(dtypes)).kind not in ACTION_KINDS.get(
-            type(self._model.action_space), "biuf"
-        ):
-            refuse_action_dtypes(self._model.action_space, ordered, actions)
+        space = self._facts.model.action_space
+        if len(dtypes) > 1 or next(iter(dtypes)).kind not in ACTION_KINDS.get(type(space), "biuf"):
+            refuse_action_dtypes(space, ordered, actions)
         return np.stack(actions)
 
 

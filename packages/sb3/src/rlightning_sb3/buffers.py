@@ -20,10 +20,19 @@ step, ``on_rollout_end`` at a rollout's end -- and dump the logger (``rollout/ep
 ``time/fps``, ...) every ``log_interval`` rollouts or episodes. When ``on_step`` returns False
 they raise :class:`StopTraining`, where ``collect_rollouts`` returns early.
 
-Observations and rewards are those of the VecEnv the model was built with (``model.get_env()``,
-which SB3 may have wrapped, e.g. in ``VecTransposeImage`` for images). With ``VecNormalize``,
-SB3's replay buffer stores the original (unnormalized) observations and rewards: pass
-``env.get_original_obs()`` / ``env.get_original_reward()`` to :func:`add_replay_step`.
+Observations and rewards are what the VecEnv the model was built with returned
+(``model.get_env()``, which SB3 may have wrapped, e.g. in ``VecTransposeImage`` for images):
+under ``VecNormalize`` too, its normalized outputs. On-policy SB3 stores them as they are;
+off-policy SB3 stores the originals, which :func:`add_replay_step` reads from
+``model.get_vec_normalize_env()`` as ``OffPolicyAlgorithm._store_transition`` does (and
+refuses outputs that are not the wrapper's).
+
+With ``update_model``, the helpers also leave the model's training state where SB3's
+``collect_rollouts`` leaves it (``_last_obs``, ``_last_episode_starts``, ``_last_original_obs``,
+RecurrentPPO's ``_last_lstm_states``; see ``_training_state``), so that ``learn(...,
+reset_num_timesteps=False)`` or a second :func:`start_training` continues where the loop
+stopped; :meth:`SB3PolicyAdapter.load_training_state
+<rlightning_sb3.SB3PolicyAdapter.load_training_state>` hands that state to a loop.
 
 The checks on what the env returned live in the private module ``_buffer_checks``, the reading
 of a step's responses as stacked columns in ``_columns``.
@@ -32,7 +41,6 @@ of a step's responses as stacked columns in ``_columns``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from copy import deepcopy
 from typing import Any
 
 import numpy as np
@@ -52,7 +60,6 @@ from rlightning_sb3._buffer_checks import (
     check_buffer_observation,
     check_scaled_actions,
     check_step,
-    check_terminal,
     require_started,
 )
 from rlightning_sb3._columns import StepColumns
@@ -70,6 +77,13 @@ from rlightning_sb3._training import (
     run_of,
     start_training,
     stop,
+)
+from rlightning_sb3._training_state import (
+    last_observation,
+    replay_outputs,
+    replay_transition,
+    rollout_inputs,
+    rollout_outputs,
 )
 
 __all__ = [
@@ -116,6 +130,15 @@ def add_rollout_step(
     truncation bootstrap and ``buffer.add``. SB3 calls ``on_rollout_start`` before the rollout's
     first action; here it runs after that step's ``act`` and ``env.step``.
 
+    Also with ``update_model``, the model's training state as ``collect_rollouts`` keeps it:
+    while the step is collected (and so when a callback stops it), ``_last_obs`` is
+    ``observation``, ``_last_episode_starts`` the stored episode starts and RecurrentPPO's
+    ``_last_lstm_states`` the stored ``lstm_states``; once it is stored, ``_last_obs`` is
+    ``new_observation``, ``_last_episode_starts`` is ``dones`` and ``_last_lstm_states`` the
+    responses' ``state``. Without ``new_observation``, ``_last_obs`` is None until the next
+    step or :func:`finish_rollout` (a ``learn()`` in between resets the env rather than
+    continue from an observation already stepped).
+
     Args:
         model: PPO, A2C, RecurrentPPO, MaskablePPO or another ``OnPolicyAlgorithm``.
         observation: The observation the responses answered, ``(n_envs, *obs_shape)`` (dict for
@@ -131,16 +154,19 @@ def add_rollout_step(
             episodes (``model._update_info_buffer``) and call the callback, as
             ``collect_rollouts`` does.
         new_observation: What ``env.step`` returned, ``(n_envs, *obs_shape)``: the callback's
-            ``locals["new_obs"]``. Needed when :func:`start_training` got a callback or
-            ``progress_bar``; not stored.
+            ``locals["new_obs"]`` and the model's ``_last_obs`` (a native copy where torch
+            cannot view the array; not stored in the buffer). Needed when
+            :func:`start_training` got a callback or ``progress_bar``; pass it always, so that
+            the model's state is SB3's after every step.
 
     Returns:
         The ``(n_envs,)`` rewards as stored (bootstrapped where truncated), a new array:
         float32 or float64 rewards keep their dtype, integer rewards become float32 (as
         ``DummyVecEnv`` returns them), so the bootstrap is never truncated. ``buffer`` is
         mutated (``reset`` when full, then ``add``), and with ``update_model`` so is ``model``
-        (``num_timesteps``, ``ep_info_buffer``, ``ep_success_buffer``); ``rewards`` and
-        ``responses`` are not.
+        (``num_timesteps``, ``ep_info_buffer``, ``ep_success_buffer``, ``_last_obs``,
+        ``_last_episode_starts``, ``_last_lstm_states``); ``rewards`` and ``responses`` are
+        not.
 
     Raises:
         TypeError: ``responses`` is not a sequence of PolicyResponse, ``env_ids`` is not a
@@ -223,6 +249,8 @@ def add_rollout_step(
         if callback is not None:
             callback.on_rollout_start()
     if update_model:
+        # where collect_rollouts stands while this step is collected (and if a callback stops)
+        rollout_inputs(model, observation, episode_starts, extra.get("lstm_states"))
         model.num_timesteps += len(ids)
     if run is not None and callback is not None:
         callback.update_locals(
@@ -238,6 +266,10 @@ def add_rollout_step(
     for idx, terminal_value in bootstrap:
         rewards_arr[idx] += model.gamma * terminal_value
     buf.add(observation, actions, rewards_arr, episode_starts, values, log_probs, **extra)
+    if update_model:  # collect_rollouts' _last_obs, _last_episode_starts (_last_lstm_states)
+        rollout_outputs(
+            model, new_observation, dones_arr, stack_rnn_states(next_states) if recurrent else None
+        )
     if run is not None:
         run.steps = (run.steps or 0) + 1
         run.last_actions = actions
@@ -268,6 +300,9 @@ def finish_rollout(
     ``model.dump_logs(iteration)`` (``time/iterations``, ``rollout/ep_rew_mean``,
     ``rollout/ep_len_mean``, ``time/fps``, ``time/time_elapsed``, ``time/total_timesteps``, and
     what the last ``model.train()`` recorded). Call ``model.train()`` after it, as ``learn``.
+    With ``update_model`` the model is then where ``collect_rollouts`` leaves it:
+    ``_last_obs = new_observation``, ``_last_episode_starts = dones`` and (RecurrentPPO)
+    ``_last_lstm_states`` the responses' ``state``.
 
     Args:
         model: The on-policy model.
@@ -282,8 +317,8 @@ def finish_rollout(
 
     Returns:
         None. ``buffer`` is mutated (its ``returns`` and ``advantages`` are filled in place),
-        and with ``update_model`` so is ``model`` (``_current_progress_remaining``; the
-        logger's values are written out when it dumps).
+        and with ``update_model`` so is ``model`` (``_current_progress_remaining``, the
+        training state above; the logger's values are written out when it dumps).
 
     Raises:
         TypeError: ``responses`` or ``env_ids`` is not a sequence of the right kind, or
@@ -310,6 +345,7 @@ def finish_rollout(
     check_buffer_observation("new_observation", new_observation, buf, ids)
     policy: Any = model.policy
     last_obs = obs_tensor(policy, native_arrays(new_observation), model.device)
+    states = None
     with th.no_grad():
         if hasattr(buf, "hidden_states_pi"):
             if step is None:
@@ -325,6 +361,8 @@ def finish_rollout(
     buf.compute_returns_and_advantage(last_values=values, dones=dones_arr)
     if not update_model:
         return
+    # the rollout's last step as collect_rollouts leaves it (new_obs, dones, LSTM states)
+    rollout_outputs(model, new_observation, dones_arr, states)
     run = run_of(model)
     if run.callback is not None:
         if is_sb3_on_policy_collection(model):  # sb3-contrib's versions skip this update
@@ -370,6 +408,18 @@ def add_replay_step(
     itself handles truncation (``handle_timeout_termination``: ``TimeLimit.truncated`` steps are
     not terminal for the TD target).
 
+    With a ``VecNormalize`` in the model's env (``model.get_vec_normalize_env()``), what is
+    stored is the originals, as ``_store_transition`` reads them from the wrapper: the
+    model's ``_last_original_obs`` as the observation, ``get_original_obs()`` with each done
+    env's row its ``unnormalize_obs``'d terminal observation, and ``get_original_reward()``.
+    The loop passes what the wrapped env returned (normalized); anything else is refused
+    (``ValueError``): ``observation`` must equal the model's ``_last_obs`` (what
+    :func:`start_training` returned, then each step's ``new_observation``), and
+    ``new_observation`` and ``rewards`` what the wrapper returned at its last step (its
+    ``normalize_obs``/``normalize_reward`` of its originals), since the stored originals are
+    those of the wrapper's last step. ``update_model=False`` is refused there (the original of
+    ``observation`` is the model's ``_last_original_obs``, which it would not keep).
+
     With ``update_model``, the rest of ``collect_rollouts``' step: ``num_timesteps += n_envs``,
     ``_update_info_buffer``, ``_update_current_progress_remaining``, ``_on_step`` (DQN: target
     update and exploration rate), and for each finished episode ``_episode_num += 1``, the
@@ -381,7 +431,11 @@ def add_replay_step(
     ``env``, ``train_freq``, ``replay_buffer``, ``num_collected_steps``, ``actions``,
     ``buffer_actions``, ``new_obs``, ``rewards``, ``dones``, ``infos``, ...) and ``on_step`` right
     after ``num_timesteps += n_envs`` (before the step is stored), and ``on_rollout_end`` when the
-    rollout has the steps or episodes ``model.train_freq`` asks for.
+    rollout has the steps or episodes ``model.train_freq`` asks for. The model's training state
+    follows ``_store_transition``: ``_last_obs`` is ``observation`` while the step is collected
+    (when a callback stops it), then ``new_observation``; ``_last_original_obs`` then the
+    original of ``new_observation`` (``VecNormalize``) or ``observation`` (otherwise, as SB3
+    assigns it ``_last_obs`` before storing).
 
     Args:
         model: SAC, TD3, DDPG, DQN or another ``OffPolicyAlgorithm``.
@@ -390,7 +444,8 @@ def add_replay_step(
         responses: From :meth:`SB3PolicyAdapter.act`, one per env (their ``buffer_action``,
             ``(*action_shape)``; for a Box space scaled to [-1, 1]).
         new_observation: What ``env.step`` returned, ``(n_envs, *obs_shape)`` (not modified: a
-            deep copy gets the terminal observations).
+            deep copy gets the terminal observations); the model's ``_last_obs`` after the
+            step (a native copy where torch cannot view the array).
         rewards: ``(n_envs,)`` rewards from ``env.step`` (ints or floats, an array or a list).
         dones: ``(n_envs,)`` booleans from ``env.step``.
         infos: ``n_envs`` info dicts from ``env.step``.
@@ -404,8 +459,8 @@ def add_replay_step(
         ``if model.num_timesteps > model.learning_starts: model.train(...)``); always False
         without ``update_model``. ``buffer`` is mutated (``add``), and with ``update_model`` so
         is ``model`` (the counters above; for DQN the exploration rate and target network; the
-        action noise). ``observation``, ``new_observation``, ``rewards`` and ``responses`` are
-        not.
+        action noise; ``_last_obs``, ``_last_original_obs``). ``observation``,
+        ``new_observation``, ``rewards`` and ``responses`` are not.
 
     Raises:
         TypeError: ``responses`` is not a sequence of PolicyResponse, ``env_ids`` is not a
@@ -417,9 +472,12 @@ def add_replay_step(
             observations do not match the buffer's envs (counts, shapes ``(n_envs,)`` and
             ``(n_envs, *obs_shape)``, non-boolean dones); a response has no ``buffer_action``;
             for a Box action space the buffer actions are not ``(n_envs, *action_shape)`` or
-            lie outside [-1, 1] (SB3's ``policy.scale_action`` range); or an
+            lie outside [-1, 1] (SB3's ``policy.scale_action`` range); an
             ``infos[i]["terminal_observation"]`` of a done env does not have one observation's
-            shape.
+            shape; or, with a ``VecNormalize`` in the model's env, the observations or rewards
+            are not the wrapper's (see above), ``update_model`` is False, a Discrete
+            observation's terminal observation would be unnormalized (SB3 raises
+            ``IndexError`` there) or :func:`start_training` was not called.
         StopTraining: the callback's ``on_step`` returned False (``num_timesteps`` counts the
             step, nothing is stored, as ``collect_rollouts`` returns early), or returned False
             at an earlier step of this run (then nothing is changed).
@@ -438,20 +496,23 @@ def add_replay_step(
     actions = step.array("buffer_action")
     if isinstance(model.action_space, spaces.Box):
         check_scaled_actions(actions, model.action_space, ids)
-    next_obs = deepcopy(new_observation)
-    for i, done in enumerate(dones_arr):
-        terminal = infos[i].get("terminal_observation")
-        if done and terminal is not None:
-            if isinstance(next_obs, dict):
-                for key in next_obs:
-                    check_terminal(terminal[key], next_obs[key][i], ids[i], f"[{key!r}]")
-                    next_obs[key][i] = terminal[key]
-            else:
-                check_terminal(terminal, next_obs[i], ids[i], "")
-                next_obs[i] = terminal
     if run is None:
-        buf.add(observation, next_obs, actions, rewards_arr, dones_arr, list(infos))
+        if model.get_vec_normalize_env() is not None:
+            raise ValueError(
+                "add_replay_step(update_model=False) cannot store a step of a model whose env "
+                "has a VecNormalize: SB3 stores the original observations, and the original of "
+                "the observation a step acted on is the model's _last_original_obs, which only "
+                "update_model=True keeps (as OffPolicyAlgorithm._store_transition does)"
+            )
+        obs_, next_obs, rewards_, _ = replay_transition(
+            model, observation, new_observation, rewards_arr, dones_arr, infos, ids
+        )
+        buf.add(obs_, next_obs, actions, rewards_, dones_arr, list(infos))
         return False
+    obs_, next_obs, rewards_, original_new = replay_transition(
+        model, observation, new_observation, rewards_arr, dones_arr, infos, ids
+    )
+    last = model._last_obs = last_observation(observation)  # where SB3 stands if one stops
     n_envs = len(ids)
     callback = run.callback
     env_actions = None if callback is None else step.array("action")
@@ -478,7 +539,8 @@ def add_replay_step(
         if not callback.on_step():
             stop(run)
     model._update_info_buffer(list(infos), dones_arr)
-    buf.add(observation, next_obs, actions, rewards_arr, dones_arr, list(infos))
+    buf.add(obs_, next_obs, actions, rewards_, dones_arr, list(infos))
+    replay_outputs(model, observation, last, new_observation, original_new)
     _update_progress(model)
     model._on_step()
     for idx, done in enumerate(dones_arr):
