@@ -423,7 +423,9 @@ def _ray_bench(case: str, impl: str, obj: Any, fields: dict[str, Any]) -> Bench:
     import ray
 
     if not _RAY_STARTED:
-        ray.init(num_cpus=1, include_dashboard=False, object_store_memory=512 * 2**20)
+        ray.init(
+            address="local", num_cpus=1, include_dashboard=False, object_store_memory=512 * 2**20
+        )
         atexit.register(ray.shutdown)
         _RAY_STARTED = True
     warnings.filterwarnings("ignore", message="The given NumPy array is not writable")

@@ -113,7 +113,12 @@ def measure_ray(quick: bool) -> dict[str, Any]:
 
     os.environ.pop("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", None)
     warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=400 * 1024 * 1024)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=400 * 1024 * 1024,
+    )
     try:
         big = torch.randn(16 * 1024 * 1024)
         out: dict[str, Any] = {"tensor_bytes": big.numel() * big.element_size()}
