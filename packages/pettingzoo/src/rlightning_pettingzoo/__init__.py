@@ -33,6 +33,7 @@ from rlightning_pettingzoo.env_group import (  # noqa: E402
     ParallelEnvError,
     ParallelEnvGroup,
     ParallelFragment,
+    ParallelObservation,
     ParallelStep,
 )
 from rlightning_pettingzoo.masks import find_action_mask, sample_response  # noqa: E402
@@ -55,6 +56,7 @@ __all__ = [
     "ParallelEnvError",
     "ParallelEnvGroup",
     "ParallelFragment",
+    "ParallelObservation",
     "ParallelStep",
     "Policy",
     "SharedPolicyAdapter",

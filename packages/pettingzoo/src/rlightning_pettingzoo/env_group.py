@@ -35,7 +35,13 @@ from rlightning import MultiAgentPolicyResponse
 from rlightning_pettingzoo.masks import find_action_mask
 from rlightning_pettingzoo.parallel import to_parallel_actions
 
-__all__ = ["ParallelEnvError", "ParallelEnvGroup", "ParallelFragment", "ParallelStep"]
+__all__ = [
+    "ParallelEnvError",
+    "ParallelEnvGroup",
+    "ParallelFragment",
+    "ParallelObservation",
+    "ParallelStep",
+]
 
 #: Columns of ``hops_ns``: the hops a runner times (``rlightning_ray.HOPS``).
 _N_HOPS = 4
