@@ -187,3 +187,22 @@ def test_maskable_ppo_served_to_envs_without_action_masks_is_refused(
     with pytest.raises(RuntimeError, match=re.escape(message)):
         rlightning_ray.Collector(runners).sample(1, timeout_s=TIMEOUT_S)
     _kill(server, *runners)
+
+
+@pytest.mark.parametrize(
+    ("env_ids", "error", "message"),
+    [
+        ([0, 1], TypeError, "runner 'r0' env_ids[0] must be a str"),
+        (["a", "a"], ValueError, "runner 'r0' env_ids repeats ['a']"),
+        (["a"], ValueError, "runner 'r0' has 2 envs"),
+    ],
+)
+def test_runner_env_ids_follow_the_core_env_id_rule(
+    env_ids: list[Any], error: type[Exception], message: str
+) -> None:
+    """A runner's env ids are checked by rlightning.rules.check_env_ids (before any actor)."""
+    from rlightning_ray.runner import checked_env_ids
+
+    fns = [lambda: None, lambda: None]
+    with pytest.raises(error, match=re.escape(message)):
+        checked_env_ids("r0", fns, env_ids, None)

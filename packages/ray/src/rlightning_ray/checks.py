@@ -16,10 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["POLICY_VERSION_FIELD", "check_answer"]
+from rlightning.rules import POLICY_VERSION_FIELD
 
-#: The response field holding the version of the weights that produced it (an int, 0 first).
-POLICY_VERSION_FIELD = "policy_version"
+__all__ = ["POLICY_VERSION_FIELD", "check_answer"]
 
 
 def check_answer(

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from rlightning.rules import check_stamp
+from rlightning.rules import check_env_ids, check_stamp
 from rlightning_ray.checks import check_answer
 from rlightning_ray.groups import (
     EnvGroup,
@@ -279,20 +279,25 @@ def checked_env_ids(
     The one place a runner's env ids and seeds are checked (every runner class calls it).
 
     Raises:
+        TypeError: ``env_ids`` is not a sequence of str (rule ``env-id`` of
+            :func:`rlightning.rules.check_env_ids`; the runner named).
         ValueError: no env, ``env_ids`` or ``seeds`` of another length than ``env_fns``, or
             repeated env ids (the runner named).
     """
     if not env_fns:
         raise ValueError(f"runner {runner_id!r} needs at least one env, got env_fns=[]")
-    ids = [f"{runner_id}-{i}" for i in range(len(env_fns))] if env_ids is None else env_ids
-    if len(ids) != len(env_fns) or len(set(ids)) != len(ids):
-        raise ValueError(
-            f"runner {runner_id!r} needs one distinct env id per env: got env_ids={list(ids)} "
-            f"for {len(env_fns)} envs"
+    if env_ids is None:
+        ids = [f"{runner_id}-{i}" for i in range(len(env_fns))]
+    else:  # the env-id rule's owner: str ids (by type), one per env, distinct
+        ids = check_env_ids(
+            env_ids,
+            len(env_fns),
+            subject=f"runner {runner_id!r} env_ids",
+            count=f"runner {runner_id!r} has {len(env_fns)} envs",
         )
     if seeds is not None and len(seeds) != len(env_fns):
         raise ValueError(
             f"runner {runner_id!r} got {len(seeds)} seeds for {len(env_fns)} envs: "
             "give one seed (or None) per env"
         )
-    return list(ids)
+    return ids
