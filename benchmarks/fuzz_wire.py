@@ -658,7 +658,8 @@ def check_decoded(decoded: Any, size: int, *, trace: bool = True) -> dict[str, A
         figures["unbind"] = f"{len(rows)} rows"
     except (ValueError, TypeError) as exc:
         rows = None
-        figures["unbind"] = f"refused: {type(exc).__name__}"
+        why = "out of proportion" if "UNBIND_WORK_FACTOR" in str(exc) else "not stacked alike"
+        figures["unbind"] = f"refused: {type(exc).__name__} ({why})"
     finally:
         figures["unbind_s"] = time.perf_counter() - start
         if trace:
@@ -714,16 +715,18 @@ def check_hostile(data: bytes, kind: str = "bytes") -> dict[str, Any]:
     return {"decode_s": decode_s, **check_decoded(decoded, len(data))}
 
 
-def stacked_hostile_message(rng: random.Random, torch_ok: bool = False) -> bytes:
+def stacked_hostile_message(
+    rng: random.Random, torch_ok: bool = False, max_rows: int = 65536
+) -> bytes:
     """A hand-built message shaped like a stacked response, aimed at ``unbind()``'s bounds.
 
-    ``n`` rows (up to 65,536, the most zero-size arrays bring for free), given by ``env_ids``
-    (whose paths may share a hash) or by the first batched field; fields mixing zero-size arrays
-    (and tensors) with up to 65,536 rows, batched arrays and PerEnv lists of ``n`` rows, and
+    ``n`` rows (at most ``max_rows``, up to 65,536: the most zero-size arrays bring for free),
+    given by ``env_ids`` (whose paths may share a hash) or by the first batched field; fields
+    mixing zero-size arrays (and tensors), batched arrays and PerEnv lists of ``n`` rows, and
     shared values: lists, dicts, nested containers of up to 2,000 values. Many are refused (by
     the decoder or by ``unbind``); the rest must unbind within the page's bounds.
     """
-    n = rng.choice([1, 2, 7, 64, 1000, 4096, 65536])
+    n = rng.choice([rows for rows in (1, 2, 7, 64, 1000, 4096, 65536) if rows <= max_rows])
     header: list[Any] = [0, None]
     payload = bytearray()
 
@@ -767,17 +770,28 @@ def stacked_hostile_message(rng: random.Random, torch_ok: bool = False) -> bytes
 
 
 def run_hostile(seconds: float) -> dict[str, Any]:
-    """Run the hostile-message generators for ``seconds``; return the figures."""
+    """Run the hostile-message generators for ``seconds``; return the figures.
+
+    Each message is decoded as ``bytes`` and as one other buffer kind (in turn), and what decodes
+    goes through :func:`check_decoded` (repr, unbind with its peak traced, stack, re-encoding).
+    """
     rng = random.Random(0)
     counters: dict[str, Any] = {"iterations": 0, "failures": 0, "slowest_s": 0.0}
     counters.update(slowest_repr_s=0.0, largest_repr_peak=0, slowest_input="")
+    counters.update(decoded=0, unbound=0, unbind_refused=0, unbind_out_of_proportion=0)
+    counters.update(slowest_unbind_s=0.0)
+    counters.update(largest_unbind_peak_per_byte=0.0, reencode_refused=0)
+    kinds: dict[str, int] = dict.fromkeys(BUFFER_KINDS, 0)
     first_failure: list[str] = []
     started = time.monotonic()
     has_torch = _has_torch()
     if has_torch:  # the first tensor decoded imports torch (seconds): not the decoder's time
         import torch  # noqa: F401
+    from rlightning._stack import UNBIND_FLOOR
+
+    kind_names = sorted(BUFFER_KINDS)
     while time.monotonic() - started < seconds:
-        choice = rng.randrange(3)
+        choice = rng.randrange(4)
         if choice == 0:
             depth = rng.choice([65, 200, 500, 900, 1000])
             messages = list(deep_node_messages(depth).values())
@@ -789,29 +803,48 @@ def run_hostile(seconds: float) -> dict[str, Any]:
             tensor = has_torch and rng.random() < 0.5
             messages = [huge_empty_shape_message(tensor, dims)]
             what = f"{'tensor' if tensor else 'array'} of shape {dims}"
-        else:
-            kind = rng.choice(KEY_KINDS)
+        elif choice == 2:
+            key_kind = rng.choice(KEY_KINDS)
             size, n_keys = rng.choice([8, 16, 17, 64, 1024]), rng.choice([64, 2048])
-            messages = [keys_message(colliding_keys(kind, size, n_keys, rng))]
-            what = f"{n_keys} {kind} keys, up to {size} per hash"
+            messages = [keys_message(colliding_keys(key_kind, size, n_keys, rng))]
+            what = f"{n_keys} {key_kind} keys, up to {size} per hash"
+        else:
+            messages = [stacked_hostile_message(rng, has_torch)]
+            what = "a stacked-looking message"
         for data in messages:
+            kind = kind_names[counters["iterations"] % len(kind_names)]
             try:
-                figures = check_hostile(data)
+                figures = check_hostile(data, kind)
             except Exception as exc:  # a finding: record it, keep fuzzing
                 counters["failures"] += 1
                 if not first_failure:
-                    first_failure.append(f"{type(exc).__name__}: {str(exc)[:300]}")
+                    first_failure.append(f"{what}, as {kind}: {type(exc).__name__}: {exc}"[:400])
                 continue
             counters["iterations"] += 1
+            kinds[kind] += 1
             if figures["decode_s"] > counters["slowest_s"]:
                 counters["slowest_s"] = figures["decode_s"]
                 counters["slowest_input"] = what
             counters["slowest_repr_s"] = max(counters["slowest_repr_s"], figures["repr_s"])
             counters["largest_repr_peak"] = max(counters["largest_repr_peak"], figures["repr_peak"])
+            if "unbind" in figures:
+                counters["decoded"] += 1
+                refused = figures["unbind"].startswith("refused")
+                counters["unbind_refused" if refused else "unbound"] += 1
+                counters["unbind_out_of_proportion"] += "out of proportion" in figures["unbind"]
+                counters["slowest_unbind_s"] = max(
+                    counters["slowest_unbind_s"], figures["unbind_s"]
+                )
+                per_byte = figures["unbind_peak"] / max(len(data), UNBIND_FLOOR)
+                counters["largest_unbind_peak_per_byte"] = round(
+                    max(counters["largest_unbind_peak_per_byte"], per_byte), 1
+                )
+                counters["reencode_refused"] += figures["reencode"] != "equal"
     return {
         "engine": "hostile",
         "seconds": round(time.monotonic() - started, 1),
         **counters,
+        "per_buffer_kind": kinds,
         "first_failure": first_failure[0] if first_failure else None,
     }
 
@@ -859,12 +892,38 @@ def run_hypothesis(seconds: float) -> dict[str, Any]:
         max_leaves=16,
     )
     names = st.sampled_from(["action", "value", "obs", "state", "log_prob", "ts_env_sent_ns"])
-    responses = st.builds(
+    fields = st.dictionaries(names, values, max_size=5)
+    single = st.builds(
         lambda env_id, fields: PolicyResponse(env_id, **fields),
         st.one_of(st.none(), st.text(max_size=6)),
-        st.dictionaries(names, values, max_size=5),
+        fields,
     )
-    counters = {"iterations": 0, "failures": 0, "slowest_s": 0.0}
+    # stacked responses (what unbind() splits): n copies of one structure, and hand-built ones
+    # with zero-size arrays of up to 70,000 rows and shared values beside them
+    stacked = st.builds(
+        lambda fields, n: PolicyResponse.stack(
+            [PolicyResponse(f"e{i}", **fields) for i in range(n)]
+        ),
+        fields,
+        st.integers(1, 8),
+    )
+    hand_built = st.builds(
+        lambda n, width, shared, ids: PolicyResponse(
+            None,
+            **({"env_ids": [f"e{i}" for i in range(n)]} if ids else {}),
+            empty=np.zeros((n, 0, width)),
+            shared=shared,
+        ),
+        st.sampled_from([1, 3, 64, 4096, 65536, 70000]),
+        st.integers(0, 3),
+        values,
+        st.booleans(),
+    )
+    responses = st.one_of(single, single, stacked, hand_built)
+    counters: dict[str, Any] = {"iterations": 0, "failures": 0, "slowest_s": 0.0}
+    counters.update(refused_to_encode=0, unbound=0, unbind_refused=0, slowest_unbind_s=0.0)
+    counters.update(unbind_out_of_proportion=0)
+    kinds: dict[str, int] = dict.fromkeys(BUFFER_KINDS, 0)
     first_failure: list[str] = []
 
     @settings(
@@ -875,7 +934,11 @@ def run_hypothesis(seconds: float) -> dict[str, Any]:
     )
     @given(responses, st.data())
     def one(response: PolicyResponse, data: st.DataObject) -> None:
-        clean = response.to_bytes(checksum=False)
+        try:
+            clean = response.to_bytes(checksum=False)
+        except ValueError:  # e.g. more zero-size rows than the message has bytes
+            counters["refused_to_encode"] += 1
+            return
         message = bytearray(clean)
         for _ in range(data.draw(st.integers(1, 6))):
             op = data.draw(st.sampled_from(["flip", "set", "cut", "insert", "delete", "length"]))
@@ -892,19 +955,35 @@ def run_hypothesis(seconds: float) -> dict[str, Any]:
                 del message[at : at + data.draw(st.integers(1, 16))]
             elif op == "length" and len(message) >= 12:
                 message[8:12] = data.draw(st.integers(0, 2**32 - 1)).to_bytes(4, "little")
+        kind = data.draw(st.sampled_from(sorted(BUFFER_KINDS)))
         for candidate in (bytes(message), clean):
             start = time.perf_counter()
+            decoded = None
             try:
                 decoded = PolicyResponse.from_bytes(candidate)
             except WireFormatError:
-                decoded = None
+                pass
             except Exception as exc:  # a finding: record it, keep fuzzing
                 counters["failures"] += 1
                 if not first_failure:
                     first_failure.append(f"{type(exc).__name__}: {exc} for {candidate[:200]!r}")
-                decoded = None
             counters["slowest_s"] = max(counters["slowest_s"], time.perf_counter() - start)
             counters["iterations"] += 1
+            try:
+                check_buffer_kind(kind, candidate, decode_outcome(candidate))
+                kinds[kind] += 1
+                if decoded is not None:
+                    figures = check_decoded(decoded, len(candidate), trace=False)
+                    refused = figures["unbind"].startswith("refused")
+                    counters["unbind_refused" if refused else "unbound"] += 1
+                    counters["unbind_out_of_proportion"] += "out of proportion" in figures["unbind"]
+                    counters["slowest_unbind_s"] = max(
+                        counters["slowest_unbind_s"], figures["unbind_s"]
+                    )
+            except Exception as exc:  # a finding
+                counters["failures"] += 1
+                if not first_failure:
+                    first_failure.append(f"as {kind}: {type(exc).__name__}: {exc}"[:400])
             # `==`, not `!=`: PolicyResponse defines __eq__ only, and SimpleNamespace's __ne__
             # compares the raw dicts (ambiguous for arrays).
             if candidate is clean and not decoded == response:  # noqa: SIM201
@@ -919,6 +998,7 @@ def run_hypothesis(seconds: float) -> dict[str, Any]:
         "engine": "hypothesis",
         "seconds": round(time.monotonic() - started, 1),
         **counters,
+        "per_buffer_kind": kinds,
         "first_failure": first_failure[0] if first_failure else None,
     }
 
@@ -950,7 +1030,15 @@ def run_atheris(seconds: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--engine", choices=["hypothesis", "hostile", "keys", "atheris"], default="hypothesis"
+        "--engine",
+        choices=["hypothesis", "hostile", "keys", "atheris", "memory", "unbind"],
+        default="hypothesis",
+    )
+    parser.add_argument(
+        "--header-bytes",
+        type=int,
+        default=1 << 22,
+        help="memory engine: header size of each message (the default limit, 4 MiB)",
     )
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument(
@@ -965,6 +1053,17 @@ def main() -> None:
         return
     if args.engine == "keys":
         run_keys(group_size=args.group_size)
+        return
+    if args.engine == "memory":
+        for row in header_memory_table(args.header_bytes, ("bytes", "bytearray", "copy")):
+            print(
+                f"{row['kind']:28} {row['mode']:9} node {len(_pack(NODE_KINDS[row['kind']][0])):2}"
+                f" B  {row.get('per_header_byte', row.get('error'))} B per header byte  "
+                f"(+{row.get('rss_growth', 0) / 2**20:.0f} MiB, decode {row.get('decode_s')} s)"
+            )
+        return
+    if args.engine == "unbind":
+        run_unbind()
         return
     result = run_hostile(args.seconds) if args.engine == "hostile" else run_hypothesis(args.seconds)
     for key, value in result.items():

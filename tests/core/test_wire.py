@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import itertools
 import re
 import signal
@@ -29,6 +30,7 @@ from rlightning import MultiAgentPolicyResponse, PerEnv, PolicyResponse, WireFor
 from rlightning._wire_spec import _NUMPY_DTYPES
 
 CORE_SRC = Path(__file__).resolve().parents[2] / "packages" / "core" / "src"
+HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
 def _message(header: list[Any], payload: bytes = b"", *, crc: bool = False) -> bytes:
@@ -482,12 +484,14 @@ def test_fuzz_random_bytes_after_a_valid_prefix(tail: bytes) -> None:
 
 # ------------------------------------------- hostile messages: errors, repr and key bounds
 from benchmarks.fuzz_wire import (  # noqa: E402  (the generators the long fuzz run uses)
+    BUFFER_KINDS,
     KEY_KINDS,
     check_hostile,
     colliding_keys,
     deep_node_messages,
     huge_empty_shape_message,
     keys_message,
+    stacked_hostile_message,
 )
 
 
@@ -642,9 +646,20 @@ _hostile = st.one_of(
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
-@given(_hostile)
-def test_fuzz_hostile_messages_decode_or_refuse_with_bounded_errors_and_reprs(data: bytes) -> None:
-    check_hostile(data)
+@given(_hostile, st.sampled_from(sorted(BUFFER_KINDS)))
+def test_fuzz_hostile_messages_decode_or_refuse_with_bounded_errors_and_reprs(
+    data: bytes, kind: str
+) -> None:
+    # as bytes and as another buffer kind (alike); what decodes: repr, unbind (its peak within
+    # the page's bound), stack and re-encoding checked (benchmarks/fuzz_wire.py::check_decoded)
+    check_hostile(data, kind)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(0, 2**32), st.sampled_from(sorted(BUFFER_KINDS)))
+def test_fuzz_stacked_hostile_messages_unbind_within_the_page_bounds(seed: int, kind: str) -> None:
+    # zero-size rows, shared values, PerEnv and arrays of n rows, env-ids paths sharing a hash
+    check_hostile(stacked_hostile_message(Random(seed), HAS_TORCH, max_rows=4096), kind)
 
 
 # ------------------------------------------------------- decoder: bounded time and memory
