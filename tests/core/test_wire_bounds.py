@@ -250,7 +250,7 @@ def test_unbind_still_splits_batches_with_shared_values_and_free_rows() -> None:
 def test_unbind_of_the_costliest_messages_it_accepts_stays_within_the_page_bound(
     case: str,
 ) -> None:
-    # docs/transport.md: unbind()'s peak (tracemalloc) is at most 2 KiB per byte of
+    # docs/transport.md: unbind()'s peak (tracemalloc) is at most 1.5 KiB per byte of
     # max(message size, 65536); these cases come nearest (benchmarks/fuzz_wire.py --engine unbind)
     data = unbind_cases(1 << 16)[case]
     figures = check_decoded(PolicyResponse.from_bytes(data), len(data))  # asserts the bound

@@ -338,7 +338,9 @@ def decode(
     """Decode a message made by :func:`encode` (``Class.from_bytes(data)``).
 
     Args:
-        data: The message: ``bytes``, ``bytearray``, ``memoryview`` or any C-contiguous buffer.
+        data: The message: ``bytes``, ``bytearray``, ``memoryview`` or any C-contiguous buffer,
+            read as its bytes whatever its item format (ctypes arrays, ``RawArray``, numpy
+            arrays of any dtype, ``mmap``, ``array.array``): each decodes as ``bytes`` does.
         expected: The class ``from_bytes`` was called on; the message's class must be it or a
             subclass of it (``PolicyResponse.from_bytes`` accepts both kinds).
         max_bytes: Largest message accepted, in bytes; None means :data:`MAX_BYTES_DEFAULT`
@@ -346,9 +348,9 @@ def decode(
             the message, so their buffers never exceed it.
         max_header_bytes: Largest msgpack header (the structure: everything but array and
             tensor buffers) accepted; None means :data:`MAX_HEADER_BYTES_DEFAULT` (4 MiB).
-            Checked before the header is unpacked. Unpacking builds Python objects, up to about
-            80 bytes per header byte for a header of tiny nodes, so this bounds what a hostile
-            message can make the decoder allocate besides the message itself.
+            Checked before the header is unpacked. Unpacking builds Python objects, at most
+            100 bytes of peak RSS per header byte for every kind of node, so this bounds what a
+            hostile message can make the decoder hold besides the message itself.
         copy: False (default): numpy arrays are views into ``data`` (read-only when ``data`` is
             ``bytes``; no copy), and tensors are views too when ``data`` is writable, copies
             otherwise (torch has no read-only tensors). True: every array and tensor is a fresh

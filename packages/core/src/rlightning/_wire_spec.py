@@ -36,9 +36,9 @@ _INT_LIMIT = 10**_MAX_INT_DIGITS  # ints carried: -_INT_LIMIT < value < _INT_LIM
 #: tuples of four coordinates in ``{-1, -2}`` share one hash).
 MAX_KEYS_PER_HASH = 16
 #: Largest msgpack header (the structure, without array and tensor buffers) accepted by default.
-#: Decoding the header builds Python objects, at most about 80 bytes per header byte for every
-#: kind of node (``docs/transport.md`` lists each): this bounds what a hostile message can make
-#: the decoder allocate (~320 MiB at this default).
+#: Decoding the header builds Python objects, at most 100 bytes of peak RSS per header byte for
+#: every kind of node (``docs/transport.md`` lists each): this bounds what a hostile message can
+#: make the decoder hold (~400 MiB at this default).
 MAX_HEADER_BYTES_DEFAULT = 4 << 20
 _MAX_EMPTY_PRODUCT = 1 << 40  # bound on the non-zero dimensions of an empty array, in bytes
 #: A zero-size array or tensor holds no bytes, so the message size cannot bound its shape: its
