@@ -156,15 +156,23 @@ class _Encoder:
                 "be str (exactly: a subclass would decode as an unequal plain str) or None",
             )
         rows = value.array_rows
+        paths: list[Any] = [_T_LIST]
         try:
             if len(rows) > MAX_KEYS_PER_HASH:
                 _check_shared_hashes(rows, "env-ids paths", "unbind() quadratic")
-            # depth + 2: each path sits in the paths list node, as the decoder counts it
-            paths = [self.key(path, depth + 2) for path in rows]
+            for path in rows:
+                try:
+                    # depth + 2: each path sits in the paths list node, as the decoder counts it
+                    paths.append(self.key(path, depth + 2))
+                except _FieldError as exc:  # name the field the path is of, too
+                    of = f" (of field {short_repr(path[0], 80)})" if path else ""
+                    exc.message = f"path {short_repr(path, 120)}{of}: {exc.message}"
+                    exc.path.clear()
+                    raise
         except _FieldError as exc:
             exc.path.append("array_rows")
             raise
-        return [_T_ENVIDS, [_T_LIST, *value], [_T_LIST, *paths]]
+        return [_T_ENVIDS, [_T_LIST, *value], paths]
 
     def key(self, key: Any, depth: int) -> Any:
         kind = type(key)
