@@ -3,7 +3,8 @@
 Part 1: make_example -> numpy() -> cpu() -> pickle round trip -> equal to what went in; and with
 torch, tensors made from the sampled arrays come back through numpy() equal to the samples.
 
-Part 2: ``repr``, ``==``, ``to_dict``, ``numpy()``, ``stack`` and ``unbind`` on any value: huge
+Part 2: ``repr``, ``==``, ``to_dict``, ``numpy()``, ``stack``, ``unbind`` and the wire format
+(``to_bytes``, then ``repr``/``unbind``/``stack`` of what ``from_bytes`` gives) on any value: huge
 ints, NaN, object arrays, zero-size arrays with huge dimensions, numpy scalars, subclasses of
 dict/list/tuple/str/ndarray, containers that contain themselves, torch tensors. Each either works
 without changing the data or raises a documented TypeError/ValueError that names the field; and
@@ -13,6 +14,7 @@ at (counted below with leaves that count their own ``repr`` calls), bounded peak
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import pickle
@@ -25,6 +27,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from benchmarks.fuzz_wire import check_decoded
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -310,6 +313,66 @@ def test_any_value_repr_eq_to_dict_numpy_stack_unbind(value: Any, stamp: int) ->
     _check_any_value(value, {"ts_env_sent_ns": stamp})
 
 
+def _check_through_the_wire(value: Any, extra: dict[str, Any]) -> None:
+    """``value`` in a response and in a stack of 3, each through to_bytes / from_bytes.
+
+    The encoder either refuses (a TypeError/ValueError naming the field) or writes a message
+    that decodes; what decodes then goes through ``check_decoded``: ``repr``, ``unbind()`` (its
+    peak within docs/transport.md's bound, relative to the message size), ``stack`` and
+    re-encoding to an equal response.
+    """
+    candidates = [PolicyResponse("e", **{FIELD: value}, **extra)]
+    rows = [PolicyResponse(f"e{i}", **{FIELD: copy.deepcopy(value)}, **extra) for i in range(3)]
+    with contextlib.suppress(TypeError, ValueError, RecursionError):  # checked elsewhere
+        candidates.append(PolicyResponse.stack(rows))
+    for response in candidates:
+        try:
+            data = response.to_bytes()
+        except Exception as exc:
+            _check_explained(exc)
+            continue
+        decoded = PolicyResponse.from_bytes(data)
+        assert set(vars(decoded)) == set(vars(response))
+        check_decoded(decoded, len(data))
+
+
+#: Values the wire format carries (most of ``_any_values`` hold a leaf it refuses): its leaves,
+#: zero-size arrays with huge dimensions among them, in plain containers.
+_wire_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.integers(14_000, 14_300).map(lambda bits: (1 << bits) - 1),  # near the 4,300-digit bound
+    st.floats(),
+    st.complex_numbers(),
+    st.text(max_size=5),
+    st.binary(max_size=30),
+    hnp.arrays(_NUMERIC, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)),
+    _NUMERIC.flatmap(lambda d: hnp.from_dtype(np.dtype(d))),
+    st.builds(lambda dims, d: np.zeros(dims, d), _huge_empty_shape, _NUMERIC),
+    st.builds(lambda n, d: np.zeros((n, 0), d), st.sampled_from([3, 4096, 65536]), _NUMERIC),
+)
+_wire_values = st.recursive(
+    _wire_leaves,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=12),
+        st.lists(inner, max_size=4).map(tuple),
+        st.lists(inner, max_size=4).map(PerEnv),
+        st.dictionaries(_keys, inner, max_size=12),
+    ),
+    max_leaves=30,
+)
+
+
+@pytest.mark.usefixtures("unlimited_int_digits")
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(value=st.one_of(_wire_values, _any_values), stamp=st.integers(0, 2**63))
+def test_any_value_through_the_wire_then_repr_unbind_stack_stay_bounded(
+    value: Any, stamp: int
+) -> None:
+    _check_through_the_wire(value, {"ts_env_sent_ns": stamp})
+
+
 _tensor_dtypes = ["bool", "uint8", "int64", "float16", "bfloat16", "float32", "complex64"]
 
 
@@ -334,6 +397,7 @@ def test_any_value_with_tensors_repr_eq_to_dict_numpy_stack_unbind(data: st.Data
     if data.draw(st.booleans()):
         value = _with_cycle(value)
     _check_any_value(value, {})
+    _check_through_the_wire(value, {})
 
 
 class _CountingLeaf:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import itertools
 import re
 import signal
@@ -29,6 +30,7 @@ from rlightning import MultiAgentPolicyResponse, PerEnv, PolicyResponse, WireFor
 from rlightning._wire_spec import _NUMPY_DTYPES
 
 CORE_SRC = Path(__file__).resolve().parents[2] / "packages" / "core" / "src"
+HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
 def _message(header: list[Any], payload: bytes = b"", *, crc: bool = False) -> bytes:
@@ -195,7 +197,8 @@ def test_a_small_message_claiming_a_terabyte_is_refused_before_allocating() -> N
     assert peak < 1 << 20
     # a zero-size shape whose other dimensions overflow 64 bits is refused too
     _expect_refusal(
-        _message([0, None, "x", [6, "float32", [1 << 40, 1 << 40, 0]]]), "has more than 65536 rows"
+        _message([0, None, "x", [6, "float32", [1 << 40, 1 << 40, 0]]]),
+        "tensors to 1208925819614629174706176 rows, more than 65536",
     )
     _expect_refusal(
         _message([0, None, "x", [6, "float32", [0, 1 << 40, 1 << 40]]]), "claims at least"
@@ -249,7 +252,10 @@ def test_max_bytes_limit() -> None:
         (_message([0, None, "a", [2, [0, 1], 2]]), "a dict key must be a str"),
         (_message([0, None, "a", [2, "k", 1, "k", 2]]), "duplicate dict key 'k'"),
         (_message([0, None, "a", [7, "12a"]]), "not decimal digits"),
-        (_message([0, None, "a", [7, "9" * 5000]]), "a big-int node must be [7, digits]"),
+        (_message([0, None, "a", [7, "9" * 5000]]), "ints of at most 4300 decimal digits"),
+        (_message([0, None, "a", [7, "9" * 4301]]), "holds 4301 digits"),
+        (_message([0, None, "a", [2, float("nan"), 1]]), "a dict key is NaN"),
+        (_message([0, None, "a", [2, [1, 1, float("nan")], 1]]), "a dict key is NaN"),
         (_message([0, None, "a", [8, 1.0]]), "a complex node must be [8, real, imag]"),
         (_message([0, None, "a", [9, [0, 5], [0]]]), "env ids must be a list of str or nil"),
         (_message(["x"]), "the header must be a msgpack array"),
@@ -478,12 +484,14 @@ def test_fuzz_random_bytes_after_a_valid_prefix(tail: bytes) -> None:
 
 # ------------------------------------------- hostile messages: errors, repr and key bounds
 from benchmarks.fuzz_wire import (  # noqa: E402  (the generators the long fuzz run uses)
+    BUFFER_KINDS,
     KEY_KINDS,
     check_hostile,
     colliding_keys,
     deep_node_messages,
     huge_empty_shape_message,
     keys_message,
+    stacked_hostile_message,
 )
 
 
@@ -547,14 +555,19 @@ def test_zero_size_arrays_with_more_rows_than_max_empty_rows_or_the_message_are_
     if tensor:
         torch = pytest.importorskip("torch")
     for dims in ([1 << 22, 0], [1 << 9, 1 << 9, 0, 5], [1 << 40, 0]):
+        rows = dims[0] * (dims[1] or 1)
         _expect_refusal(
             huge_empty_shape_message(tensor, dims),
-            f"a zero-size array of shape {dims} has more than 65536 rows before its first "
-            "zero-size dimension (at most MAX_EMPTY_ROWS=65536",
+            f"a zero-size array of shape {dims} has {rows} rows before its first zero-size "
+            f"dimension, which brings the message's zero-size arrays and tensors to {rows} rows, "
+            "more than 65536 (at most MAX_EMPTY_ROWS=65536",
         )
     rows = wire.MAX_EMPTY_ROWS + 1
     empty = torch.zeros((rows, 0)) if tensor else np.zeros((rows, 0))
-    with pytest.raises(ValueError, match=re.escape("to_bytes(): field 'empty': a zero-size")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape("to_bytes(): field 'empty': zero-size arrays and tensors with 65537 rows"),
+    ):
         PolicyResponse(None, empty=empty).to_bytes()
     # a message with as many bytes as rows carries it (a batch of that many envs)
     response = PolicyResponse(None, empty=empty, flags=np.zeros(rows, dtype=np.uint8))
@@ -588,7 +601,10 @@ def test_the_largest_colliding_groups_of_each_key_kind_round_trip_or_are_refused
     for key in keys:
         groups[hash(key)] = groups.get(hash(key), 0) + 1
     data = keys_message(keys, per_dict=256)
-    if kind in ("int", "str+bytes", "nan") or max(groups.values()) <= wire.MAX_KEYS_PER_HASH:
+    if kind == "nan":  # never collide (hashed by identity), but refused: unequal to themselves
+        with pytest.raises(WireFormatError, match="a dict key is NaN"):
+            PolicyResponse.from_bytes(data)
+    elif kind in ("int", "str+bytes") or max(groups.values()) <= wire.MAX_KEYS_PER_HASH:
         assert len(PolicyResponse.from_bytes(data).obs[0]) == len(keys)
     else:
         with pytest.raises(
@@ -630,9 +646,20 @@ _hostile = st.one_of(
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
-@given(_hostile)
-def test_fuzz_hostile_messages_decode_or_refuse_with_bounded_errors_and_reprs(data: bytes) -> None:
-    check_hostile(data)
+@given(_hostile, st.sampled_from(sorted(BUFFER_KINDS)))
+def test_fuzz_hostile_messages_decode_or_refuse_with_bounded_errors_and_reprs(
+    data: bytes, kind: str
+) -> None:
+    # as bytes and as another buffer kind (alike); what decodes: repr, unbind (its peak within
+    # the page's bound), stack and re-encoding checked (benchmarks/fuzz_wire.py::check_decoded)
+    check_hostile(data, kind)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(0, 2**32), st.sampled_from(sorted(BUFFER_KINDS)))
+def test_fuzz_stacked_hostile_messages_unbind_within_the_page_bounds(seed: int, kind: str) -> None:
+    # zero-size rows, shared values, PerEnv and arrays of n rows, env-ids paths sharing a hash
+    check_hostile(stacked_hostile_message(Random(seed), HAS_TORCH, max_rows=4096), kind)
 
 
 # ------------------------------------------------------- decoder: bounded time and memory

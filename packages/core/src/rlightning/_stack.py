@@ -81,9 +81,14 @@ class EnvIds(list[Any]):
         array_rows: Paths whose rows are 0-d arrays.
     """
 
+    #: Paths whose rows are 0-d arrays (a class default: an instance stores its own only when it
+    #: has some, so that an EnvIds costs what a list does).
+    array_rows: tuple[tuple[Any, ...], ...] = ()
+
     def __init__(self, ids: Any = (), array_rows: Any = ()) -> None:
         super().__init__(ids)
-        self.array_rows: tuple[tuple[Any, ...], ...] = tuple(tuple(p) for p in array_rows)
+        if array_rows:
+            self.array_rows = tuple(tuple(p) for p in array_rows)
 
     def __repr__(self) -> str:
         return list.__repr__(self)
@@ -345,6 +350,72 @@ def _leading_size(value: Any) -> int | None:
     return None
 
 
+#: unbind() writes ``n`` rows of every value it walks (a shared value into each row, a container
+#: rebuilt for each row), so its work is ``n`` times the values of one row, while what it splits
+#: may be small: a 1 KB message decodes to a ``(65536, 0)`` array beside a list of 1,000 values
+#: (65 million values to write). It refuses a split of more than this many values per item of its
+#: input (array and tensor bytes, PerEnv items, env ids and other values), or per
+#: :data:`UNBIND_FLOOR` items for a small input: a stacked response as ``stack`` builds it
+#: (every leaf a batched array, tensor or PerEnv) never comes near it.
+UNBIND_WORK_FACTOR = 16
+#: The input size below which :data:`UNBIND_WORK_FACTOR` counts as this many items (the rows a
+#: zero-size array may bring for free in a message: ``rlightning.wire.MAX_EMPTY_ROWS``).
+UNBIND_FLOOR = 1 << 16
+
+
+def _split_cost(value: Any) -> tuple[int, int]:
+    """``(values, items)`` of one field: what each row writes for it, and what it holds.
+
+    ``values`` is the field's slot plus, for a container ``_split`` rebuilds in every row, all
+    it holds; ``items`` counts the field's input: an array's or tensor's bytes, a PerEnv's
+    items, one per other leaf, container and key. Walks the containers once (as ``_split``).
+    """
+    kind = type(value)
+    if kind is np.ndarray:
+        return 1, 1 + value.nbytes
+    if kind is PerEnv:
+        return 1, 1 + len(value)
+    if isinstance(value, (dict, list, tuple)):
+        values = items = 1
+        for item in value.values() if isinstance(value, dict) else value:
+            more_values, more_items = _split_cost(item)
+            values += more_values
+            items += more_items
+        return values, items
+    tensor = tensor_type()
+    if tensor is not None and isinstance(value, tensor):
+        return 1, 1 + value.numel() * value.element_size()
+    return 1, 1
+
+
+def _check_split_cost(fields: dict[str, Any], n: int, env_ids: Sequence[Any]) -> None:
+    """Refuse a split whose work would be out of proportion to what it splits (see above)."""
+    per_row = 1  # the row's response
+    items = len(env_ids)
+    worst, worst_values = "", 0
+    for name, value in fields.items():
+        try:
+            values, more = _split_cost(value)
+        except RecursionError:
+            raise _cycle_error("unbind", name) from None
+        per_row += values
+        items += more
+        if values > worst_values:
+            worst, worst_values = name, values
+    work = n * per_row
+    budget = UNBIND_WORK_FACTOR * max(items, UNBIND_FLOOR)
+    if work > budget:
+        raise ValueError(
+            f"unbind(): {n} rows of {per_row} values each ({work} values to write, field "
+            f"{worst!r} {worst_values} of them per row) from a response holding {items} items "
+            f"(array bytes, PerEnv items, env ids and other values): more than "
+            f"UNBIND_WORK_FACTOR={UNBIND_WORK_FACTOR} values per item (or per {UNBIND_FLOOR} "
+            "items for a small response). A value that is not batched (an array, tensor or "
+            "PerEnv with a row per env) is written into every row, and a container rebuilt for "
+            "each: keep large shared values out of a stacked response"
+        )
+
+
 def _cycle_error(what: str, name: str) -> ValueError:
     return ValueError(
         f"{what}(): field {name!r} contains itself (a reference cycle); stack() and unbind() "
@@ -373,7 +444,9 @@ def unbind_response(response: _R) -> list[_R]:
         TypeError: ``env_ids`` is not a list of str/None.
         ValueError: an array, tensor or PerEnv does not have ``n`` rows (the message names the
             field), ``n`` cannot be found, the response has an ``env_id`` but no ``env_ids`` (it
-            was not stacked), or a field contains itself.
+            was not stacked), a field contains itself, or the split would write more than
+            :data:`UNBIND_WORK_FACTOR` values per item the response holds (see there: shared
+            values are written into every row), checked before anything is built.
     """
     fields = dict(response.__dict__)
     cls = type(response)
@@ -404,6 +477,7 @@ def unbind_response(response: _R) -> list[_R]:
             f"got {type(env_ids).__name__} {env_ids!r}"
         )
     n = len(env_ids)
+    _check_split_cost(fields, n, env_ids)
     rows_0d = frozenset(getattr(env_ids, "array_rows", ()))
     columns: dict[str, list[Any]] = {}
     for name, value in fields.items():

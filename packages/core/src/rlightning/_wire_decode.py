@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import zlib
+from pickle import PickleBuffer
 from typing import Any, TypeVar
 
 import msgpack
@@ -22,8 +23,8 @@ from rlightning._wire_spec import (
     _KEY_TYPES,
     _KINDS,
     _LEAF_NODE_TYPES,
-    _MAX_BIGINT_DIGITS,
     _MAX_EMPTY_PRODUCT,
+    _MAX_INT_DIGITS,
     _MAX_NDIM,
     _NUMPY_DTYPES,
     _T_ARRAY,
@@ -48,6 +49,7 @@ from rlightning._wire_spec import (
     TorchUnavailableError,
     WireFormatError,
     _align,
+    _empty_rows,
 )
 
 __all__ = ["decode"]
@@ -56,9 +58,13 @@ _R = TypeVar("_R")
 
 
 class _Decoder:
-    """One decoding pass over a validated header: builds values, consumes payload buffers."""
+    """One decoding pass over a validated header: builds values, consumes payload buffers.
 
-    __slots__ = ("copy", "data", "end", "offset", "torch", "writable")
+    The header comes from ``msgpack.unpackb(..., use_list=False)``: every msgpack array is a
+    tuple (about half the memory of a list, and the header is alive while the values are built).
+    """
+
+    __slots__ = ("copy", "data", "empty_rows", "end", "offset", "torch", "writable")
 
     def __init__(self, data: memoryview, start: int, copy: bool) -> None:
         self.data = data
@@ -67,6 +73,7 @@ class _Decoder:
         self.copy = copy
         self.writable = not data.readonly
         self.torch: Any = None
+        self.empty_rows = 0  # rows of the zero-size arrays and tensors so far (whole message)
 
     def fail(self, message: str) -> WireFormatError:
         return WireFormatError(message)
@@ -85,14 +92,14 @@ class _Decoder:
         return start
 
     def shape(self, node: Any, itemsize: int) -> tuple[tuple[int, ...], int]:
-        if type(node) is not list or len(node) > _MAX_NDIM:
+        if type(node) is not tuple or len(node) > _MAX_NDIM:
             raise self.fail(f"an array shape must be a list of at most {_MAX_NDIM} ints")
         for dim in node:
             if type(dim) is not int or dim < 0:
                 raise self.fail(f"an array dimension must be an int >= 0, got {short_repr(dim)}")
         empty = 0 in node
         if empty:
-            self.empty_rows(node)
+            self.count_empty_rows(node)
         # An empty array holds no bytes, but numpy still needs its other dimensions' product to
         # fit in an index: bound it by the same limit as for a non-empty array, in bytes.
         limit = _MAX_EMPTY_PRODUCT if empty else self.end
@@ -102,28 +109,27 @@ class _Decoder:
                 count *= dim
                 if count * itemsize > limit:  # checked per dimension: never a huge product
                     raise self.fail(
-                        f"an array of shape {node} claims at least {count * itemsize} bytes but "
-                        f"the message has only {self.end} (truncated or hostile)"
+                        f"an array of shape {list(node)} claims at least {count * itemsize} "
+                        f"bytes but the message has only {self.end} (truncated or hostile)"
                     )
-        return tuple(node), 0 if empty else count
+        return node, 0 if empty else count
 
-    def empty_rows(self, node: list[int]) -> None:
+    def count_empty_rows(self, node: tuple[int, ...]) -> None:
+        """Add a zero-size shape's rows to the message's; refuse past the message's bound."""
         limit = max(MAX_EMPTY_ROWS, self.end)
-        rows = 1
-        for dim in node:
-            if not dim:
-                return
-            rows *= dim
-            if rows > limit:  # checked per dimension: never a huge product
-                raise self.fail(
-                    f"a zero-size array of shape {node} has more than {limit} rows before its "
-                    f"first zero-size dimension (at most MAX_EMPTY_ROWS={MAX_EMPTY_ROWS} or the "
-                    f"message size, {self.end} bytes)"
-                )
+        rows = _empty_rows(node)
+        total = self.empty_rows = self.empty_rows + rows
+        if total > limit:
+            raise self.fail(
+                f"a zero-size array of shape {list(node)} has {rows} rows before its first "
+                f"zero-size dimension, which brings the message's zero-size arrays and tensors "
+                f"to {total} rows, more than {limit} (at most MAX_EMPTY_ROWS={MAX_EMPTY_ROWS} "
+                f"or the message size, {self.end} bytes, in all)"
+            )
 
     def value(self, node: Any, depth: int) -> Any:
         kind = type(node)
-        if kind is not list:
+        if kind is not tuple:
             if kind in _LEAF_NODE_TYPES:
                 return node
             raise self.fail(f"unexpected msgpack object of type {kind.__name__}")
@@ -137,7 +143,7 @@ class _Decoder:
         if tag == _T_TUPLE:
             return tuple(self.value(item, depth + 1) for item in node[1:])
         if tag == _T_PERENV:
-            return PerEnv(self.value(item, depth + 1) for item in node[1:])
+            return PerEnv([self.value(item, depth + 1) for item in node[1:]])
         if tag == _T_DICT:
             return self.dict(node, depth)
         if tag == _T_ARRAY:
@@ -145,7 +151,7 @@ class _Decoder:
         if tag == _T_NPSCALAR:
             if len(node) != 2:
                 raise self.fail("a numpy scalar node must be [5, dtype]")
-            return self.array([_T_ARRAY, node[1], []])[()]
+            return self.array((_T_ARRAY, node[1], ()))[()]
         if tag == _T_TENSOR:
             return self.torch_tensor(node)
         if tag == _T_BIGINT:
@@ -158,7 +164,7 @@ class _Decoder:
             return complex(node[1], node[2])
         raise self.fail(f"unknown tag {short_repr(tag)}")
 
-    def dict(self, node: list[Any], depth: int) -> dict[Any, Any]:
+    def dict(self, node: tuple[Any, ...], depth: int) -> dict[Any, Any]:
         size = len(node)
         if size % 2 != 1:
             raise self.fail("a dict node must hold key/value pairs")
@@ -198,8 +204,12 @@ class _Decoder:
     def key(self, node: Any, depth: int) -> Any:
         kind = type(node)
         if kind in _KEY_TYPES:
+            if kind is float and node != node:
+                # NaN: hashed by identity and unequal to itself, so the dict would never equal
+                # its own decoded copy, nor a second decode of the same bytes.
+                raise self.fail("a dict key is NaN; NaN keys are refused (never equal to a copy)")
             return node
-        if kind is list and node and node[0] == _T_TUPLE and type(node[0]) is int:
+        if kind is tuple and node and node[0] == _T_TUPLE and type(node[0]) is int:
             if depth > MAX_DEPTH:
                 raise self.fail(f"nesting deeper than MAX_DEPTH={MAX_DEPTH}")
             return tuple(self.key(item, depth + 1) for item in node[1:])
@@ -209,30 +219,56 @@ class _Decoder:
             "a dict key must be a str, a 64-bit int, float, bool, None, bytes or a tuple of them"
         )
 
-    def env_ids(self, node: list[Any], depth: int) -> EnvIds:
+    def env_ids(self, node: tuple[Any, ...], depth: int) -> EnvIds:
         if len(node) != 3:
             raise self.fail("an env-ids node must be [9, ids, paths]")
         ids = self.value(node[1], depth + 1)
         if type(ids) is not list or not all(i is None or type(i) is str for i in ids):
             raise self.fail("env ids must be a list of str or nil")
         paths = node[2]
-        if type(paths) is not list or not paths or paths[0] != _T_LIST:
+        if type(paths) is not tuple or not paths or type(paths[0]) is not int or paths[0]:
             raise self.fail("env-ids paths must be a list node")
-        rows = [self.key(path, depth + 2) for path in paths[1:]]
-        if not all(type(path) is tuple for path in rows):
-            raise self.fail("env-ids paths must be tuples")
+        # unbind() looks paths up in a frozenset: count them per hash value, as dict keys are
+        # (the tuple hash can be inverted, so any number of paths could share one).
+        shared: dict[int, int] | None = {} if len(paths) > MAX_KEYS_PER_HASH + 1 else None
+        rows = []
+        for item in paths[1:]:
+            path = self.key(item, depth + 2)
+            if type(path) is not tuple:
+                raise self.fail("env-ids paths must be tuples")
+            if shared is not None:
+                digest = hash(path)
+                seen = shared.get(digest, 0)
+                if seen >= MAX_KEYS_PER_HASH:
+                    raise self.fail(
+                        f"more than MAX_KEYS_PER_HASH={MAX_KEYS_PER_HASH} env-ids paths share a "
+                        f"hash value (e.g. {short_repr(path)}): refused, they would make "
+                        "unbind() quadratic"
+                    )
+                shared[digest] = seen + 1
+            rows.append(path)
         return EnvIds(ids, rows)
 
-    def bigint(self, node: list[Any]) -> int:
-        if len(node) != 2 or type(node[1]) is not str or len(node[1]) > _MAX_BIGINT_DIGITS:
-            raise self.fail(f"a big-int node must be [7, digits] with <= {_MAX_BIGINT_DIGITS}")
+    def bigint(self, node: tuple[Any, ...]) -> int:
+        if len(node) != 2 or type(node[1]) is not str:
+            raise self.fail("a big-int node must be [7, digits]")
         digits = node[1]
+        if len(digits) > _MAX_INT_DIGITS + 1:
+            raise self.fail(
+                f"a big-int node holds {len(digits)} characters; the format carries ints of at "
+                f"most {_MAX_INT_DIGITS} decimal digits"
+            )
         body = digits[1:] if digits.startswith("-") else digits
+        if len(body) > _MAX_INT_DIGITS:
+            raise self.fail(
+                f"a big-int node holds {len(body)} digits; the format carries ints of at most "
+                f"{_MAX_INT_DIGITS} decimal digits"
+            )
         if not body.isascii() or not body.isdigit():
             raise self.fail(f"a big-int node holds {short_repr(digits[:40])}, not decimal digits")
         return int(digits)
 
-    def array(self, node: list[Any]) -> np.ndarray[Any, Any]:
+    def array(self, node: tuple[Any, ...]) -> np.ndarray[Any, Any]:
         if len(node) != 3 or type(node[1]) is not str:
             raise self.fail("an array node must be [4, dtype, shape]")
         dtype = _NUMPY_DTYPES.get(node[1])
@@ -240,10 +276,11 @@ class _Decoder:
             raise self.fail(f"unsupported numpy dtype {short_repr(node[1][:40])}")
         shape, count = self.shape(node[2], dtype.itemsize)
         start = self.take(count * dtype.itemsize)
-        array = np.frombuffer(self.data, dtype, count, start).reshape(shape)
+        # One array object on the message's memory (frombuffer + reshape made two).
+        array: np.ndarray[Any, Any] = np.ndarray(shape, dtype, self.data, start)
         return array.copy() if self.copy else array
 
-    def torch_tensor(self, node: list[Any]) -> Any:
+    def torch_tensor(self, node: tuple[Any, ...]) -> Any:
         if len(node) != 3 or type(node[1]) is not str:
             raise self.fail("a tensor node must be [6, dtype, shape]")
         name = node[1]
@@ -256,7 +293,9 @@ class _Decoder:
         torch = self.torch
         if torch is None:
             torch = self.torch = _import_torch(name, shape)
-        bits = np.frombuffer(self.data, np.dtype(wire_dtype), count, start)
+        if not count:  # no data to alias or copy: the cheapest tensor (a third of a view's RSS)
+            return torch.empty(shape, dtype=getattr(torch, name))
+        bits: np.ndarray[Any, Any] = np.ndarray(shape, np.dtype(wire_dtype), self.data, start)
         if sys.byteorder == "big":
             bits = bits.astype(bits.dtype.newbyteorder("="))
         elif self.copy or not self.writable:
@@ -264,7 +303,7 @@ class _Decoder:
         tensor = torch.from_numpy(bits)
         if name in _TORCH_RAW:
             tensor = tensor.view(getattr(torch, name))
-        return tensor.reshape(shape)
+        return tensor
 
 
 def _import_torch(dtype: str, shape: tuple[int, ...]) -> Any:
@@ -299,7 +338,9 @@ def decode(
     """Decode a message made by :func:`encode` (``Class.from_bytes(data)``).
 
     Args:
-        data: The message: ``bytes``, ``bytearray``, ``memoryview`` or any C-contiguous buffer.
+        data: The message: ``bytes``, ``bytearray``, ``memoryview`` or any C-contiguous buffer,
+            read as its bytes whatever its item format (ctypes arrays, ``RawArray``, numpy
+            arrays of any dtype, ``mmap``, ``array.array``): each decodes as ``bytes`` does.
         expected: The class ``from_bytes`` was called on; the message's class must be it or a
             subclass of it (``PolicyResponse.from_bytes`` accepts both kinds).
         max_bytes: Largest message accepted, in bytes; None means :data:`MAX_BYTES_DEFAULT`
@@ -307,9 +348,9 @@ def decode(
             the message, so their buffers never exceed it.
         max_header_bytes: Largest msgpack header (the structure: everything but array and
             tensor buffers) accepted; None means :data:`MAX_HEADER_BYTES_DEFAULT` (4 MiB).
-            Checked before the header is unpacked. Unpacking builds Python objects, up to about
-            80 bytes per header byte for a header of tiny nodes, so this bounds what a hostile
-            message can make the decoder allocate besides the message itself.
+            Checked before the header is unpacked. Unpacking builds Python objects, at most
+            100 bytes of peak RSS per header byte for every kind of node, so this bounds what a
+            hostile message can make the decoder hold besides the message itself.
         copy: False (default): numpy arrays are views into ``data`` (read-only when ``data`` is
             ``bytes``; no copy), and tensors are views too when ``data`` is writable, copies
             otherwise (torch has no read-only tensors). True: every array and tensor is a fresh
@@ -335,8 +376,11 @@ def decode(
         ) from None
     if not view.c_contiguous:
         raise TypeError("from_bytes() needs a C-contiguous buffer (copy it with bytes(...))")
-    if view.ndim != 1 or view.itemsize != 1:
-        view = view.cast("B")
+    if view.format != "B" or view.ndim != 1:
+        # Any C-contiguous buffer is read as its bytes, as bytes(data) would be: memoryview.cast
+        # refuses formats it does not know (ctypes' '<B', numpy's 'S1'/'V1') and a 'c' view's
+        # items are bytes objects, while PickleBuffer.raw() is always 1-D unsigned bytes.
+        view = PickleBuffer(view).raw()
     if max_bytes is not None:
         _check_limit("max_bytes", max_bytes)
     if max_header_bytes is not None:
@@ -376,7 +420,7 @@ def decode(
     if flags & _FLAG_CRC and zlib.crc32(view[_HEADER.size :]) != crc:
         raise WireFormatError("checksum mismatch: the message is corrupted")
     try:
-        header = msgpack.unpackb(view[_HEADER.size : body_end], raw=False, use_list=True)
+        header = msgpack.unpackb(view[_HEADER.size : body_end], raw=False, use_list=False)
     except Exception as exc:  # msgpack raises ValueError, FormatError, StackError, ...
         raise WireFormatError(
             f"invalid msgpack header: {type(exc).__name__}: {_clip(str(exc))}"
@@ -408,7 +452,7 @@ def _decode_header(
 ) -> tuple[type[Any], Any, dict[str, Any]]:
     from rlightning.types.policy_response import MultiAgentPolicyResponse, PolicyResponse
 
-    if type(header) is not list or len(header) < 2 or len(header) % 2:
+    if type(header) is not tuple or len(header) < 2 or len(header) % 2:
         raise WireFormatError("the header must be a msgpack array [class, env_id, name, node, ...]")
     kind, env_id = header[0], header[1]
     if type(kind) is not int or not 0 <= kind < len(_KINDS):

@@ -20,8 +20,12 @@ _HEADER = struct.Struct("<4sBBHII")  # magic, version, flags, reserved, header l
 _FLAG_CRC = 1
 _ALIGN = 8
 _MAX_NDIM = 32
-_MAX_BIGINT_DIGITS = 4300  # Python's own default limit for int(str)
-_MAX_BIGINT_BITS = 14_000  # every int of at most this many bits has < 4300 decimal digits
+#: The largest int carried has this many decimal digits (sign not counted): Python's own default
+#: limit for ``int(str)`` and ``str(int)``. One bound for both sides: the decoder accepts a
+#: big-int node of at most this many digits, and the encoder refuses an int of more, so every int
+#: one side accepts the other does too.
+_MAX_INT_DIGITS = 4300
+_INT_LIMIT = 10**_MAX_INT_DIGITS  # ints carried: -_INT_LIMIT < value < _INT_LIMIT
 #: Most float keys, and most tuple keys, of one dict that may share one hash value. Python's
 #: hashes of floats and tuples are not randomised and can be made to collide (floats
 #: ``m * 2**(61k)`` all hash alike, about 34 per value; the tuple hash can be inverted, so any
@@ -32,14 +36,16 @@ _MAX_BIGINT_BITS = 14_000  # every int of at most this many bits has < 4300 deci
 #: tuples of four coordinates in ``{-1, -2}`` share one hash).
 MAX_KEYS_PER_HASH = 16
 #: Largest msgpack header (the structure, without array and tensor buffers) accepted by default.
-#: Decoding the header builds Python objects, up to ~80 bytes per header byte for a message of
-#: tiny nodes: this bounds what a hostile message can make the decoder allocate (~320 MiB).
+#: Decoding the header builds Python objects, at most 100 bytes of peak RSS per header byte for
+#: every kind of node (``docs/transport.md`` lists each): this bounds what a hostile message can
+#: make the decoder hold (~400 MiB at this default).
 MAX_HEADER_BYTES_DEFAULT = 4 << 20
 _MAX_EMPTY_PRODUCT = 1 << 40  # bound on the non-zero dimensions of an empty array, in bytes
-#: A zero-size array or tensor holds no bytes, so the message size cannot bound its shape: the
-#: product of its dimensions before the first 0 (the rows that iterating it, ``tolist()`` and
-#: ``unbind()`` visit: a ``(2**40, 0)`` array is 40 bytes on the wire) may be at most this or
-#: the message size in bytes, whichever is larger.
+#: A zero-size array or tensor holds no bytes, so the message size cannot bound its shape: its
+#: rows (the product of its dimensions before the first 0, none when the first is 0: what
+#: iterating it, ``tolist()`` and ``unbind()`` visit; a ``(2**40, 0)`` array is 40 bytes on the
+#: wire), summed over every zero-size array and tensor of a message, may be at most this or the
+#: message size in bytes, whichever is larger.
 MAX_EMPTY_ROWS = 1 << 16
 
 _T_LIST, _T_TUPLE, _T_DICT, _T_PERENV = 0, 1, 2, 3
@@ -134,3 +140,19 @@ class _FieldError(Exception):
 
 def _align(offset: int) -> int:
     return (offset + _ALIGN - 1) & -_ALIGN
+
+
+def _empty_rows(shape: Any) -> int:
+    """Rows of a zero-size shape: the product of the dimensions before its first 0 (0 if first).
+
+    What iterating a zero-size array, ``tolist()`` and ``unbind()`` visit though it holds no
+    bytes. Computed one dimension at a time and stopped past ``2**64``: never a huge product.
+    """
+    rows = 1
+    for dim in shape:
+        if not dim:
+            break
+        rows *= dim
+        if rows > 1 << 64:
+            break
+    return rows if shape and shape[0] else 0

@@ -30,10 +30,15 @@ Decoding checks everything against the bytes actually present and against ``max_
 creates anything, so truncated, corrupted or hostile input raises :class:`WireFormatError` (and
 only that, with a message of bounded length), never a crash, a hang or an allocation larger than
 the message. Decode time is linear in the message size: nesting is bounded by :data:`MAX_DEPTH`,
-the structure by :data:`MAX_HEADER_BYTES_DEFAULT`, and dict keys that can be made to share a
-hash value (floats, tuples) by :data:`MAX_KEYS_PER_HASH` per dict. A zero-size array holds no
-bytes, so its rows (the dimensions before its first 0) are bounded by :data:`MAX_EMPTY_ROWS` or
-the message size; the ``repr`` of anything decoded is bounded too (``docs/transport.md``).
+the structure by :data:`MAX_HEADER_BYTES_DEFAULT` (at most 100 bytes of memory per header byte
+for every kind of node), and dict keys and ``env_ids`` paths that can be made to share a hash
+value (floats, tuples) by :data:`MAX_KEYS_PER_HASH` per dict. A zero-size array holds no bytes,
+so the rows of a message's zero-size arrays (the dimensions before each one's first 0), in all,
+are bounded by :data:`MAX_EMPTY_ROWS` or the message size; the ``repr`` of anything decoded is
+bounded too, and ``unbind()`` of it refuses work out of proportion to its size
+(``docs/transport.md``). NaN dict keys are refused. Any C-contiguous buffer decodes as its bytes
+do. :func:`encode` refuses, naming the field, everything :func:`decode` would refuse, and every
+int :func:`decode` accepts (at most 4,300 decimal digits) re-encodes.
 """
 
 from rlightning._wire_decode import decode

@@ -443,8 +443,10 @@ class PolicyResponse(SimpleNamespace):
             TypeError: ``env_ids`` is not a list of str/None.
             ValueError: a batched value does not have ``len(env_ids)`` rows (the message names
                 the field); there is no ``env_ids`` and no batched value to count rows from;
-                ``self`` has an ``env_id`` but no ``env_ids`` (it was not stacked); or a field
-                contains itself (a reference cycle).
+                ``self`` has an ``env_id`` but no ``env_ids`` (it was not stacked); a field
+                contains itself (a reference cycle); or the split would write more than 16
+                values per item ``self`` holds (shared values are written into every row: see
+                ``docs/transport.md``), checked before anything is built.
         """
         return unbind_response(self)
 
@@ -464,9 +466,10 @@ class PolicyResponse(SimpleNamespace):
             TypeError: a value or dict key has a type the format does not carry, or an int dict
                 key does not fit in 64 bits (the message names the field), or ``self`` is a user
                 subclass.
-            ValueError: nesting deeper than ``rlightning.wire.MAX_DEPTH``, an int of more than
-                14,000 bits, or a dict with more than ``rlightning.wire.MAX_KEYS_PER_HASH`` keys
-                sharing one hash value.
+            ValueError: whatever ``from_bytes`` would refuse, naming the field: nesting deeper
+                than ``rlightning.wire.MAX_DEPTH``, an int of more than 4,300 decimal digits, a
+                dict with more than ``rlightning.wire.MAX_KEYS_PER_HASH`` keys sharing one hash
+                value, a NaN dict key, ... (the full list: ``rlightning.wire.encode``).
         """
         from rlightning import wire
 
@@ -484,7 +487,8 @@ class PolicyResponse(SimpleNamespace):
         """Decode a message made by :meth:`to_bytes`; never runs code.
 
         Args:
-            data: ``bytes``, ``bytearray`` or ``memoryview``.
+            data: ``bytes``, ``bytearray``, ``memoryview`` or any C-contiguous buffer (read as
+                its bytes).
             max_bytes: Largest message accepted (default ``rlightning.wire.MAX_BYTES_DEFAULT``,
                 1 GiB), checked before anything is allocated.
             copy: False: arrays are views into ``data`` (read-only for ``bytes``); True: copies.
