@@ -70,16 +70,15 @@ class ParallelEnvError(RuntimeError):
 class ParallelObservation(NamedTuple):
     """What :meth:`ParallelEnvGroup.observe` returns (``rlightning_ray.GroupObservation``'s fields).
 
-    Attributes:
-        observation: ``k`` ``{agent: observation}`` dicts of the live agents, ``env.agents``
-            order (copies).
-        episode_start: ``(k,)`` bool: the env's observations start an episode.
-        action_masks: ``k`` ``{agent: mask}`` dicts of the masks found in live agents' infos
-            (observation-carried masks stay in the observations), or None when no env has one.
+    Each field is documented where it is declared.
     """
 
+    #: ``k`` ``{agent: observation}`` dicts of the live agents, ``env.agents`` order (copies).
     observation: list[dict[Any, Any]]
+    #: ``(k,)`` bool: the env's observations start an episode.
     episode_start: np.ndarray
+    #: ``k`` ``{agent: mask}`` dicts of the masks found in live agents' infos (observation-carried
+    #: masks stay in the observations), or None when no env has one.
     action_masks: list[dict[Any, Any]] | None = None
 
 

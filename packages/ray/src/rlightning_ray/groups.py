@@ -46,20 +46,20 @@ ACTION_MASKS_METHOD = "action_masks"
 class GroupObservation(NamedTuple):
     """What a runner asks the server about at one step: :meth:`EnvGroup.observe`'s answer.
 
-    Attributes:
-        observation: The batch the policy gets, row ``i`` env ``i``'s: ``(k, *obs_shape)`` of
-            the space's dtype (a dict of such arrays for a ``Dict`` space) for gymnasium envs;
-            a list of ``k`` ``{agent: observation}`` dicts of the live agents for PettingZoo.
-        episode_start: ``(k,)`` bool: whether each env's observation starts an episode (the
-            previous step's dones; True after ``reset``).
-        action_masks: The envs' action masks, or None when the envs have none: ``(k,
-            mask_dims)`` as sb3-contrib's ``get_action_masks`` stacks them for gymnasium envs;
-            for PettingZoo, ``k`` ``{agent: mask}`` dicts of the masks found in the agents'
-            infos (masks carried by observations stay in the observations).
+    Each field is documented where it is declared.
     """
 
+    #: The batch the policy gets, row ``i`` env ``i``'s: ``(k, *obs_shape)`` of the space's dtype (a
+    #: dict of such arrays for a ``Dict`` space) for gymnasium envs; a list of ``k`` ``{agent:
+    #: observation}`` dicts of the live agents for PettingZoo.
     observation: Any
+    #: ``(k,)`` bool: whether each env's observation starts an episode (the previous step's dones;
+    #: True after ``reset``).
     episode_start: np.ndarray
+    #: The envs' action masks, or None when the envs have none: ``(k, mask_dims)`` as sb3-contrib's
+    #: ``get_action_masks`` stacks them for gymnasium envs; for PettingZoo, ``k`` ``{agent: mask}``
+    #: dicts of the masks found in the agents' infos (masks carried by observations stay in the
+    #: observations).
     action_masks: Any = None
 
 
