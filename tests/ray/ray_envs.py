@@ -114,13 +114,14 @@ def fuzz_env(**config: Any) -> FuzzEnv:
     return MaskedFuzzEnv(**config) if config.get("masks") else FuzzEnv(**config)
 
 
-def reusing_parallel(length: int = 4) -> Any:
+def reusing_parallel(length: int = 4, masks: bool = True) -> Any:
     """A PettingZoo parallel env that reuses its observation arrays and puts masks in infos.
 
     Agents ``a0``, ``a1``; observation ``[agent index, t]`` (float32), written into one array
     per agent at every ``reset`` and ``step``; action ``Discrete(3)``, action ``t % 3`` illegal
     (``infos[agent]["action_mask"]``, an array reused too; an illegal action raises); every
-    agent is truncated after ``length`` steps.
+    agent is truncated after ``length`` steps. With ``masks=False`` the infos are empty and
+    every action is legal.
     """
     from pettingzoo import ParallelEnv
 
@@ -151,7 +152,7 @@ def reusing_parallel(length: int = 4) -> Any:
                 self._masks[a][self.t % 3] = 0
             return (
                 {a: self._obs[a] for a in self.agents},
-                {a: {"action_mask": self._masks[a]} for a in self.agents},
+                {a: {"action_mask": self._masks[a]} if masks else {} for a in self.agents},
             )
 
         def reset(self, seed: int | None = None, options: Any = None) -> Any:
@@ -161,7 +162,7 @@ def reusing_parallel(length: int = 4) -> Any:
 
         def step(self, actions: dict[str, Any]) -> Any:
             for a, action in actions.items():
-                if not self._masks[a][int(action)]:
+                if masks and not self._masks[a][int(action)]:
                     raise ValueError(f"illegal action {action} for {a} at t={self.t}")
             self.t += 1
             acting = list(self.agents)

@@ -9,6 +9,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 import ray
+from stable_baselines3.common.callbacks import BaseCallback
 
 import rlightning_ray
 from rlightning import MultiAgentPolicyResponse
@@ -179,5 +180,66 @@ def test_envs_that_reuse_their_arrays_and_put_masks_in_infos(
     final = frag.final_observations[3][0]
     assert final is not None and final["a1"].tolist() == [1, 4]
     assert frag.resets[:, 0].tolist() == [False, False, False, True, False, False]
+    for actor in [server, registry, *runners]:
+        ray.kill(actor)
+
+
+class _NewObservations(BaseCallback):
+    """Records the ``new_obs`` SB3's callback locals hold at every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[np.ndarray] = []
+
+    def _on_step(self) -> bool:
+        self.seen.append(np.array(self.locals["new_obs"]))
+        return True
+
+
+def test_runners_with_and_without_info_masks_share_a_batch_and_callbacks_see_new_obs(
+    local_ray: None, helpers: ModuleType, envs: ModuleType
+) -> None:
+    # runner-0's env puts masks in its agents' infos, runner-1's has none: the deterministic
+    # mode batches their requests together, and runner-1's agents are unmasked (every action
+    # legal, all-True rows in the MaskablePPO buffer) rather than the batch being refused
+    env_fns = [envs.reusing_parallel, partial(envs.reusing_parallel, masks=False)]
+    server, registry = rlightning_ray.start_server(
+        partial(SharedBatchPolicy, helpers.reusing_ppo, envs.reusing_parallel),
+        order=["runner-0", "runner-1"],
+        num_cpus=0.25,
+    )
+    runners = rlightning_ray.start_runners(
+        env_fns,
+        server,
+        n_runners=2,
+        envs_per_runner=1,
+        num_cpus=0.25,
+        runner_class=ParallelEnvRunner,
+    )
+    model = helpers.reusing_slots_ppo(4, 6)
+    callback = _NewObservations()
+    start_training(model, 1_000, callback=callback)
+    rlightning_ray.publish_weights(server, registry, 0, policy_weights(model))
+    masked, unmasked = collect_shared_rollout(
+        model, rlightning_ray.Collector(runners), ["a0", "a1"], current_version=0
+    )
+    assert ray.get(server.info.remote())["batch_rows"] == [2] * 6  # one batch per step
+    buffer = model.rollout_buffer
+    for t in range(6):
+        legal = [a != t % 4 % 3 for a in range(3)]
+        assert masked.action_masks[t] is not None and unmasked.action_masks[t] is None
+        for j in range(2):
+            assert buffer.action_masks[t, j].astype(bool).tolist() == legal
+            assert buffer.action_masks[t, 2 + j].all()
+    # SB3's callback sees new_obs: what the slots' step returned (the reset where done), and
+    # the model keeps the last one as _last_obs, as collect_rollouts leaves it
+    assert len(callback.seen) == 6
+    for t in range(5):
+        np.testing.assert_array_equal(callback.seen[t], buffer.observations[t + 1])
+    last = np.stack(
+        [frag.last_observations[0][a] for frag in (masked, unmasked) for a in ("a0", "a1")]
+    )
+    np.testing.assert_array_equal(callback.seen[5], last)
+    np.testing.assert_array_equal(model._last_obs, last)
     for actor in [server, registry, *runners]:
         ray.kill(actor)

@@ -213,19 +213,25 @@ def collect_shared_rollout(
     # a MaskablePPO's buffer stores each row's mask (sb3-contrib's MaskableRolloutBuffer)
     maskable = hasattr(model.rollout_buffer, "action_masks")
     for t in range(model.n_steps):
-        observations: list[Any] = []
+        # what the slots' env.step returned (reset where done): the callback's new_obs and the
+        # model's _last_obs, as collect_rollouts keeps them
+        after = _slot_observations(
+            [
+                f.observations[t + 1] if t + 1 < model.n_steps else f.last_observations
+                for f in fragments
+            ],
+            agents,
+        )
         responses: list[PolicyResponse] = []
         rewards: list[float] = []
         dones: list[bool] = []
         infos: list[dict[str, Any]] = []
         for frag in fragments:
             for i, env_id in enumerate(frag.env_ids):
-                asked = frag.observations[t][i]
                 answer = frag.answers[t][i]
                 final = frag.final_observations[t][i]
                 done = bool(frag.resets[t, i])
                 for agent in agents:
-                    observations.append(np.asarray(asked[agent]))
                     extra: dict[str, Any] = {}
                     if maskable:  # the mask this agent was answered with, in SB3's flat form
                         found = getattr(answer, "action_mask", None)
@@ -259,21 +265,28 @@ def collect_shared_rollout(
                     infos.append(info)
         add_rollout_step(
             model,
-            np.stack(observations),
+            _slot_observations([f.observations[t] for f in fragments], agents),
             responses,
             np.asarray(rewards, dtype=np.float32),
             np.asarray(dones, dtype=bool),
             infos,
             env_ids=slots,
+            new_observation=after,
         )
-    last: list[Any] = []
-    last_dones: list[bool] = []
-    for frag in fragments:
-        for i in range(len(frag.env_ids)):
-            last.extend(np.asarray(frag.last_observations[i][agent]) for agent in agents)
-            last_dones.extend([bool(frag.last_resets[i])] * len(agents))
-    finish_rollout(model, np.stack(last), np.asarray(last_dones, dtype=bool), env_ids=slots)
+    last = _slot_observations([f.last_observations for f in fragments], agents)
+    last_dones = [bool(done) for f in fragments for done in f.last_resets for _ in agents]
+    finish_rollout(model, last, np.asarray(last_dones, dtype=bool), env_ids=slots)
     return fragments
+
+
+def _slot_observations(steps: list[list[dict[Any, Any]]], agents: list[Any]) -> np.ndarray:
+    """One step of every runner's envs as the slots' ``(n_slots, *obs_shape)`` array.
+
+    ``steps[r][i]`` is runner ``r``'s env ``i``'s ``{agent: observation}``; slot ``e *
+    len(agents) + j`` is agent ``agents[j]`` of env ``e`` (a new array: the fragments are not
+    changed).
+    """
+    return np.stack([np.asarray(env[agent]) for step in steps for env in step for agent in agents])
 
 
 def _check_agents(observations: dict[Any, Any], agents: list[Any], env_id: str, t: int) -> None:

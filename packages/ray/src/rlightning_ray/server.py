@@ -61,7 +61,7 @@ class BatchPolicy(Protocol):
 
         ``episode_start`` is ``(n,)`` bool; ``action_masks`` the rows' masks, concatenated in
         batch order (``(n, mask_dims)`` for gymnasium envs, a list of ``n`` per-env dicts for
-        PettingZoo).
+        PettingZoo, ``{}`` for an env none of whose live agents has a mask at this step).
         """
 
 
@@ -126,6 +126,15 @@ def _stacked(answer: Any) -> PolicyResponse | list[MultiAgentPolicyResponse]:
     raise TypeError(
         "a BatchPolicy must answer a ResponseBatch, a stacked PolicyResponse or a list of "
         f"PolicyResponse or MultiAgentPolicyResponse, got {type(answer).__name__}"
+    )
+
+
+def _per_agent_masks(batch: list[_Request]) -> bool:
+    """Whether the batch's masks are per-env ``{agent: mask}`` dicts (PettingZoo runners)."""
+    return any(
+        isinstance(r.action_masks, list) and all(isinstance(m, dict) for m in r.action_masks)
+        for r in batch
+        if r.action_masks is not None
     )
 
 
@@ -218,7 +227,11 @@ class PolicyServer:
             ts_env_sent_ns: When the runner sent it (``time.time_ns()``).
             action_masks: The rows' action masks (``(k, mask_dims)`` for gymnasium envs, ``k``
                 per-env dicts for PettingZoo), or None when the envs have none. A batch mixing
-                requests with and without masks is refused.
+                gymnasium requests with and without masks is refused (envs of two kinds on
+                one server); a PettingZoo request without masks joins a batch with masks as
+                ``k`` empty dicts (its agents have no mask at this step: every action legal,
+                as ``rlightning_pettingzoo.find_action_mask`` decides for an agent without
+                one).
             step: The lockstep tag ``(call_id, t, restarted, incarnation)``
                 (:data:`rlightning_ray.runner.StepTag`; None: untagged), checked in the
                 deterministic mode (module docstring).
@@ -483,14 +496,20 @@ class PolicyServer:
         masked = [r.action_masks is not None for r in batch]
         extra: dict[str, Any] = {}
         if any(masked):
-            if not all(masked):
+            if _per_agent_masks(batch):
+                # PettingZoo: a mask is an agent's own, found in its info at this step; a runner
+                # none of whose agents has one now sends none (no mask: every action legal)
+                masks = [r.action_masks or [{} for _ in r.env_ids] for r in batch]
+                extra["action_masks"] = [mask for found in masks for mask in found]
+            elif not all(masked):
                 raise ValueError(
                     f"a batch mixes runners whose envs sent action masks "
                     f"{[r.runner_id for r in batch if r.action_masks is not None]} with runners "
                     f"whose envs sent none {[r.runner_id for r in batch if r.action_masks is None]}"
                     ": serve envs of one kind per server"
                 )
-            extra["action_masks"] = concat_observations([r.action_masks for r in batch])
+            else:
+                extra["action_masks"] = concat_observations([r.action_masks for r in batch])
         try:
             stacked = _stacked(
                 self._policy(
