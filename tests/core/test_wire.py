@@ -879,3 +879,12 @@ def test_a_str_subclass_env_id_is_refused_not_decoded_as_an_unequal_str() -> Non
         response.to_bytes()
     plain = PolicyResponse("env-0", action=1)
     assert PolicyResponse.from_bytes(plain.to_bytes()) == plain
+
+
+def test_a_message_cut_inside_its_data_says_it_may_be_truncated() -> None:
+    data = PolicyResponse("e0", action=np.arange(10.0)).to_bytes()
+    for cut in (len(data) - 1, len(data) - 40):
+        with pytest.raises(
+            WireFormatError, match=f"message of {cut} bytes is corrupted or truncated"
+        ):
+            PolicyResponse.from_bytes(data[:cut])

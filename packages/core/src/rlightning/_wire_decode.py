@@ -418,7 +418,10 @@ def decode(
             "the fixed header (truncated)"
         )
     if flags & _FLAG_CRC and zlib.crc32(view[_HEADER.size :]) != crc:
-        raise WireFormatError("checksum mismatch: the message is corrupted")
+        raise WireFormatError(
+            f"checksum mismatch: the message of {size} bytes is corrupted or truncated (cut "
+            "inside its arrays' data)"
+        )
     try:
         header = msgpack.unpackb(view[_HEADER.size : body_end], raw=False, use_list=False)
     except Exception as exc:  # msgpack raises ValueError, FormatError, StackError, ...
