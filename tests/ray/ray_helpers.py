@@ -309,3 +309,24 @@ def reusing_slots_ppo(n_slots: int, n_steps: int) -> Any:
     return MaskablePPO(
         "MlpPolicy", venv, n_steps=n_steps, batch_size=n_slots * n_steps, seed=0, device="cpu"
     )
+
+
+def make_recurrent_ppo(
+    n_envs: int, n_steps: int, seed: int, max_episode_steps: int | None = None
+) -> Any:
+    """sb3-contrib's RecurrentPPO on CartPole (a tiny LSTM), built as :func:`make_ppo`."""
+    from sb3_contrib import RecurrentPPO
+
+    env = make_vec_env(
+        cartpole, n_envs=n_envs, seed=seed, env_kwargs={"max_episode_steps": max_episode_steps}
+    )
+    return RecurrentPPO(
+        "MlpLstmPolicy",
+        env,
+        n_steps=n_steps,
+        batch_size=n_envs * n_steps // 2,
+        n_epochs=2,
+        seed=seed,
+        device="cpu",
+        policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8]},
+    )

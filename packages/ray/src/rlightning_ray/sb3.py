@@ -150,13 +150,15 @@ def collect_rollout(
     (truncation bootstrap, ``num_timesteps``, episode infos, the callback of
     :func:`rlightning_sb3.start_training` with ``new_obs``: the next step's observation, as
     ``env.step`` returned it) and finishes with
-    :func:`rlightning_sb3.finish_rollout` (returns and advantages). The model must have been
+    :func:`rlightning_sb3.finish_rollout` (returns and advantages; given the last step's
+    answers, whose ``state`` RecurrentPPO's last values are computed from, as sb3-contrib's
+    ``collect_rollouts`` computes them from its ``lstm_states``). The model must have been
     prepared with :func:`rlightning_sb3.start_training` and built with a VecEnv of
     ``len(collector.env_ids)`` envs (its spaces and ``n_envs`` size the buffer; it is never
     stepped here).
 
     Args:
-        model: An on-policy SB3 model (PPO, A2C).
+        model: An on-policy SB3 model (PPO, A2C, sb3-contrib's RecurrentPPO, MaskablePPO).
         collector: The runners' collector.
         current_version: The policy version published for this rollout (answers older than
             ``current_version - collector.max_staleness`` are refused).
@@ -181,6 +183,7 @@ def collect_rollout(
             f"{env_ids}: build the model with a VecEnv of {len(env_ids)} envs"
         )
     fragments = collector.sample(model.n_steps, current_version, timeout_s=timeout_s)
+    responses: list[PolicyResponse] = []
     for t in range(model.n_steps):
         responses = [r for f in fragments for r in ResponseBatch(f.answers[t])]
         after = [  # what env.step returned (reset where done): the callback's new_obs
@@ -201,6 +204,7 @@ def collect_rollout(
         model,
         concat_observations([f.last_observation for f in fragments]),
         np.concatenate([f.last_dones for f in fragments]),
+        responses=responses,  # the last step's: RecurrentPPO's last values read their state
         env_ids=env_ids,
     )
     return fragments
