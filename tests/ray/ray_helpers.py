@@ -15,6 +15,7 @@ from rlightning_ray_test_envs import (  # noqa: F401  (EchoPolicy... re-exported
     CounterEnv,
     EchoPolicy,
     FailingEnv,
+    ImageEnv,
     SwappingPolicy,
     fuzz_env,
     reusing_parallel,
@@ -329,4 +330,23 @@ def make_recurrent_ppo(
         seed=seed,
         device="cpu",
         policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8]},
+    )
+
+
+def make_image_model(algo: str, n_envs: int, n_steps: int, seed: int) -> Any:
+    """PPO or DQN (MlpPolicy) on :class:`ImageEnv`: SB3 wraps its env in ``VecTransposeImage``."""
+    from stable_baselines3 import DQN
+
+    env = make_vec_env(ImageEnv, n_envs=n_envs, seed=seed)
+    common: dict[str, Any] = {"seed": seed, "device": "cpu", "policy_kwargs": {"net_arch": [8]}}
+    if algo == "ppo":
+        return PPO("MlpPolicy", env, n_steps=n_steps, batch_size=n_envs * n_steps, **common)
+    return DQN(
+        "MlpPolicy",
+        env,
+        learning_starts=0,
+        buffer_size=100,
+        train_freq=n_steps,
+        exploration_fraction=0.5,
+        **common,
     )
