@@ -245,3 +245,34 @@ class SwappingPolicy(EchoPolicy):
         self, observation: Any, env_ids: list[str], episode_start: Any, ts: list[int]
     ) -> list[PolicyResponse]:
         return super().__call__(observation, env_ids[::-1], episode_start, ts)
+
+
+class ImageEnv(gym.Env[np.ndarray, np.int64]):
+    """Random ``8x8x3`` uint8 images (channel-last: SB3 wraps it in ``VecTransposeImage``).
+
+    Truncated after ``length`` steps; terminated when the first pixel is above 240 (about one
+    step in 17): both kinds of episode end, each with a terminal observation.
+    """
+
+    observation_space = spaces.Box(0, 255, (8, 8, 3), np.uint8)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, length: int = 5) -> None:
+        self.length = length
+        self.t = 0
+
+    def _image(self) -> np.ndarray:
+        return self.np_random.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+
+    def reset(
+        self, *, seed: int | None = None, options: Any = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._image(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.t += 1
+        image = self._image()
+        reward = float(image[0, 0, 1]) / 255.0 + float(action)
+        return image, reward, bool(image[0, 0, 0] > 240), self.t >= self.length, {}

@@ -15,6 +15,7 @@ from rlightning_ray_test_envs import (  # noqa: F401  (EchoPolicy... re-exported
     CounterEnv,
     EchoPolicy,
     FailingEnv,
+    ImageEnv,
     SwappingPolicy,
     fuzz_env,
     reusing_parallel,
@@ -308,4 +309,44 @@ def reusing_slots_ppo(n_slots: int, n_steps: int) -> Any:
     venv = DummyVecEnv([lambda: AgentSlot(obs_space, act_space)] * n_slots)
     return MaskablePPO(
         "MlpPolicy", venv, n_steps=n_steps, batch_size=n_slots * n_steps, seed=0, device="cpu"
+    )
+
+
+def make_recurrent_ppo(
+    n_envs: int, n_steps: int, seed: int, max_episode_steps: int | None = None
+) -> Any:
+    """sb3-contrib's RecurrentPPO on CartPole (a tiny LSTM), built as :func:`make_ppo`."""
+    from sb3_contrib import RecurrentPPO
+
+    env = make_vec_env(
+        cartpole, n_envs=n_envs, seed=seed, env_kwargs={"max_episode_steps": max_episode_steps}
+    )
+    return RecurrentPPO(
+        "MlpLstmPolicy",
+        env,
+        n_steps=n_steps,
+        batch_size=n_envs * n_steps // 2,
+        n_epochs=2,
+        seed=seed,
+        device="cpu",
+        policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8]},
+    )
+
+
+def make_image_model(algo: str, n_envs: int, n_steps: int, seed: int) -> Any:
+    """PPO or DQN (MlpPolicy) on :class:`ImageEnv`: SB3 wraps its env in ``VecTransposeImage``."""
+    from stable_baselines3 import DQN
+
+    env = make_vec_env(ImageEnv, n_envs=n_envs, seed=seed)
+    common: dict[str, Any] = {"seed": seed, "device": "cpu", "policy_kwargs": {"net_arch": [8]}}
+    if algo == "ppo":
+        return PPO("MlpPolicy", env, n_steps=n_steps, batch_size=n_envs * n_steps, **common)
+    return DQN(
+        "MlpPolicy",
+        env,
+        learning_starts=0,
+        buffer_size=100,
+        train_freq=n_steps,
+        exploration_fraction=0.5,
+        **common,
     )

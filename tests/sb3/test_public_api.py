@@ -28,3 +28,14 @@ def test_every_public_callable_has_a_docstring() -> None:
     for name, member in inspect.getmembers(rlightning_sb3.SB3PolicyAdapter):
         if not name.startswith("_"):
             assert inspect.getdoc(member), f"SB3PolicyAdapter.{name}"
+
+
+def test_the_vec_env_helpers_are_exported_and_documented() -> None:
+    from rlightning_sb3 import vec_env
+
+    for name in vec_env.__all__:
+        assert getattr(rlightning_sb3, name) is getattr(vec_env, name), name
+        assert name in rlightning_sb3.__all__, name
+    for name, member in inspect.getmembers(rlightning_sb3.ImageTranspose):
+        if not name.startswith("_"):
+            assert inspect.getdoc(member), f"ImageTranspose.{name}"

@@ -8,7 +8,9 @@ model's ``RolloutBuffer`` with :func:`rlightning_sb3.add_rollout_step` and
 :func:`rlightning_sb3.finish_rollout`, as SB3's ``OnPolicyAlgorithm.collect_rollouts`` does, or an
 off-policy model's ``ReplayBuffer`` with :func:`rlightning_sb3.add_replay_step`, as
 ``OffPolicyAlgorithm.collect_rollouts`` does. :class:`ActingState`, :func:`acting_state` and
-:func:`policy_weights` are ``rlightning_sb3``'s, re-exported here.
+:func:`policy_weights` are ``rlightning_sb3``'s, re-exported here. Image envs: the runners send
+raw ``HxWxC`` observations; where SB3 wrapped the model's env in ``VecTransposeImage``, the
+server and the driver transpose them as that wrapper does (:mod:`rlightning_sb3.vec_env`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ try:
         policy_weights,
         rollout_steps,
     )
+    from rlightning_sb3.vec_env import ImageTranspose, image_transpose
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         f'rlightning_ray.sb3 needs the [sb3] extra: pip install "rlightning-ray[sb3]" ({exc})'
@@ -91,9 +94,10 @@ class SB3BatchPolicy:
         explore: bool = True,
         use_masking: bool = True,
     ) -> None:
-        self.replica = ActingReplica(
-            make_model(), explore=explore, use_masking=use_masking, seed=seed
-        )
+        model = make_model()
+        self.replica = ActingReplica(model, explore=explore, use_masking=use_masking, seed=seed)
+        #: SB3's VecTransposeImage of the model's env (image envs), or None.
+        self._transpose = image_transpose(model)
 
     @property
     def model(self) -> BaseAlgorithm:
@@ -121,10 +125,13 @@ class SB3BatchPolicy:
     ) -> ResponseBatch[PolicyResponse]:
         """One :meth:`rlightning_sb3.ActingReplica.act` call for the whole batch (its docstring).
 
-        Mutates the model (counters, noise) and the adapter, as that method documents.
+        Image envs: the runners' raw ``HxWxC`` observations are first transposed as SB3's
+        ``VecTransposeImage`` transposes them for the model (:func:`rlightning_sb3.vec_env
+        .image_transpose`). Mutates the model (counters, noise) and the adapter, as that method
+        documents.
         """
         return self.replica.act(
-            observation,
+            _transposed(self._transpose, observation),
             env_ids,
             episode_start=episode_start,
             action_masks=action_masks,
@@ -150,13 +157,19 @@ def collect_rollout(
     (truncation bootstrap, ``num_timesteps``, episode infos, the callback of
     :func:`rlightning_sb3.start_training` with ``new_obs``: the next step's observation, as
     ``env.step`` returned it) and finishes with
-    :func:`rlightning_sb3.finish_rollout` (returns and advantages). The model must have been
+    :func:`rlightning_sb3.finish_rollout` (returns and advantages; given the last step's
+    answers, whose ``state`` RecurrentPPO's last values are computed from, as sb3-contrib's
+    ``collect_rollouts`` computes them from its ``lstm_states``). The model must have been
     prepared with :func:`rlightning_sb3.start_training` and built with a VecEnv of
     ``len(collector.env_ids)`` envs (its spaces and ``n_envs`` size the buffer; it is never
     stepped here).
+    Image envs: where SB3 wrapped the model's env in ``VecTransposeImage``, the runners' raw
+    ``HxWxC`` observations (and terminal observations) are transposed as that wrapper
+    transposes them (:func:`rlightning_sb3.vec_env.image_transpose`), so that the buffer holds
+    what ``learn()`` stores.
 
     Args:
-        model: An on-policy SB3 model (PPO, A2C).
+        model: An on-policy SB3 model (PPO, A2C, sb3-contrib's RecurrentPPO, MaskablePPO).
         collector: The runners' collector.
         current_version: The policy version published for this rollout (answers older than
             ``current_version - collector.max_staleness`` are refused).
@@ -181,26 +194,30 @@ def collect_rollout(
             f"{env_ids}: build the model with a VecEnv of {len(env_ids)} envs"
         )
     fragments = collector.sample(model.n_steps, current_version, timeout_s=timeout_s)
+    transpose = image_transpose(model)
+    responses: list[PolicyResponse] = []
     for t in range(model.n_steps):
         responses = [r for f in fragments for r in ResponseBatch(f.answers[t])]
         after = [  # what env.step returned (reset where done): the callback's new_obs
             f.observations[t + 1] if t + 1 < model.n_steps else f.last_observation
             for f in fragments
         ]
+        dones = np.concatenate([f.dones[t] for f in fragments])
         add_rollout_step(
             model,
-            concat_observations([f.observations[t] for f in fragments]),
+            _transposed(transpose, concat_observations([f.observations[t] for f in fragments])),
             responses,
             np.concatenate([f.rewards[t] for f in fragments]),
-            np.concatenate([f.dones[t] for f in fragments]),
-            [info for f in fragments for info in f.infos[t]],
+            dones,
+            _step_infos(transpose, dones, [info for f in fragments for info in f.infos[t]]),
             env_ids=env_ids,
-            new_observation=concat_observations(after),
+            new_observation=_transposed(transpose, concat_observations(after)),
         )
     finish_rollout(
         model,
-        concat_observations([f.last_observation for f in fragments]),
+        _transposed(transpose, concat_observations([f.last_observation for f in fragments])),
         np.concatenate([f.last_dones for f in fragments]),
+        responses=responses,  # the last step's: RecurrentPPO's last values read their state
         env_ids=env_ids,
     )
     return fragments
@@ -224,11 +241,15 @@ def collect_replay(
     Exploration (warm-up sampling before ``learning_starts``, DQN's epsilon, the action noise,
     one process per env) is drawn on the server by :meth:`rlightning_sb3.SB3PolicyAdapter.act`:
     publish :func:`acting_state` (not only the weights) before each call so that the server's
-    ``num_timesteps``, ``exploration_rate`` and ``total_timesteps`` are the learner's. Between
+    ``num_timesteps``, ``exploration_rate`` and ``total_timesteps`` are the learner's (and
+    its ``run_id``: a new :func:`rlightning_sb3.start_training` resets the server's action
+    noise, as ``_setup_learn`` resets the learner's). Between
     publishes the server advances ``num_timesteps`` and DQN's ``exploration_rate`` itself and
     resets the action noise of each env whose episode ended, as ``collect_rollouts`` does
     after each step (:class:`SB3BatchPolicy`): with the server's ``order=`` the buffer equals
     SB3's, array for array.
+    Image envs: observations, next observations and terminal observations are transposed as
+    the model's ``VecTransposeImage`` transposes them (as :func:`collect_rollout`).
 
     Train afterwards as ``OffPolicyAlgorithm.learn`` does: ``if model.num_timesteps >
     model.learning_starts: model.train(batch_size=model.batch_size,
@@ -278,20 +299,34 @@ def collect_replay(
         except ValueError as exc:
             raise ValueError(f"{exc} (n_steps of collect_replay: steps per env per call)") from exc
     fragments = collector.sample(n_steps, current_version, timeout_s=timeout_s)
+    transpose = image_transpose(model)
     done = False
     for t in range(n_steps):
         responses = [r for f in fragments for r in ResponseBatch(f.answers[t])]
         after = [
             f.observations[t + 1] if t + 1 < n_steps else f.last_observation for f in fragments
         ]
+        dones = np.concatenate([f.dones[t] for f in fragments])
         done = add_replay_step(
             model,
-            concat_observations([f.observations[t] for f in fragments]),
+            _transposed(transpose, concat_observations([f.observations[t] for f in fragments])),
             responses,
-            concat_observations(after),
+            _transposed(transpose, concat_observations(after)),
             np.concatenate([f.rewards[t] for f in fragments]),
-            np.concatenate([f.dones[t] for f in fragments]),
-            [info for f in fragments for info in f.infos[t]],
+            dones,
+            _step_infos(transpose, dones, [info for f in fragments for info in f.infos[t]]),
             env_ids=env_ids,
         )
     return done, fragments
+
+
+def _transposed(transpose: ImageTranspose | None, observation: Any) -> Any:
+    """``observation`` as the model's VecEnv returns it (image envs: ``VecTransposeImage``)."""
+    return observation if transpose is None else transpose.observations(observation)
+
+
+def _step_infos(
+    transpose: ImageTranspose | None, dones: np.ndarray, infos: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """A step's infos as the model's VecEnv returns them (transposed terminal observations)."""
+    return infos if transpose is None else transpose.infos(dones, infos)

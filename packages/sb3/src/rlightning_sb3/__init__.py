@@ -15,6 +15,9 @@ Public names:
 * :class:`ActingReplica`, :class:`ActingState`, :func:`acting_state`, :func:`policy_weights`,
   :func:`rollout_steps`, :func:`set_acting_seed` -- the acting side of ``collect_rollouts`` for a
   replica of the model that acts away from its learner (:mod:`rlightning_sb3.acting`);
+* :func:`transposes_images`, :class:`ImageTranspose`, :func:`image_transpose` -- SB3's
+  automatic ``VecTransposeImage`` (channel-last images), for envs stepped outside the model's
+  VecEnv (:mod:`rlightning_sb3.vec_env`);
 * :data:`SB3_SUPPORTED` -- the supported stable-baselines3 range, checked at import.
 
 Importing this package with a stable-baselines3 older than :data:`SB3_SUPPORTED` raises
@@ -59,6 +62,11 @@ from rlightning_sb3.buffers import (  # noqa: E402
     finish_training,
     start_training,
 )
+from rlightning_sb3.vec_env import (  # noqa: E402
+    ImageTranspose,
+    image_transpose,
+    transposes_images,
+)
 
 try:
     __version__ = version("rlightning-sb3")
@@ -71,6 +79,7 @@ __all__ = [
     "SB3_SUPPORTED",
     "ActingReplica",
     "ActingState",
+    "ImageTranspose",
     "SB3PolicyAdapter",
     "StopTraining",
     "UntestedVersionWarning",
@@ -81,9 +90,11 @@ __all__ = [
     "check_version",
     "finish_rollout",
     "finish_training",
+    "image_transpose",
     "observation_space_mismatch",
     "policy_weights",
     "rollout_steps",
     "set_acting_seed",
     "start_training",
+    "transposes_images",
 ]

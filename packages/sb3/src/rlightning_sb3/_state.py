@@ -18,6 +18,7 @@ from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 from stable_baselines3.common.preprocessing import is_image_space
 
 from rlightning_sb3._batch import resolve_env_ids
+from rlightning_sb3._noise import bind_env_ids, bound_env_ids, unbind
 from rlightning_sb3._observations import batch_observation, native_arrays
 
 __all__ = [
@@ -46,11 +47,13 @@ class AdapterState:
             observation space then, the methods that decided it)``, as of the first
             :meth:`eval_mode` or :meth:`direct_predict` for that policy object (and its
             methods) (:func:`mode_dependent_modules`, :func:`policy_facts`).
-        noise_envs: ``(model.action_noise, the env id of each of its envs)``
-            (:meth:`noise_rows`).
+
+    Which env id each process of a ``VectorizedActionNoise`` is is not kept here but in
+    :mod:`rlightning_sb3._noise`, its one owner (``add_replay_step`` and ``ActingReplica``
+    read it too).
     """
 
-    __slots__ = ("carried", "last_ids", "noise_envs", "policy_modules", "ready_form")
+    __slots__ = ("carried", "last_ids", "policy_modules", "ready_form")
 
     def __init__(self) -> None:
         self.carried: dict[str, Any] = {}
@@ -59,7 +62,6 @@ class AdapterState:
         self.policy_modules: (
             tuple[Any, tuple[th.nn.Module, ...], Any, Any, tuple[Any, ...] | None] | None
         ) = None
-        self.noise_envs: tuple[VectorizedActionNoise, list[str]] | None = None
 
     def noise_rows(self, noise: ActionNoise | None, ids: list[str]) -> list[int] | None:
         """Which env of a ``VectorizedActionNoise`` each row of this call is.
@@ -82,8 +84,8 @@ class AdapterState:
         """
         if not isinstance(noise, VectorizedActionNoise):
             return None
-        known = self.noise_envs
-        if known is None or known[0] is not noise:
+        envs = bound_env_ids(noise)
+        if envs is None:
             if len(ids) != len(noise.noises):
                 raise ValueError(
                     f"model.action_noise is a VectorizedActionNoise of {len(noise.noises)} "
@@ -92,9 +94,8 @@ class AdapterState:
                     f"in env order (or set model.action_noise to the base noise, "
                     f"{noise.base_noise!r}, to start over)"
                 )
-            self.noise_envs = (noise, ids)
+            bind_env_ids(noise, ids)
             return None
-        envs = known[1]
         if ids is envs or ids == envs:
             return None
         index = {env_id: i for i, env_id in enumerate(envs)}
@@ -228,16 +229,21 @@ class AdapterState:
         else:
             self.carry(ids, states)
 
-    def forget(self, env_ids: str | Sequence[str] | None) -> None:
+    def forget(self, env_ids: str | Sequence[str] | None, noise: ActionNoise | None) -> None:
         """Forget some env ids (all when None): :meth:`SB3PolicyAdapter.reset_state`.
 
         Forgetting every env also forgets which env id each action-noise index is, and what
         was read of the policy (``policy_modules``: it is read again on the next call).
+
+        Args:
+            env_ids: One id, several, or None for every env.
+            noise: ``model.action_noise``, unbound (:func:`rlightning_sb3._noise.unbind`) when
+                every env is forgotten.
         """
         self.last_ids = None
         if env_ids is None:
             self.carried.clear()
-            self.noise_envs = None
+            unbind(noise)
             self.policy_modules = None
             return
         for env_id in [env_ids] if isinstance(env_ids, str) else env_ids:

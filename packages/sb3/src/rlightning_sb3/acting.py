@@ -41,6 +41,7 @@ from stable_baselines3.common.utils import set_random_seed
 
 from rlightning import PolicyResponse, ResponseBatch
 from rlightning.rules import as_bools
+from rlightning_sb3._noise import bound_env_ids, noise_indices
 from rlightning_sb3.adapter import SB3PolicyAdapter
 
 __all__ = [
@@ -73,12 +74,18 @@ class ActingState:
             :func:`rlightning_sb3.start_training`, set; the denominator of SB3's
             ``_current_progress_remaining``), or None (then the replica keeps the published
             ``exploration_rate`` until the next publish).
+        run_id: The learner's run: ``model.start_time`` (``time.time_ns()``, which every
+            ``_setup_learn``, hence every ``learn()`` and :func:`rlightning_sb3.start_training`,
+            sets), or None before the first run. ``_setup_learn`` also resets the action noise
+            (``action_noise.reset()``, every process, whatever ``reset_num_timesteps``): a
+            replica that loads a new ``run_id`` resets its own noise (:meth:`ActingReplica.load`).
     """
 
     policy: dict[str, th.Tensor]
     num_timesteps: int
     exploration_rate: float | None = None
     total_timesteps: int | None = None
+    run_id: int | None = None
 
 
 def policy_weights(model: BaseAlgorithm) -> dict[str, th.Tensor]:
@@ -96,15 +103,18 @@ def acting_state(model: BaseAlgorithm) -> ActingState:
     Returns:
         An :class:`ActingState` (CPU copies of the weights; the learner may train on):
         ``num_timesteps``, DQN's ``exploration_rate`` (None for a model without one) and
-        ``_total_timesteps`` (None before :func:`rlightning_sb3.start_training` or ``learn``).
+        ``_total_timesteps`` and the run's ``start_time`` (both None before
+        :func:`rlightning_sb3.start_training` or ``learn``).
     """
     rate = getattr(model, "exploration_rate", None)
     total = getattr(model, "_total_timesteps", 0)
+    start = getattr(model, "start_time", 0)
     return ActingState(
         policy_weights(model),
         int(model.num_timesteps),
         None if rate is None else float(rate),
         int(total) if total else None,
+        int(start) if start else None,
     )
 
 
@@ -216,9 +226,11 @@ class ActingReplica:
         self._use_masking = bool(use_masking)
         self._off_policy = isinstance(model, OffPolicyAlgorithm)
         self._total_timesteps: int | None = None
-        #: The env ids of the first exploring call that drew action noise: env id -> the index
-        #: of its process in ``model.action_noise`` (SB3PolicyAdapter.act's documented rule).
-        self._noise_index: dict[str, int] | None = None
+        #: Whether an exploring call drew action noise (the first resets none, as SB3's first
+        #: step); which env each process is, is ``rlightning_sb3._noise``'s binding.
+        self._drew_noise = False
+        #: The ``run_id`` of the last publish that carried one (:meth:`load`).
+        self._run_id: int | None = None
         if seed is not None:
             set_acting_seed(seed)
 
@@ -297,7 +309,7 @@ class ActingReplica:
             and getattr(self._model, "action_noise", None) is not None
             and isinstance(self._model.action_space, spaces.Box)
         )
-        if noisy and self._noise_index is not None:
+        if noisy and self._drew_noise:
             self.reset_noise(ids, starts)
         answer = self._adapter.act(
             observation,
@@ -307,8 +319,8 @@ class ActingReplica:
             explore=self._explore,
             ts_env_sent_ns=ts_env_sent_ns,
         )
-        if noisy and self._noise_index is None:
-            self._noise_index = {env_id: i for i, env_id in enumerate(ids)}
+        if noisy:
+            self._drew_noise = True
         if acting:
             self.advance(len(ids))
         return answer
@@ -336,14 +348,14 @@ class ActingReplica:
         ids = list(env_ids)
         starts = as_bools(episode_start, "episode_start", shape=(len(ids),), labels=ids)
         noise = getattr(self._model, "action_noise", None)
-        index = self._noise_index
         ending = [e for e, s in zip(ids, starts.tolist(), strict=True) if s]
-        if noise is None or index is None or not ending:
+        if noise is None or not self._drew_noise or not ending:
             return []
         if isinstance(noise, VectorizedActionNoise):
             # an id the noise has no process for is left to act(), which names it
-            known = [e for e in ending if e in index]
-            noise.reset(indices=[index[e] for e in known])
+            bound = bound_env_ids(noise) or []
+            known = [e for e in ending if e in bound]
+            noise.reset(indices=noise_indices(noise, known))
             return known
         noise.reset()  # one env: SB3 resets the noise itself
         return ending
@@ -380,8 +392,12 @@ class ActingReplica:
         Args:
             state: An :class:`ActingState` (:func:`acting_state`), whose ``num_timesteps``,
                 ``exploration_rate`` (when not None) and ``total_timesteps`` (when not None;
-                :meth:`advance` then follows DQN's schedule until the next load) are also taken;
-                or a ``policy.state_dict()`` (:func:`policy_weights`).
+                :meth:`advance` then follows DQN's schedule until the next load) are also taken,
+                and whose ``run_id``, when not None and not the last one loaded (the learner
+                began a new ``learn()``/:func:`rlightning_sb3.start_training`), resets the
+                model's action noise (``action_noise.reset()``: every env's process), as
+                ``_setup_learn`` resets the learner's; or a ``policy.state_dict()``
+                (:func:`policy_weights`).
 
         Raises:
             TypeError: plain weights for an exploring off-policy model whose exploration reads
@@ -400,6 +416,12 @@ class ActingReplica:
                 model.exploration_rate = state.exploration_rate
             if state.total_timesteps is not None:
                 self._total_timesteps = state.total_timesteps
+            if state.run_id is not None and state.run_id != self._run_id:
+                # a new learn()/start_training: _setup_learn reset the learner's noise
+                self._run_id = state.run_id
+                noise = getattr(model, "action_noise", None)
+                if noise is not None:
+                    noise.reset()
             return
         schedule = getattr(model, "exploration_schedule", None)
         if self._off_policy and self._explore and (schedule is not None or model.learning_starts):

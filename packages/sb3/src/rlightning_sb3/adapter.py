@@ -133,7 +133,7 @@ class SB3PolicyAdapter:
         Args:
             env_ids: One id, several, or None for every env. Unknown ids are ignored.
         """
-        self._state.forget(env_ids)
+        self._state.forget(env_ids, getattr(self._facts.model, "action_noise", None))
 
     def load_training_state(self, env_ids: Sequence[str]) -> np.ndarray:
         """Load where the model's training stands, so that a loop continues as ``learn()`` would.

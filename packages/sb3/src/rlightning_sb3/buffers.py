@@ -63,6 +63,7 @@ from rlightning_sb3._buffer_checks import (
     require_started,
 )
 from rlightning_sb3._columns import StepColumns
+from rlightning_sb3._noise import check_replay_columns
 from rlightning_sb3._observations import native_arrays, obs_tensor
 from rlightning_sb3._recurrent import stack_rnn_states
 from rlightning_sb3._training import (
@@ -423,7 +424,9 @@ def add_replay_step(
     With ``update_model``, the rest of ``collect_rollouts``' step: ``num_timesteps += n_envs``,
     ``_update_info_buffer``, ``_update_current_progress_remaining``, ``_on_step`` (DQN: target
     update and exploration rate), and for each finished episode ``_episode_num += 1``, the
-    env's action-noise reset and, every ``log_interval`` episodes (:func:`start_training`),
+    env's action-noise reset (``action_noise.reset(indices=[i])`` for column ``i``: the
+    buffer's columns must be the env order the first exploring ``act`` gave the noise) and,
+    every ``log_interval`` episodes (:func:`start_training`),
     ``model.dump_logs()`` (``time/episodes``, ``rollout/ep_rew_mean``, ``time/fps``, ...). A
     callback given to :func:`start_training` is called in ``collect_rollouts``' order:
     ``on_rollout_start`` at a rollout's first step (after that step's ``act`` and ``env.step``;
@@ -477,7 +480,11 @@ def add_replay_step(
             shape; or, with a ``VecNormalize`` in the model's env, the observations or rewards
             are not the wrapper's (see above), ``update_model`` is False, a Discrete
             observation's terminal observation would be unnormalized (SB3 raises
-            ``IndexError`` there) or :func:`start_training` was not called.
+            ``IndexError`` there) or :func:`start_training` was not called; or (with
+            ``update_model``) ``model.action_noise`` is a ``VectorizedActionNoise`` whose
+            processes the first exploring :meth:`SB3PolicyAdapter.act` bound to the envs in
+            another order than the buffer's columns (both orders named): SB3 resets the
+            process of column ``i``'s env by index ``i``, which would be another env's.
         StopTraining: the callback's ``on_step`` returned False (``num_timesteps`` counts the
             step, nothing is stored, as ``collect_rollouts`` returns early), or returned False
             at an earlier step of this run (then nothing is changed).
@@ -509,6 +516,9 @@ def add_replay_step(
         )
         buf.add(obs_, next_obs, actions, rewards_, dones_arr, list(infos))
         return False
+    # a done env's noise is reset by its column index (collect_rollouts): refused, before
+    # anything changes, when the noise's processes are bound to the envs in another order
+    check_replay_columns(model.action_noise, ids)
     obs_, next_obs, rewards_, original_new = replay_transition(
         model, observation, new_observation, rewards_arr, dones_arr, infos, ids
     )
