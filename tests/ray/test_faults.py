@@ -94,7 +94,7 @@ def test_a_runner_killed_mid_rollout_restarts_with_fresh_episodes(
     assert model.num_timesteps == 2 * N_STEPS * N_ENVS
 
 
-def test_a_killed_server_restarts_with_the_newest_weights(
+def test_a_killed_server_restarts_and_the_collector_refuses_its_lost_acting_state(
     local_ray: None, helpers: ModuleType
 ) -> None:
     model, server, registry, _, collector = _setup(helpers)
@@ -102,13 +102,26 @@ def test_a_killed_server_restarts_with_the_newest_weights(
     collect_rollout(model, collector, current_version=0)
     model.train()
     rlightning_ray.publish_weights(server, registry, 1, policy_weights(model))
+    before = model.rollout_buffer.observations.copy()
     timer = _kill_later(server, 0.3)
-    fragments = collect_rollout(model, collector, current_version=1)
+    # Ray restarts the server from the newest published weights, and the runners' requests are
+    # retried on it, but its acting-side counters (num_timesteps, exploration, noise) went back
+    # to the publish: the collector refuses the rollout (before: it was added, silently)
+    with pytest.raises(RuntimeError, match=r"policy server .* restarted .*acting state"):
+        collect_rollout(model, collector, current_version=1)
     timer.join()
+    np.testing.assert_array_equal(model.rollout_buffer.observations, before)  # nothing added
+    assert model.num_timesteps == N_STEPS * N_ENVS
     info = ray.get(server.info.remote())
     assert info["restarted"] and info["version"] == 1
-    assert {a.policy_version for f in fragments for a in f.answers} == {1}
-    assert [f.restarted for f in fragments] == [False, False]  # runners went on, nothing lost
+    with pytest.raises(RuntimeError, match="restarted"):  # every later call of this collector
+        collector.sample(1)
+    # republish the learner's state and take a new collector: training goes on
+    rlightning_ray.publish_weights(server, registry, 2, policy_weights(model))
+    collector = rlightning_ray.Collector(collector.runners)
+    fragments = collect_rollout(model, collector, current_version=2)
+    assert {a.policy_version for f in fragments for a in f.answers} == {2}
+    assert [f.restarted for f in fragments] == [False, False]  # the runners went on
     _check_rows(model, fresh=set())
     model.train()
     assert model.num_timesteps == 2 * N_STEPS * N_ENVS
