@@ -216,7 +216,8 @@ def test_after_a_deterministic_timeout_the_next_sample_delivers_within_its_own_t
     fragments = collector.sample(4, timeout_s=10)
     assert time.monotonic() - started < 10
     for frag in fragments:  # every runner stepped 3 steps in the failed call (dropped), then 4
-        for t, (observation, answer) in enumerate(zip(frag.observations, frag.answers)):
+        pairs = zip(frag.observations, frag.answers, strict=True)
+        for t, (observation, answer) in enumerate(pairs):
             assert answer.env_ids == frag.env_ids
             np.testing.assert_array_equal(observation[:, 1], 3 + t)
             np.testing.assert_array_equal(answer.obs_seen, observation)
