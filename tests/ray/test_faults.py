@@ -5,9 +5,12 @@ delivered fragment; Ray restarts it (``max_restarts``) and retries the ``sample`
 (``max_task_retries``), so its envs start fresh episodes and the buffer still gets exactly
 ``n_steps`` rows per env, each env's rows its own and in step order. A server that dies is
 restarted, reads the newest weights from the registry, and the runners' ``act`` calls are
-retried on it. In the deterministic mode a runner restarted mid-``sample`` cannot rejoin the
-others' step: the call fails at once naming it (``LockstepError``), and the next call delivers.
-CounterEnv's observation ``[tag, t]`` lets the test read every row's env and step.
+retried on it; but its acting state (counters, exploration, noise) went back to the last
+publish, so the collector refuses the call (the server's incarnation changed) and every later
+one: publish again and make a new collector to go on. In the deterministic mode a runner
+restarted mid-``sample`` cannot rejoin the others' step: the call fails at once naming it
+(``LockstepError``), and the next call delivers. CounterEnv's observation ``[tag, t]`` lets
+the test read every row's env and step.
 """
 
 from __future__ import annotations
@@ -123,7 +126,6 @@ def test_a_killed_server_restarts_and_the_collector_refuses_its_lost_acting_stat
     assert {a.policy_version for f in fragments for a in f.answers} == {2}
     assert [f.restarted for f in fragments] == [False, False]  # the runners went on
     _check_rows(model, fresh=set())
-    model.train()
     assert model.num_timesteps == 2 * N_STEPS * N_ENVS
 
 
