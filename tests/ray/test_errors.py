@@ -132,21 +132,6 @@ def test_a_collector_refuses_an_order_that_is_not_its_runners_and_repeated_ids(
     _kill(server, *runners)
 
 
-def test_a_collector_refuses_runners_in_another_order_than_the_servers(
-    sb3_servers: dict[str, tuple[Any, Any]], helpers: ModuleType
-) -> None:
-    """The same runners in another order would put each runner's rows in another's columns."""
-    runners = _runners(helpers, sb3_servers["order"][0])
-    rlightning_ray.Collector(runners)  # the server's order: accepted
-    message = (
-        "the server's order ['runner-0', 'runner-1'] is not this collector's runner order "
-        "['runner-1', 'runner-0']"
-    )
-    with pytest.raises(ValueError, match=re.escape(message)):
-        rlightning_ray.Collector(runners[::-1])
-    _kill(*runners)
-
-
 def test_action_noise_under_dynamic_batching_is_refused_up_front(
     local_ray: None, helpers: ModuleType
 ) -> None:
@@ -197,12 +182,21 @@ def test_after_a_deterministic_timeout_the_next_sample_delivers_within_its_own_t
     naming runner-0 alone (runner-1 only waited in the server for it). When runner-0 wakes, its
     request of that call is refused (before: it met runner-1's request of the next call in one
     batch, and the next call failed with a LockstepError, or waited for the abandoned call).
+    First, on the same server, the deterministic collector's setup checks: the runners in
+    another order than the server's (before: accepted, each runner's rows in the other's buffer
+    columns) and a timeout that is no number.
     """
     fns = [partial(envs.StallingEnv, 0, 3, 2.5)] + [
         partial(helpers.CounterEnv, i, 100) for i in range(1, 4)
     ]
     server, registry, runners = _start(helpers, ORDER, fns)
     rlightning_ray.publish_weights(server, registry, 0, {})
+    message = (
+        "the server's order ['runner-0', 'runner-1'] is not this collector's runner order "
+        "['runner-1', 'runner-0']"
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        rlightning_ray.Collector(runners[::-1])
     with pytest.raises(TypeError, match="timeout_s must be a number of seconds, got str"):
         rlightning_ray.Collector(runners, timeout_s="1")
     collector = rlightning_ray.Collector(runners, timeout_s=1.0)
