@@ -210,6 +210,24 @@ class CounterEnv(gym.Env[np.ndarray, np.int64]):
         return self._obs(), float(self.tag), self.t >= self.length, False, {"tag": self.tag}
 
 
+class StallingEnv(CounterEnv):
+    """A :class:`CounterEnv` (episodes of 100 steps) whose ``stall_at``-th step sleeps ``stall_s``.
+
+    Only that one step call (counted over the env's life, across episodes and ``sample`` calls)
+    is slow: a collector's call times out once, and the next call finds a fast env again.
+    """
+
+    def __init__(self, tag: int, stall_at: int, stall_s: float) -> None:
+        super().__init__(tag, length=100)
+        self.stall_at, self.stall_s, self.calls = stall_at, stall_s, 0
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.calls += 1
+        if self.calls == self.stall_at:
+            time.sleep(self.stall_s)
+        return super().step(action)
+
+
 class FailingEnv(CounterEnv):
     """A :class:`CounterEnv` whose ``step`` raises RuntimeError at step ``fail_at``."""
 

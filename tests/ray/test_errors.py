@@ -16,6 +16,7 @@ from functools import partial
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import pytest
 import ray
 import torch
@@ -169,6 +170,52 @@ def test_every_sample_has_a_default_timeout_naming_the_runners_still_sampling(
     assert time.monotonic() - started < 15
     with pytest.raises(ValueError, match=re.escape("timeout_s must be > 0 seconds")):
         rlightning_ray.Collector(runners, timeout_s=math.nan)
+    _kill(server, *runners)
+
+
+def test_after_a_deterministic_timeout_the_next_sample_delivers_within_its_own_timeout(
+    local_ray: None, helpers: ModuleType, envs: ModuleType
+) -> None:
+    """The timed-out call's late requests are refused, so they cannot block or join the next.
+
+    env-0 (runner-0) sleeps 2.5 s in its third step, once: the first call (timeout 1 s) fails
+    naming runner-0 alone (runner-1 only waited in the server for it). When runner-0 wakes, its
+    request of that call is refused (before: it met runner-1's request of the next call in one
+    batch, and the next call failed with a LockstepError, or waited for the abandoned call).
+    First, on the same server, the deterministic collector's setup checks: the runners in
+    another order than the server's (before: accepted, each runner's rows in the other's buffer
+    columns) and a timeout that is no number.
+    """
+    fns = [partial(envs.StallingEnv, 0, 3, 2.5)] + [
+        partial(helpers.CounterEnv, i, 100) for i in range(1, 4)
+    ]
+    server, registry, runners = _start(helpers, ORDER, fns)
+    rlightning_ray.publish_weights(server, registry, 0, {})
+    message = (
+        "the server's order ['runner-0', 'runner-1'] is not this collector's runner order "
+        "['runner-1', 'runner-0']"
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        rlightning_ray.Collector(runners[::-1])
+    with pytest.raises(TypeError, match="timeout_s must be a number of seconds, got str"):
+        rlightning_ray.Collector(runners, timeout_s="1")
+    collector = rlightning_ray.Collector(runners, timeout_s=1.0)
+    message = (
+        "runners ['runner-0'] (envs ['env-0', 'env-1']) returned no fragment within 1.0 s "
+        "(timeout_s; runners ['runner-1'] only waited in the server for them"
+    )
+    with pytest.raises(TimeoutError, match=re.escape(message)):
+        collector.sample(6)
+    started = time.monotonic()
+    fragments = collector.sample(4, timeout_s=10)
+    assert time.monotonic() - started < 10
+    for frag in fragments:  # every runner stepped 3 steps in the failed call (dropped), then 4
+        pairs = zip(frag.observations, frag.answers, strict=True)
+        for t, (observation, answer) in enumerate(pairs):
+            assert answer.env_ids == frag.env_ids
+            np.testing.assert_array_equal(observation[:, 1], 3 + t)
+            np.testing.assert_array_equal(answer.obs_seen, observation)
+    assert ray.get(server.info.remote(), timeout=TIMEOUT_S)["batch_rows"] == [4] * 7
     _kill(server, *runners)
 
 

@@ -5,9 +5,12 @@ delivered fragment; Ray restarts it (``max_restarts``) and retries the ``sample`
 (``max_task_retries``), so its envs start fresh episodes and the buffer still gets exactly
 ``n_steps`` rows per env, each env's rows its own and in step order. A server that dies is
 restarted, reads the newest weights from the registry, and the runners' ``act`` calls are
-retried on it. In the deterministic mode a runner restarted mid-``sample`` cannot rejoin the
-others' step: the call fails at once naming it (``LockstepError``), and the next call delivers.
-CounterEnv's observation ``[tag, t]`` lets the test read every row's env and step.
+retried on it; but its acting state (counters, exploration, noise) went back to the last
+publish, so the collector refuses the call (the server's incarnation changed) and every later
+one: publish again and make a new collector to go on. In the deterministic mode a runner
+restarted mid-``sample`` cannot rejoin the others' step: the call fails at once naming it
+(``LockstepError``), and the next call delivers. CounterEnv's observation ``[tag, t]`` lets
+the test read every row's env and step.
 """
 
 from __future__ import annotations
@@ -94,7 +97,7 @@ def test_a_runner_killed_mid_rollout_restarts_with_fresh_episodes(
     assert model.num_timesteps == 2 * N_STEPS * N_ENVS
 
 
-def test_a_killed_server_restarts_with_the_newest_weights(
+def test_a_killed_server_restarts_and_the_collector_refuses_its_lost_acting_state(
     local_ray: None, helpers: ModuleType
 ) -> None:
     model, server, registry, _, collector = _setup(helpers)
@@ -102,15 +105,27 @@ def test_a_killed_server_restarts_with_the_newest_weights(
     collect_rollout(model, collector, current_version=0)
     model.train()
     rlightning_ray.publish_weights(server, registry, 1, policy_weights(model))
+    before = model.rollout_buffer.observations.copy()
     timer = _kill_later(server, 0.3)
-    fragments = collect_rollout(model, collector, current_version=1)
+    # Ray restarts the server from the newest published weights, and the runners' requests are
+    # retried on it, but its acting-side counters (num_timesteps, exploration, noise) went back
+    # to the publish: the collector refuses the rollout (before: it was added, silently)
+    with pytest.raises(RuntimeError, match=r"policy server .* restarted .*acting state"):
+        collect_rollout(model, collector, current_version=1)
     timer.join()
+    np.testing.assert_array_equal(model.rollout_buffer.observations, before)  # nothing added
+    assert model.num_timesteps == N_STEPS * N_ENVS
     info = ray.get(server.info.remote())
     assert info["restarted"] and info["version"] == 1
-    assert {a.policy_version for f in fragments for a in f.answers} == {1}
-    assert [f.restarted for f in fragments] == [False, False]  # runners went on, nothing lost
+    with pytest.raises(RuntimeError, match="restarted"):  # every later call of this collector
+        collector.sample(1)
+    # republish the learner's state and take a new collector: training goes on
+    rlightning_ray.publish_weights(server, registry, 2, policy_weights(model))
+    collector = rlightning_ray.Collector(collector.runners)
+    fragments = collect_rollout(model, collector, current_version=2)
+    assert {a.policy_version for f in fragments for a in f.answers} == {2}
+    assert [f.restarted for f in fragments] == [False, False]  # the runners went on
     _check_rows(model, fresh=set())
-    model.train()
     assert model.num_timesteps == 2 * N_STEPS * N_ENVS
 
 

@@ -2,8 +2,9 @@
 
 * The server restarts up to ``max_restarts`` times; a runner's ``act`` call that was in flight
   when it died is retried on the new server (``max_task_retries``), which reads the newest
-  weights from the :class:`~rlightning_ray.WeightsRegistry`. Runners resume without noticing,
-  except for the time lost.
+  weights from the :class:`~rlightning_ray.WeightsRegistry`. The runners resume, but the acting
+  state the server held (counters, exploration, noise) is lost: a
+  :class:`~rlightning_ray.Collector` sees the server's new incarnation and refuses the call.
 * A runner restarts up to ``max_restarts`` times; a ``sample`` call in flight when it died is
   retried on the new runner (built and reset by its constructor, fresh episodes), so the collector
   gets a complete fragment of new episodes for those envs, marked ``restarted``. What the dead

@@ -59,8 +59,9 @@ class Collector:
 
     Raises:
         ValueError: no runner, a runner id or env id repeated (the same runner twice, or two
-            ``start_runners`` calls naming theirs alike), a server's deterministic ``order``
-            names a runner id that is not here or misses one that is (sampling would hang), or
+            ``start_runners`` calls naming theirs alike), a server's deterministic ``order`` is
+            not this collector's runner ids in this order (another set would hang; another
+            order would put each runner's rows in another runner's buffer columns), or
             ``timeout_s`` is not > 0.
         TypeError: ``timeout_s`` is not a number.
 
@@ -100,19 +101,31 @@ class Collector:
                 )
         self.restarts = 0
         self._hops: list[Any] = []
-        handles = [d["server"] for d in described if d.get("server") is not None]
-        infos = ray.get([h.info.remote() for h in handles])
+        served = [(d["runner_id"], d["server"]) for d in described if d.get("server") is not None]
+        infos = ray.get([h.info.remote() for _, h in served])
         self._servers: list[Any] = []  # one handle per distinct server actor
+        # per server (same index): its first contact's info, and the runners it serves
+        self._server_infos: list[dict[str, Any]] = []
+        self._server_runners: list[list[str]] = []
+        self._server_lost: str | None = None  # set once a server restarted: every call refused
         self.deterministic = bool(infos) and all(i.get("order") is not None for i in infos)
-        seen: set[str] = set()
-        for handle, info in zip(handles, infos, strict=True):
+        seen: dict[str, int] = {}
+        for (runner_id, handle), info in zip(served, infos, strict=True):
             if info["actor_id"] not in seen:
-                seen.add(info["actor_id"])
+                seen[info["actor_id"]] = len(self._servers)
                 self._servers.append(handle)
+                self._server_infos.append(info)
+                self._server_runners.append([])
                 self._check_order(info.get("order"))
+            self._server_runners[seen[info["actor_id"]]].append(runner_id)
 
     def _check_order(self, order: list[str] | None) -> None:
-        """Refuse a deterministic ``order`` that is not exactly these runners (it would hang)."""
+        """Refuse a deterministic ``order`` that is not these runners in this order.
+
+        Other runners would hang (a batch waits for every runner of the order); the same runners
+        in another order would put each runner's rows in another runner's buffer columns (the
+        server's one forward pass follows its order, the buffer the collector's).
+        """
         if order is None:
             return
         unknown = [r for r in order if r not in self.runner_ids]
@@ -124,6 +137,45 @@ class Collector:
                 f"from the order {missing} (a batch waits for every runner of the order, so "
                 f"sampling would hang)"
             )
+        if list(order) != self.runner_ids:
+            raise ValueError(
+                f"the server's order {list(order)} is not this collector's runner order "
+                f"{self.runner_ids}: the deterministic batch (SB3's env order) follows the "
+                f"server's order and the buffer's columns the collector's, so every runner's "
+                f"rows would land in another runner's columns; pass the runners to Collector in "
+                f"the server's order (start_runners' order, for order=[runner-0, runner-1, ...])"
+            )
+
+    def _check_servers(self, timeout_s: float | None) -> None:
+        """Refuse the call when a server's incarnation changed (Ray restarted it).
+
+        Raises:
+            RuntimeError: a server's :meth:`~rlightning_ray.PolicyServer.incarnation` is not
+                the one this collector recorded at first contact (names the server, its node
+                and runners, both tokens, and what to do). The message is kept: every later
+                :meth:`sample` raises it at once.
+        """
+        import ray
+
+        tokens = ray.get([s.incarnation.remote() for s in self._servers], timeout=timeout_s)
+        for info, runners, token in zip(
+            self._server_infos, self._server_runners, tokens, strict=True
+        ):
+            if token != info["incarnation"]:
+                self._server_lost = (
+                    f"the policy server {info['actor_id']} (node {info['node_id']}, serving "
+                    f"runners {runners}) restarted since this collector first reached it "
+                    f"(incarnation {info['incarnation']} -> {token}): Ray re-created it after a "
+                    f"crash from the newest published weights, but the acting state it held "
+                    f"(num_timesteps, the exploration rate, the action-noise processes) was "
+                    f"lost, so its answers may come from a policy state SB3 would never have "
+                    f"had. This call's fragments were dropped (nothing reached a buffer) and "
+                    f"this collector refuses every later call. To go on, publish the learner's "
+                    f"state again (publish_weights with acting_state(model) or "
+                    f"policy_weights(model), a newer version) and make a new Collector (its "
+                    f"action-noise processes start afresh, not SB3's), or restart training"
+                )
+                raise RuntimeError(self._server_lost)
 
     def sample(
         self, n_steps: int, current_version: int | None = None, *, timeout_s: float | None = None
@@ -138,7 +190,10 @@ class Collector:
         otherwise wait forever for the failed runner's request. They raise promptly, and their
         fragments are dropped; their envs keep the state they reached. When ``timeout_s``
         passes first, the collector fails the waiting requests the same way and raises without
-        waiting for the runners still sampling.
+        waiting for the runners still sampling. Either way the servers abandon the call: a late
+        request of it (a runner that was in a slow env step) is refused on arrival, so the next
+        call starts clean. After the fragments arrive, every server's incarnation is compared
+        with the one recorded at first contact: a server Ray restarted lost its acting state.
 
         Args:
             n_steps: Steps per env.
@@ -154,8 +209,12 @@ class Collector:
             RuntimeError: a runner failed; the message names it and its envs (and the runner's
                 own message names the env that raised); the runner's error is the cause. In the
                 deterministic mode a runner Ray restarted in the middle of this call
-                (:class:`~rlightning_ray.LockstepError` from the server) is the one named.
-            TimeoutError: ``timeout_s`` passed first (names the runners still sampling).
+                (:class:`~rlightning_ray.LockstepError` from the server) is the one named. Or a
+                server restarted (its incarnation changed) since this collector first reached
+                it: its acting state was lost, so this call and every later one is refused
+                (the message names the server and says how to go on).
+            TimeoutError: ``timeout_s`` passed first (names the runners still sampling, and
+                apart the runners that only waited in the server for them).
             ValueError: a fragment is not its runner's (env ids), holds another number of
                 steps, or an answer breaks :func:`~rlightning_ray.check_answer`'s rules; or
                 ``timeout_s`` is not > 0.
@@ -163,6 +222,8 @@ class Collector:
         import ray
 
         limit = self.timeout_s if timeout_s is None else _checked_timeout(timeout_s, "timeout_s")
+        if self._server_lost is not None:
+            raise RuntimeError(self._server_lost)
         call_id = uuid.uuid4().hex
         refs = [
             r.sample.remote(
@@ -195,27 +256,18 @@ class Collector:
                     f"runner {self.runner_ids[i]!r} (envs {self.runner_env_ids[i]}) failed, so "
                     f"the collector failed the requests waiting for it: {_cause(exc)}"
                 )
-                ray.get([s.fail_pending.remote(reason) for s in self._servers])
+                self._fail_pending(reason, call_id)
             if remaining and deadline is not None and time.monotonic() >= deadline:
-                late = [refs.index(r) for r in remaining]
-                names = [self.runner_ids[i] for i in late]
-                reason = (
-                    f"the collector's sample timed out after {limit} s waiting for runners {names}"
-                )
-                ray.get([s.fail_pending.remote(reason) for s in self._servers])
-                raise TimeoutError(
-                    f"runners {names} (envs {[e for i in late for e in self.runner_env_ids[i]]})"
-                    f" returned no fragment within {limit} s (timeout_s; the other runners "
-                    f"returned): their envs may be slow or stuck, or their requests waited in "
-                    f"the server. The requests waiting in the server were failed; pass a larger "
-                    f"timeout_s (Collector(..., timeout_s=...) or per call) for slow envs"
-                )
+                self._time_out(call_id, limit, [refs.index(r) for r in remaining])
         if failures:
             i, exc = self._first_failure(failures)
             raise RuntimeError(
                 f"runner {self.runner_ids[i]!r} (envs {self.runner_env_ids[i]}) failed: "
                 f"{_cause(exc)}"
             ) from exc
+        if self._servers:
+            budget = None if deadline is None else max(1.0, deadline - time.monotonic())
+            self._check_servers(budget)
         for runner_id, env_ids, frag in zip(
             self.runner_ids, self.runner_env_ids, fragments, strict=True
         ):
@@ -239,6 +291,50 @@ class Collector:
             self.restarts += int(frag.restarted)
             self._hops.append(frag.hops_ns)
         return fragments
+
+    def _fail_pending(self, reason: str, call_id: str) -> list[str]:
+        """Fail the requests waiting in every server and abandon ``call_id`` there.
+
+        Returns:
+            The runner ids whose requests were failed (they return promptly).
+        """
+        import ray
+
+        refs = [s.fail_pending.remote(reason, call_id=call_id) for s in self._servers]
+        released: list[list[str]] = ray.get(refs)
+        return [runner for ids in released for runner in ids]
+
+    def _time_out(self, call_id: str, limit: float, late: list[int]) -> None:
+        """Abandon the call in the servers and raise, naming the runners still sampling.
+
+        ``late`` are the indices of the runners that returned nothing yet; those whose requests
+        were waiting in a server (released here) are named apart: they only waited for the
+        others (in the deterministic mode a batch needs every runner).
+
+        Raises:
+            TimeoutError: always.
+        """
+        names = [self.runner_ids[i] for i in late]
+        reason = f"the collector's sample timed out after {limit} s waiting for runners {names}"
+        released = set(self._fail_pending(reason, call_id))
+        still = [i for i in late if self.runner_ids[i] not in released]
+        waited = [self.runner_ids[i] for i in late if self.runner_ids[i] in released]
+        if still:
+            others = (
+                f"runners {waited} only waited in the server for them; their requests were failed"
+                if waited
+                else "the other runners returned"
+            )
+        else:  # every late runner was waiting in a server: its batches were slow
+            still, others = late, "their requests were waiting in the server, and were failed"
+        envs = [e for i in still for e in self.runner_env_ids[i]]
+        raise TimeoutError(
+            f"runners {[self.runner_ids[i] for i in still]} (envs {envs}) returned no fragment "
+            f"within {limit} s (timeout_s; {others}): their envs may be slow or stuck, or their "
+            f"requests waited in the server. The call was abandoned in the servers (its later "
+            f"requests are refused, so the next call starts clean); pass a larger timeout_s "
+            f"(Collector(..., timeout_s=...) or per call) for slow envs"
+        )
 
     def _first_failure(
         self, failures: list[tuple[int, BaseException]]

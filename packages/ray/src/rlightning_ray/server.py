@@ -15,6 +15,17 @@ the others are further on -- can never join a batch of its step, so the server r
 request of that call at once with :class:`LockstepError` naming the runner, instead of leaving them
 waiting forever. A request of a runner's new process replaces one its dead process left pending.
 
+A call the collector abandoned (it timed out, or a runner failed: :meth:`PolicyServer.fail_pending`
+with its call id) is refused from then on: a late request of it, from a runner that was stuck in
+a slow env step, raises at once instead of waiting for a batch or meeting the next call's requests.
+
+Each server process draws an **incarnation** token (``uuid4``) in its constructor, so a server Ray
+restarted after a crash has a new one (:meth:`PolicyServer.incarnation`, ``info()["incarnation"]``).
+The acting-side state it held (the replica's ``num_timesteps``, the exploration rate, the
+action-noise processes) is lost in a restart (the new process starts from the newest published
+weights): the :class:`~rlightning_ray.Collector` compares the token after every call and refuses
+the call when it changed, rather than adding answers of a state the learner never had.
+
 Every answer carries ``policy_version`` (the weights that produced it) and the stamps
 ``ts_policy_recv_ns`` (the request arrived), ``ts_infer_start_ns`` (its batch's forward began)
 and ``ts_policy_sent_ns`` (the forward ended), ``time.time_ns()`` nanoseconds since the epoch, with
@@ -25,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -145,6 +157,10 @@ def _fail(batch: list[_Request], error: BaseException) -> None:
             request.future.set_exception(error)
 
 
+#: How many abandoned call ids a server remembers (a later request of one of them is refused).
+_ABANDONED_KEPT = 64
+
+
 class PolicyServer:
     """Dynamic batching over the requests of every runner (see the module docstring).
 
@@ -184,6 +200,8 @@ class PolicyServer:
         if order is not None and (not order or len(set(order)) != len(order)):
             raise ValueError(f"order must name each runner once, got {list(order)!r}")
         self._policy = policy_factory()
+        self._incarnation = uuid.uuid4().hex  # a new one in every process (a restart included)
+        self._abandoned: dict[str, str] = {}  # call id -> why (insertion order: oldest first)
         self._max_batch = max_batch
         self._max_wait_s = max_wait_us / 1e6
         self._order = None if order is None else list(order)
@@ -249,6 +267,9 @@ class PolicyServer:
                 message names both).
             LockstepError: in the deterministic mode, this request's ``sample`` call fell out
                 of lockstep (names the runner that fell behind).
+            RuntimeError: this request's ``sample`` call was abandoned by the collector
+                (:meth:`fail_pending` with its call id: it timed out, or a runner failed), or
+                :meth:`fail_pending` failed it while it waited.
             Exception: what the policy raised for the batch this request was in.
         """
         recv = time.time_ns()
@@ -260,6 +281,12 @@ class PolicyServer:
                 f"{self._order}: in the deterministic mode a batch is formed only from the "
                 f"runners named there, so this request would wait forever; name the runners "
                 f"start_runners made (runner-0, runner-1, ...), not env ids"
+            )
+        if step is not None and str(step[0]) in self._abandoned:
+            raise RuntimeError(
+                f"runner {runner_id!r} (envs {ids}) asked for step {step[1]} of sample call "
+                f"{step[0]!r}, which the collector abandoned ({self._abandoned[str(step[0])]}): "
+                "the request is refused so that it cannot join a later call's batch"
             )
         refused = self._refused
         if self._order is not None and step is not None and refused and step[0] == refused[0]:
@@ -304,8 +331,8 @@ class PolicyServer:
         """The server's state.
 
         Keys: ``version`` in use, ``batch_rows`` (the rows of each batch so far), ``restarted``,
-        Ray ``node_id``, ``actor_id`` (hex) and ``order`` (the deterministic mode's runner ids,
-        or None).
+        Ray ``node_id``, ``actor_id`` (hex), ``order`` (the deterministic mode's runner ids, or
+        None) and ``incarnation`` (see :meth:`incarnation`).
         """
         import ray
 
@@ -317,27 +344,44 @@ class PolicyServer:
             "node_id": context.get_node_id(),
             "actor_id": context.get_actor_id(),
             "order": None if self._order is None else list(self._order),
+            "incarnation": self._incarnation,
         }
 
-    async def fail_pending(self, reason: str) -> int:
+    async def incarnation(self) -> str:
+        """This server process's token: a ``uuid4`` hex drawn in the constructor.
+
+        A server Ray restarted after a crash draws a new one, so a caller that kept the token
+        knows the acting-side state (counters, exploration, noise) was lost in between.
+        """
+        return self._incarnation
+
+    async def fail_pending(self, reason: str, *, call_id: str | None = None) -> list[str]:
         """Fail every request waiting for a batch with ``RuntimeError(reason)``.
 
-        The :class:`~rlightning_ray.Collector` calls it when a runner failed: in the
-        deterministic mode the other runners' requests would otherwise wait forever for the
-        failed runner's (and their actors stay busy). Nothing else changes (weights, version).
+        The :class:`~rlightning_ray.Collector` calls it when a runner failed or its call timed
+        out: in the deterministic mode the other runners' requests would otherwise wait forever
+        for the missing runner's (and their actors stay busy). With ``call_id`` the call is also
+        abandoned: every later request of it is refused on arrival (the last 64 abandoned ids
+        are kept), so a runner that was stuck in a slow env step cannot bring that call's
+        request into a later call's batch. Nothing else changes (weights, version).
 
         Args:
             reason: The error message the waiting runners get (names the runner that failed).
+            call_id: The collector's id of the abandoned ``sample`` call (None: none abandoned).
 
         Returns:
-            How many requests were failed.
+            The runner ids whose requests were failed, in arrival order (a runner once).
         """
+        if call_id is not None:
+            self._abandoned[call_id] = reason
+            while len(self._abandoned) > _ABANDONED_KEPT:
+                del self._abandoned[next(iter(self._abandoned))]
         pending, self._pending = self._pending, []
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         _fail(pending, RuntimeError(reason))
-        return len(pending)
+        return list(dict.fromkeys(r.runner_id for r in pending))
 
     # ------------------------------------------------------------------ batching
     def _schedule(self) -> None:
