@@ -603,7 +603,7 @@ def merge(section: dict[str, Any], results_path: Path) -> dict[str, Any]:
 
     results = json.loads(results_path.read_text())
     results["instructions"] = section
-    results["targets"] = evaluate(results["rows"], section)
+    results["targets"] = evaluate(results["rows"], section, results.get("loop_cost"))
     results_path.write_text(json.dumps(results, indent=1) + "\n")
     return results
 

@@ -291,6 +291,13 @@ def instruction_tables(section: dict[str, Any] | None) -> str:
     return "\n".join(lines)
 
 
+def loop_cost_table(section: dict[str, Any] | None) -> str:
+    """The training-iteration table (:func:`benchmarks.loop_cost.table`)."""
+    from benchmarks.loop_cost import table
+
+    return table(section)
+
+
 def write_docs(results: dict[str, Any], docs: Path, baseline: dict[str, Any] | None = None) -> None:
     """Write ``performance.md`` and ``performance.png`` into ``docs``.
 
@@ -306,6 +313,7 @@ def write_docs(results: dict[str, Any], docs: Path, baseline: dict[str, Any] | N
     write_chart(results, docs / "performance.png")
     tables = {item: "\n".join(_results_table(results["rows"], item)) for item in ITEM_TITLES}
     tables[6] += "\n\n" + instruction_tables(results.get("instructions"))
+    tables[6] += "\n\n" + loop_cost_table(results.get("loop_cost"))
     targets = ["| item | case | target | limit | measured | met |", "|---|---|---|---:|---:|---|"]
     for t in results.get("targets", []):
         targets.append(

@@ -248,11 +248,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     started = time.time()
     instructions = None
+    loop_cost = None
     if args.callgrind and not args.rows_json:
         from benchmarks import callgrind
 
         instructions = callgrind.measure(smoke=args.smoke)  # first: fails fast without valgrind
         callgrind.print_instructions(instructions)
+        from benchmarks import loop_cost as loop_cost_bench
+
+        loop_cost = loop_cost_bench.measure(smoke=args.smoke)
+        print(loop_cost_bench.table(loop_cost))
     rows = measure_cases(cases, impls, repeats, target_s, process)
     anchor_meta: dict[str, Any] | None = None
     if delegated:
@@ -292,10 +297,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"meta": meta, "rows": rows}
     if instructions is not None:
         results["instructions"] = instructions
+    if loop_cost is not None:
+        results["loop_cost"] = loop_cost
     if not args.rows_json:
         from benchmarks.targets import evaluate
 
-        results["targets"] = evaluate(rows, instructions)
+        results["targets"] = evaluate(rows, instructions, loop_cost)
     return results
 
 
@@ -332,6 +339,8 @@ def _updated(
     results = {**previous, "meta": meta, "rows": rows}
     if "instructions" in fresh:
         results["instructions"] = fresh["instructions"]
+    if "loop_cost" in fresh:
+        results["loop_cost"] = fresh["loop_cost"]
     return results
 
 
@@ -387,7 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.rows_json:
         from benchmarks.targets import evaluate
 
-        results["targets"] = evaluate(results["rows"], results.get("instructions"))
+        results["targets"] = evaluate(
+            results["rows"], results.get("instructions"), results.get("loop_cost")
+        )
     if args.rows_json:
         Path(args.rows_json).write_text(json.dumps(results))
         return 0

@@ -90,7 +90,9 @@ def ratio_to_impl(rows: list[dict[str, Any]], case: str, impl: str, ref: str) ->
 
 
 def evaluate(
-    rows: list[dict[str, Any]], instructions: dict[str, Any] | None = None
+    rows: list[dict[str, Any]],
+    instructions: dict[str, Any] | None = None,
+    loop_cost: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Check every target of the issue that this run's rows can answer.
 
@@ -98,6 +100,8 @@ def evaluate(
         rows: The time rows.
         instructions: The ``instructions`` section (callgrind counts of item 6), or None when
             they were not counted (their targets then say "not measured").
+        loop_cost: The ``loop_cost`` section (:mod:`benchmarks.loop_cost`: a training
+            iteration through responses against ``collect_rollouts``), or None.
 
     Returns:
         One dict per target: ``item``, ``case``, ``target`` (in words), ``value``, ``limit``,
@@ -195,4 +199,7 @@ def evaluate(
     out.append(
         _check(7, "7.pz_n2000", "linear: per-agent time at 2000 <= 1.5x at 200", linear, 1.5)
     )
+    from benchmarks.loop_cost import targets as loop_targets
+
+    out.extend(loop_targets(loop_cost))
     return out

@@ -96,7 +96,7 @@ def test_pickle_rows_report_size_and_payload(results: dict) -> None:
 
 def test_every_target_is_evaluated(results: dict) -> None:
     targets = results["targets"]
-    assert {t["item"] for t in targets} == {1, 2, 3, 4, 5, 6, 7}
+    assert {t["item"] for t in targets} == {1, 2, 3, 4, 5, 6, 7, 20}  # 20: the training loop
     for target in targets:
         if target["value"] is None:
             assert target["met"] is None
@@ -213,3 +213,35 @@ def test_instruction_targets_are_evaluated(instructions: dict, tmp_path: Path) -
     table = instruction_tables(instructions)
     assert "`6.predict_n1`" in table
     assert "`6.act_n1`" in table
+
+
+def test_the_training_iteration_rows_run_the_same_work(tmp_path: Path) -> None:
+    # benchmarks.loop_cost's worker checks that SB3's collect_rollouts and the response loop
+    # fill equal buffers before it counts anything; natively here (no valgrind: seconds), so
+    # the rows say why they have no counts and the targets say "not measured"
+    from benchmarks.loop_cost import N_ENVS, table, targets
+
+    out = tmp_path / "loop_cost.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.loop_cost", "--smoke", "--native", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    section = json.loads(out.read_text())
+    rows = section["rows"]
+    assert {(r["case"], r["impl"]) for r in rows} == {
+        ("20.loop_n1", "collect_rollouts"),
+        ("20.loop_n1", "rlightning"),
+    }
+    assert all(r["status"] == "skipped" and "without valgrind" in r["reason"] for r in rows)
+    found = targets(section)
+    assert [t["case"] for t in found] == [f"20.loop_n{n}" for n in N_ENVS]
+    assert all(t["value"] is None and t["met"] is None and t["limit"] == 1.03 for t in found)
+    assert "`20.loop_n1`" in table(section)

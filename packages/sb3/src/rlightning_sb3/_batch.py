@@ -111,8 +111,11 @@ def per_env_bools(
             raise ValueError(f"{name} is None and no default was given")
         return default
     given: Any = value
-    if len(ids) == 1 and np.shape(given) == ():
-        given = np.reshape(given, (1,))
+    if type(given) is np.ndarray:
+        if given.ndim == 0 and len(ids) == 1:
+            given = given.reshape(1)
+    elif len(ids) == 1 and type(given) not in (list, tuple) and np.shape(given) == ():
+        given = np.reshape(given, (1,))  # a list or tuple is never 0-d: no array built for it
     return as_bools(given, name, shape=(len(ids),), labels=ids)
 
 

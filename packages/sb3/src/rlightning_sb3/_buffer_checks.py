@@ -56,7 +56,7 @@ def check_step(
         )
     rewards_arr = check_rewards(rewards, ids)
     dones_arr = as_bools(dones, "dones", shape=(len(ids),), labels=ids)
-    if not isinstance(infos, Sequence) or len(infos) != n_envs:
+    if (type(infos) is not list and not isinstance(infos, Sequence)) or len(infos) != n_envs:
         raise ValueError(
             f"infos must be a list of {n_envs} dicts (one per env, as VecEnv.step returns), "
             f"got {type(infos).__name__}"
@@ -137,6 +137,12 @@ def check_buffer_observation(name: str, observation: Any, buf: Any, ids: Sequenc
     """
     space = buf.observation_space
     n_envs = buf.n_envs
+    if (
+        type(observation) is np.ndarray
+        and observation.shape[:1] == (n_envs,)
+        and observation.shape[1:] == buf.obs_shape
+    ):
+        return  # the common case (a Dict space's obs_shape is a dict, never a tuple)
     if isinstance(space, spaces.Dict):
         if not isinstance(observation, dict):
             raise TypeError(

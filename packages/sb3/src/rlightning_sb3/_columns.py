@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from rlightning import PolicyResponse
+from rlightning import PerEnv, PolicyResponse
 from rlightning_sb3._batch import order_responses, stacked_in_order
 
 __all__ = ["StepColumns"]
@@ -73,6 +73,20 @@ class StepColumns:
                 return value
             return th.stack(list(value))
         return th.stack(_field(self.ordered, name, self.producer))
+
+    def bools(self, name: str) -> Any:
+        """A per-env boolean field (``episode_start``) for :func:`per_env_bools`.
+
+        The stacked batch of ``act`` holds it as a :class:`~rlightning.PerEnv` of Python bools
+        (``act``'s checked array, ``.tolist()``): it is read as a plain list's array (numpy reads
+        a list subclass several times slower than a list), a bool array when every value is a
+        bool, which :func:`per_env_bools` then passes at once; any other value keeps its dtype
+        for the check.
+        """
+        if self.stacked is not None:
+            value = self._stacked_field(name)
+            return np.array([*value]) if type(value) is PerEnv else value
+        return _field(self.ordered, name, self.producer)
 
     def items(self, name: str) -> list[Any]:
         """The field as a list of ``n_envs`` per-env values."""

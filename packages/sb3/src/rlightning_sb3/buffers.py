@@ -205,7 +205,7 @@ def add_rollout_step(
     actions = step.array("buffer_action")
     values = step.tensor("value")
     log_probs = step.tensor("log_prob")
-    episode_starts = per_env_bools(step.items("episode_start"), "episode_start", ids, None)
+    episode_starts = per_env_bools(step.bools("episode_start"), "episode_start", ids, None)
     recurrent = hasattr(buf, "hidden_states_pi")
     extra: dict[str, Any] = {}
     if recurrent:
