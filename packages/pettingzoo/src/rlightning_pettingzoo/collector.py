@@ -1,0 +1,434 @@
+"""Train one shared SB3 on-policy model on PettingZoo parallel envs whose agents die and join.
+
+:class:`SharedRolloutCollector` steps ``n`` copies of a parallel env with one shared PPO/A2C
+(parameter sharing) and fills the model's own ``RolloutBuffer`` through ``rlightning_sb3``'s
+public helpers (:func:`rlightning_sb3.add_rollout_step`, :func:`rlightning_sb3.finish_rollout`):
+SB3's rules (the time-limit bootstrap, GAE, callbacks, the logger) are SB3's, applied there.
+
+What is stored is each agent's own trajectory, and nothing else: a dead agent, one that has not
+joined yet, and one whose mask allows no action (it waits) have no row. The layout (see
+``docs/pettingzoo.md``, "Training", and the private module ``_columns``): each buffer column is
+a stream of agent-trajectory segments; ``episode_start`` is True where a segment begins inside
+a column; an agent that terminates ends its segment with no bootstrap, one that is truncated
+bootstraps ``gamma * V(final observation)`` as SB3 does for time limits, and where the rollout
+cuts a trajectory the bootstrap is ``gamma * V(next observation)`` (the column's last value on a
+column's last row).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+
+from rlightning import PolicyResponse, rules
+from rlightning_pettingzoo._columns import Placed, Transition, pack
+from rlightning_pettingzoo._envs import describe_env, require_parallel
+from rlightning_pettingzoo._sb3 import adapter_for, sb3_rows
+from rlightning_pettingzoo.masks import find_action_mask
+from rlightning_pettingzoo.parallel import to_parallel_actions
+from rlightning_pettingzoo.policies import _WAITS, SharedPolicyAdapter, _assemble, _checked_masks
+from rlightning_sb3 import add_rollout_step, finish_rollout
+
+__all__ = ["Segment", "SharedRolloutCollector"]
+
+#: Rounds in a row in which no agent of any copy could act before :meth:`collect` gives up.
+_MAX_IDLE_ROUNDS = 10_000
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One run of an agent's trajectory in one buffer column.
+
+    Attributes:
+        column: The buffer column (SB3's env index).
+        start_row: The first row (SB3's step index).
+        stop_row: One past the last row.
+        env_index: The env copy (index into the collector's ``envs``).
+        agent_id: The agent.
+        env_steps: For each row, the copy's step counter when the agent acted there.
+        end: How the segment ends: ``"terminated"`` (no bootstrap), ``"truncated"``
+            (``gamma * V(final observation)``, SB3's time-limit bootstrap) or ``"cut"`` (the
+            agent lives on; ``gamma * V(next observation)``).
+    """
+
+    column: int
+    start_row: int
+    stop_row: int
+    env_index: int
+    agent_id: Any
+    env_steps: tuple[int, ...]
+    end: str
+
+
+class SharedRolloutCollector:
+    """Fill one shared on-policy model's ``RolloutBuffer`` from copies of a parallel env.
+
+    Each call to :meth:`collect` is one rollout of ``OnPolicyAlgorithm.collect_rollouts``: it
+    steps the copies until ``n_steps * n_envs`` agent-steps are taken (``model.n_steps`` and the
+    model's ``n_envs``, the buffer's rows and columns), acting for every live agent of the
+    stepped copies in one batched forward pass per round (copy order, then ``possible_agents``
+    order: SB3's ``collect_rollouts`` over a VecEnv with one slot per agent would batch the
+    same rows). Near a rollout's end only copies whose acting agents still fit are stepped
+    (the others wait, untouched, for the next rollout); when none fits, one is stepped and the
+    agent-steps that do not fit are dropped (:attr:`dropped`): acted and stepped, never stored.
+    A copy whose agents are all gone is reset (``seeds`` at its first reset, then no seed).
+
+    Build the model with a VecEnv of ``n_envs`` slots of one agent's spaces (it sizes the
+    buffer; it is never stepped here), call :func:`rlightning_sb3.start_training` first (its
+    ``callback``, ``log_interval`` and ``progress_bar`` then act as in ``learn()``), and
+    ``model.train()`` after each :meth:`collect`.
+
+    Args:
+        model: A PPO, A2C or other feed-forward ``OnPolicyAlgorithm`` (a MaskablePPO stores
+            each row's mask).
+        env_fns: One function per env copy, each returning a PettingZoo ``ParallelEnv``.
+        seeds: The seed of each copy's first reset (None: no seed).
+
+    Raises:
+        TypeError: ``model`` is not an on-policy SB3 model or is recurrent, or an env is not a
+            ``ParallelEnv``.
+        ValueError: ``env_fns`` is empty or ``seeds`` is not one per copy.
+    """
+
+    def __init__(
+        self,
+        model: OnPolicyAlgorithm,
+        env_fns: Sequence[Callable[[], Any]],
+        *,
+        seeds: Sequence[int | None] | None = None,
+    ) -> None:
+        if not isinstance(model, OnPolicyAlgorithm):
+            raise TypeError(
+                "SharedRolloutCollector needs an on-policy SB3 model (PPO, A2C, MaskablePPO), "
+                f"got {type(model).__name__}"
+            )
+        if adapter_for(model).is_recurrent:
+            raise TypeError(
+                f"{type(model).__name__} has a recurrent policy; SharedRolloutCollector drives "
+                "feed-forward policies only (a hidden state per agent is not kept)"
+            )
+        if not env_fns:
+            raise ValueError("env_fns must hold at least one function making a ParallelEnv")
+        self.model = model
+        self._shared = SharedPolicyAdapter(model)
+        self._envs = [require_parallel(fn(), "SharedRolloutCollector") for fn in env_fns]
+        n = len(self._envs)
+        seeds = [None] * n if seeds is None else list(seeds)
+        if len(seeds) != n:
+            raise ValueError(f"seeds must hold one seed per env copy ({n}), got {len(seeds)}")
+        self._seeds: list[int | None] = seeds
+        self._observations: list[dict[Any, Any] | None] = [None] * n
+        self._infos: list[dict[Any, Any]] = [{} for _ in range(n)]
+        self._starting: list[set[Any]] = [set() for _ in range(n)]
+        self._open: dict[tuple[int, Any], Transition | None] = {}
+        self._episode: dict[tuple[int, Any], list[float]] = {}
+        self._steps = [0] * n
+        self._rank: list[dict[Any, int]] = [{} for _ in range(n)]
+        self._start_time = time.time()
+        #: Agent-steps of the last :meth:`collect` that were taken but not stored.
+        self.dropped = 0
+        #: Per agent id, the returns of its last 100 finished episodes (all copies).
+        self.agent_returns: dict[Any, deque[float]] = {}
+
+    @property
+    def envs(self) -> list[Any]:
+        """The env copies, in copy order (the collector's own objects, not copies)."""
+        return list(self._envs)
+
+    def _reset(self, i: int) -> None:
+        env = self._envs[i]
+        observations, infos = env.reset(seed=self._seeds[i])
+        self._seeds[i] = None
+        self._observations[i] = dict(observations)
+        self._infos[i] = dict(infos or {})
+        self._starting[i] = set(env.agents)
+        for agent in env.agents:
+            self._episode[(i, agent)] = [0.0, 0]
+
+    def _agent_rank(self, i: int, agent: Any) -> int:
+        ranks = self._rank[i]
+        if agent not in ranks:
+            possible = list(getattr(self._envs[i], "possible_agents", None) or [])
+            ranks[agent] = (
+                possible.index(agent) if agent in possible else len(possible) + len(ranks)
+            )
+        return ranks[agent]
+
+    def collect(self, *, update_model: bool = True) -> list[Segment]:
+        """Collect one full rollout into ``model.rollout_buffer`` and compute its advantages.
+
+        Args:
+            update_model: As in :func:`rlightning_sb3.add_rollout_step`: advance
+                ``num_timesteps`` (by one per stored agent-step), record finished agent
+                episodes for ``rollout/ep_rew_mean``, call the callback and dump the logger
+                where ``learn()`` does (needs :func:`rlightning_sb3.start_training`); also
+                records ``rollout/ep_rew_mean/<agent_id>`` (mean of the agent's last 100
+                episode returns) before the dump.
+
+        Returns:
+            The buffer's segments, column by column, row by row. The buffer is filled
+            (``reset`` first when full) and its ``returns`` and ``advantages`` computed; the
+            envs are stepped.
+
+        Raises:
+            ValueError: an agent left without being terminated or truncated, or has no
+                observation; what the SB3 helpers and the adapter raise (spaces, masks).
+            RuntimeError: no agent of any copy could act for many rounds in a row.
+        """
+        model: Any = self.model
+        buf = model.rollout_buffer
+        n_rows, n_columns = int(buf.buffer_size), int(buf.n_envs)
+        capacity = n_rows * n_columns
+        streams: dict[tuple[int, Any], list[Transition]] = {}
+        count, idle = 0, 0
+        self.dropped = 0
+        maskable = hasattr(buf, "action_masks")
+        while count < capacity:
+            plan = self._plan(capacity - count)
+            keys = [(i, agent) for i, acting, _, _ in plan for agent in acting]
+            if not keys:
+                idle += 1
+                if idle > _MAX_IDLE_ROUNDS:
+                    raise RuntimeError(
+                        f"no agent of any env copy could act for {_MAX_IDLE_ROUNDS} rounds "
+                        "(every live agent's mask allows no action)"
+                    )
+            else:
+                idle = 0
+            rows = self._act(plan, keys)
+            for i, acting, kept, masks in plan:
+                count += self._step(i, acting, kept, masks, rows, streams, maskable)
+        self._open.clear()  # the rollout cuts the trajectories still open
+        order = sorted(streams, key=lambda s: (s[0], self._agent_rank(*s)))
+        placed = pack([streams[s] for s in order], n_rows, n_columns)
+        self._fill(placed, update_model)
+        return _segments(placed, n_rows, n_columns)
+
+    def _plan(self, remaining: int) -> list[tuple[int, list[Any], int, dict[Any, Any]]]:
+        """The copies to step this round: ``(copy, acting agents, agents kept, masks)``."""
+        candidates = []
+        for i, env in enumerate(self._envs):
+            if self._observations[i] is None:
+                self._reset(i)
+            observations = self._observations[i]
+            assert observations is not None
+            agents = self._shared.agent_order(env)
+            if agents:
+                missing = [a for a in agents if a not in observations]
+                if missing:
+                    raise ValueError(
+                        f"live agent(s) {missing} of {describe_env(env)} (copy {i}) have no "
+                        "observation"
+                    )
+                self._shared._check_homogeneous(env, agents)
+            found = [find_action_mask(a, observations, self._infos[i]) for a in agents]
+            checked = _checked_masks(agents, found, env)
+            acting = [a for a, m in zip(agents, checked, strict=True) if m is not _WAITS]
+            masks = {a: m for a, m in zip(agents, checked, strict=True) if m is not _WAITS}
+            candidates.append((i, acting, masks))
+        plan = []
+        for i, acting, masks in candidates:
+            if len(acting) <= remaining:
+                plan.append((i, acting, len(acting), masks))
+                remaining -= len(acting)
+        if remaining > 0 and not any(kept for _, _, kept, _ in plan):
+            fits = [c for c in candidates if c[1]]
+            if fits:
+                i, acting, masks = min(fits, key=lambda c: len(c[1]))
+                plan = [(i, acting, remaining, masks)]
+        return plan
+
+    def _act(
+        self, plan: list[tuple[int, list[Any], int, dict[Any, Any]]], keys: list[tuple[int, Any]]
+    ) -> dict[tuple[int, Any], dict[str, Any]]:
+        """One batched forward pass for every acting agent of the planned copies."""
+        if not keys:
+            return {}
+        observations: list[Any] = []
+        masks: list[Any] = []
+        for i, acting, _, found in plan:
+            obs = self._observations[i]
+            assert obs is not None
+            observations.extend(obs[a] for a in acting)
+            masks.extend(found[a] for a in acting)
+        first_copy, first_agent = keys[0]
+        action_space = self._envs[first_copy].action_space(first_agent)
+        return sb3_rows(self.model, keys, observations, masks, action_space, deterministic=False)
+
+    def _step(
+        self,
+        i: int,
+        acting: list[Any],
+        kept: int,
+        masks: dict[Any, Any],
+        rows: dict[tuple[int, Any], dict[str, Any]],
+        streams: dict[tuple[int, Any], list[Transition]],
+        maskable: bool,
+    ) -> int:
+        """Step copy ``i`` with its acting agents' rows; returns the transitions stored."""
+        env = self._envs[i]
+        before = self._observations[i]
+        assert before is not None
+        live = self._shared.agent_order(env)
+        per_agent: dict[Any, dict[str, Any]] = {a: {"action": None} for a in live}
+        for agent in acting:
+            per_agent[agent] = rows[(i, agent)]
+        if any(m is not None for m in masks.values()):
+            for agent in live:
+                per_agent[agent] = {**per_agent[agent], "action_mask": masks.get(agent)}
+        actions = to_parallel_actions(_assemble(f"copy-{i}", live, per_agent), env)
+        env_step = self._steps[i]
+        stored = 0
+        action_space: Any = env.action_space(acting[0]) if acting else None
+        for k, agent in enumerate(acting):
+            slot = (i, agent)
+            if k >= kept:
+                self._open[slot] = None  # dropped: its previous transition is cut here
+                self.dropped += 1
+                continue
+            fields = dict(rows[slot])
+            if maskable:  # what MaskableRolloutBuffer stores for this row
+                mask = masks.get(agent)
+                fields["action_mask"] = (
+                    np.ones(rules.mask_size(action_space), dtype=bool)
+                    if mask is None
+                    else rules.flat_mask(action_space, mask)
+                )
+            transition = Transition(
+                i, agent, env_step, before[agent], fields, agent in self._starting[i]
+            )
+            self._starting[i].discard(agent)
+            streams.setdefault(slot, []).append(transition)
+            self._open[slot] = transition
+            stored += 1
+        observations, rewards, terminations, truncations, infos = env.step(actions)
+        self._steps[i] += 1
+        now = set(env.agents)
+        for agent in live:
+            slot = (i, agent)
+            reward = float(rewards.get(agent, 0.0))
+            open_ = self._open.get(slot)
+            if open_ is not None:
+                open_.reward += reward
+            episode = self._episode.setdefault(slot, [0.0, 0])
+            episode[0] += reward
+            episode[1] += agent in acting
+            terminated = bool(terminations.get(agent, False))
+            truncated = bool(truncations.get(agent, False))
+            if agent not in observations and (agent in now or terminated or truncated):
+                raise ValueError(
+                    f"agent {agent!r} of {describe_env(env)} (copy {i}) has no observation "
+                    "after step(): its next (or final) observation is needed"
+                )
+            if terminated or truncated:
+                ended = self._open.pop(slot, None)
+                info = {
+                    "r": episode[0],
+                    "l": episode[1],
+                    "t": round(time.time() - self._start_time, 6),
+                }
+                self.agent_returns.setdefault(agent, deque(maxlen=100)).append(episode[0])
+                del self._episode[slot]
+                if ended is not None:
+                    ended.end = "terminated" if terminated else "truncated"
+                    ended.next_observation = observations[agent]
+                    ended.episode = info
+            elif agent not in now:
+                raise ValueError(
+                    f"agent {agent!r} left {describe_env(env)} (copy {i}) without being "
+                    "terminated or truncated; PettingZoo ends an agent with one of them"
+                )
+            elif open_ is not None:
+                open_.next_observation = observations[agent]
+        for agent in now - set(live):  # joined: a trajectory of its own begins
+            self._starting[i].add(agent)
+            self._episode[(i, agent)] = [0.0, 0]
+        self._observations[i] = dict(observations)
+        self._infos[i] = dict(infos or {})
+        if not env.agents:
+            self._observations[i] = None  # reset at the next round (no seed)
+        return stored
+
+    def _fill(self, placed: list[list[Placed]], update_model: bool) -> None:
+        """Hand the rows to ``add_rollout_step``, then ``finish_rollout``."""
+        model: Any = self.model
+        n_columns = len(placed[0])
+        env_ids = [f"column-{c}" for c in range(n_columns)]
+        dones = np.zeros(n_columns, dtype=bool)
+        new_observation: Any = None
+        for row in placed:
+            observation = np.stack([np.asarray(p.transition.observation) for p in row])
+            new_observation = np.stack([np.asarray(p.transition.next_observation) for p in row])
+            responses = [
+                PolicyResponse(
+                    env_ids[p.column],
+                    action=p.transition.fields["action"],
+                    buffer_action=p.transition.fields["buffer_action"],
+                    value=th.as_tensor(p.transition.fields["value"]),
+                    log_prob=th.as_tensor(p.transition.fields["log_prob"]),
+                    episode_start=p.episode_start,
+                    **(
+                        {"action_mask": p.transition.fields["action_mask"]}
+                        if "action_mask" in p.transition.fields
+                        else {}
+                    ),
+                )
+                for p in row
+            ]
+            rewards = np.asarray([p.transition.reward for p in row], dtype=np.float32)
+            dones = np.asarray([p.done for p in row], dtype=bool)
+            add_rollout_step(
+                model,
+                observation,
+                responses,
+                rewards,
+                dones,
+                [p.info for p in row],
+                env_ids=env_ids,
+                update_model=update_model,
+                new_observation=new_observation,
+            )
+        last_dones = np.asarray([p.transition.end is not None for p in placed[-1]], dtype=bool)
+        if update_model:
+            for agent, returns in self.agent_returns.items():
+                if returns:
+                    model.logger.record(f"rollout/ep_rew_mean/{agent}", float(np.mean(returns)))
+        finish_rollout(
+            model, new_observation, last_dones, env_ids=env_ids, update_model=update_model
+        )
+
+
+def _segments(placed: list[list[Placed]], n_rows: int, n_columns: int) -> list[Segment]:
+    """The segments of a packed rollout, column by column."""
+    out: list[Segment] = []
+    for column in range(n_columns):
+        run: list[Placed] = []
+        for row in range(n_rows):
+            p = placed[row][column]
+            if run and p.episode_start:
+                out.append(_segment(run, n_rows))
+                run = []
+            run.append(p)
+        out.append(_segment(run, n_rows))
+    return out
+
+
+def _segment(run: list[Placed], n_rows: int) -> Segment:
+    last = run[-1]
+    t = last.transition
+    return Segment(
+        column=last.column,
+        start_row=run[0].row,
+        stop_row=last.row + 1,
+        env_index=t.env_index,
+        agent_id=t.agent_id,
+        env_steps=tuple(p.transition.env_step for p in run),
+        end="cut" if t.end is None else t.end,
+    )
