@@ -1,0 +1,249 @@
+"""SharedRolloutCollector where agents die, join and are truncated, on hypothesis' schedules.
+
+``ScheduleEnv`` is a small parallel env whose agents join and leave (terminated or truncated) on
+a given schedule, and which logs every step of every agent. The reference takes each agent's
+trajectory from that log alone and computes SB3's GAE on it (``RolloutBuffer.
+compute_returns_and_advantage``'s formula, with the time-limit bootstrap of ``collect_rollouts``);
+the buffer's advantages and returns must equal it (allclose: the critic's values of single
+observations and of batches come from different float kernels). Every buffer row must be a
+logged step of a live agent, and every logged step must be in the buffer once (or counted as
+dropped): no row exists for an absent agent.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+from gymnasium import spaces
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from stable_baselines3 import PPO
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from pettingzoo import ParallelEnv
+from rlightning_pettingzoo import SharedRolloutCollector
+
+OBS = spaces.Box(-100.0, 100.0, (4,), np.float32)
+ACT = spaces.Discrete(3)
+
+
+class ScheduleEnv(ParallelEnv[str, np.ndarray, int]):
+    """Agent ``a{k}`` joins at step ``join[k]`` and ends at ``leave[k]`` (``kinds[k]``:
+    ``"terminated"`` or ``"truncated"``), every episode. ``log`` maps the env's step counter
+    (since creation) to ``{agent: (observation, action, reward, end, next observation)}``."""
+
+    metadata: ClassVar[dict[str, Any]] = {"name": "schedule_v0"}
+
+    def __init__(self, schedule: list[tuple[int, int, str]], copy: int) -> None:
+        self.schedule = schedule
+        self.possible_agents = [f"a{k}" for k in range(len(schedule))]
+        self.copy = copy
+        self.episode = -1
+        self.count = 0
+        self.log: dict[int, dict[str, tuple[Any, ...]]] = {}
+
+    def observation_space(self, agent: str) -> spaces.Space[Any]:
+        return OBS
+
+    def action_space(self, agent: str) -> spaces.Space[Any]:
+        return ACT
+
+    def _obs(self, agent: str, last_action: int) -> np.ndarray:
+        k = self.possible_agents.index(agent)
+        return np.array([self.copy, self.episode % 7, self.t / 3, k + last_action / 4], np.float32)
+
+    def _joining(self) -> list[str]:
+        pairs = zip(self.possible_agents, self.schedule, strict=True)
+        return [a for a, (join, _, _) in pairs if join == self.t]
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        self.episode += 1
+        self.t = 0
+        self.agents = self._joining()
+        return {a: self._obs(a, 0) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        assert set(actions) == set(self.agents), (actions, self.agents)
+        before = {a: self._obs(a, 0) if self.t == 0 else self._last[a] for a in self.agents}
+        self.t += 1
+        rewards, terms, truncs, obs = {}, {}, {}, {}
+        entry = {}
+        staying = []
+        for a in self.agents:
+            k = self.possible_agents.index(a)
+            action = int(actions[a])
+            rewards[a] = 0.25 * (action - 1) + 0.1 * k - 0.05 * self.t
+            _, leave, kind = self.schedule[k]
+            terms[a] = leave == self.t and kind == "terminated"
+            truncs[a] = leave == self.t and kind == "truncated"
+            obs[a] = self._obs(a, action)
+            end = "terminated" if terms[a] else "truncated" if truncs[a] else None
+            entry[a] = (before[a], action, rewards[a], end, obs[a])
+            if end is None:
+                staying.append(a)
+        self.log[self.count] = entry
+        self.count += 1
+        joining = self._joining()
+        for a in joining:
+            obs[a] = self._obs(a, 0)
+        self.agents = staying + joining
+        self._last = obs
+        infos = {a: {} for a in obs}
+        return obs, rewards, terms, truncs, infos
+
+
+class AgentSlot(gym.Env[Any, Any]):
+    """One agent's spaces, for the shared model's VecEnv (sizes the buffer; never stepped)."""
+
+    observation_space = OBS
+    action_space = ACT
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        raise RuntimeError("AgentSlot is never stepped")
+
+
+@st.composite
+def schedules(draw: Any) -> list[tuple[int, int, str]]:
+    """Agent 0 lives the whole episode; the others join late and leave early."""
+    kinds = st.sampled_from(["terminated", "truncated"])
+    others = []
+    for _ in range(draw(st.integers(0, 3))):
+        join = draw(st.integers(0, 3))
+        others.append((join, join + draw(st.integers(1, 5)), draw(kinds)))
+    length = max([leave for _, leave, _ in others] + [draw(st.integers(1, 6))])
+    return [(0, length, draw(kinds)), *others]
+
+
+def reference_gae(
+    model: Any, rewards: list[float], values: np.ndarray, end: str, next_obs: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    """SB3's GAE on one agent's segment alone (RolloutBuffer.compute_returns_and_advantage)."""
+    gamma, lam = model.gamma, model.gae_lambda
+    with th.no_grad():
+        boot = float(model.policy.predict_values(model.policy.obs_to_tensor(next_obs)[0])[0])
+    r = np.asarray(rewards, np.float64)
+    next_value = 0.0
+    if end == "truncated":
+        r[-1] += gamma * boot  # collect_rollouts' time-limit bootstrap
+    elif end == "cut":
+        next_value = boot
+    adv = np.zeros(len(r))
+    last = 0.0
+    for k in reversed(range(len(r))):
+        nv = next_value if k == len(r) - 1 else values[k + 1]
+        delta = r[k] + gamma * nv - values[k]
+        last = delta + gamma * lam * last
+        adv[k] = last
+    return adv, adv + values
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    schedule=schedules(),
+    n_copies=st.integers(1, 2),
+    n_steps=st.integers(2, 5),
+    n_columns=st.integers(1, 4),
+    rollouts=st.integers(1, 2),
+)
+def test_buffer_holds_each_agents_own_trajectory_and_gae(
+    schedule: list[tuple[int, int, str]],
+    n_copies: int,
+    n_steps: int,
+    n_columns: int,
+    rollouts: int,
+) -> None:
+    th.manual_seed(0)
+    model = PPO(
+        "MlpPolicy",
+        DummyVecEnv([AgentSlot] * n_columns),
+        n_steps=n_steps,
+        batch_size=n_steps * n_columns,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"net_arch": [8]},
+    )
+    envs: list[ScheduleEnv] = []
+
+    def factory(c: int) -> Any:
+        def make() -> ScheduleEnv:
+            envs.append(ScheduleEnv(schedule, c))
+            return envs[-1]
+
+        return make
+
+    collector = SharedRolloutCollector(model, [factory(c) for c in range(n_copies)])
+    seen: set[tuple[int, str, int]] = set()
+    for _ in range(rollouts):
+        logged_before = [env.count for env in envs]
+        segments = collector.collect(update_model=False)
+        buf = model.rollout_buffer
+        rows = 0
+        for seg in segments:
+            env = envs[seg.env_index]
+            obs, rews = [], []
+            for t in seg.env_steps:
+                assert t >= logged_before[seg.env_index]  # acted in this rollout
+                entry = env.log[t]
+                assert seg.agent_id in entry  # the agent was live and acted at that step
+                key = (seg.env_index, seg.agent_id, t)
+                assert key not in seen  # stored once
+                seen.add(key)
+                obs.append(entry[seg.agent_id][0])
+                rews.append(entry[seg.agent_id][2])
+            rows += seg.stop_row - seg.start_row
+            cells = slice(seg.start_row, seg.stop_row)
+            col = seg.column
+            np.testing.assert_array_equal(buf.observations[cells, col], np.stack(obs))
+            last = env.log[seg.env_steps[-1]][seg.agent_id]
+            assert seg.end == (last[3] or "cut")
+            values = buf.values[cells, col].astype(np.float64)
+            adv, ret = reference_gae(model, rews, values, seg.end, last[4])
+            np.testing.assert_allclose(buf.advantages[cells, col], adv, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(buf.returns[cells, col], ret, rtol=1e-5, atol=1e-5)
+            # the stored reward is the env's, plus the bootstrap only at a truncation or a cut
+            # that does not fall on the column's last row
+            plain = slice(seg.start_row, seg.stop_row - 1)
+            np.testing.assert_allclose(buf.rewards[plain, col], rews[:-1], rtol=1e-6)
+            boundary = seg.end == "terminated" or (seg.end == "cut" and seg.stop_row == n_steps)
+            if boundary:
+                assert buf.rewards[seg.stop_row - 1, col] == np.float32(rews[-1])
+            # a segment inside a column begins an episode, or a new piece of a trajectory
+            if seg.start_row > 0:
+                assert buf.episode_starts[seg.start_row, col] == 1.0
+            assert not buf.episode_starts[seg.start_row + 1 : seg.stop_row, col].any()
+        assert rows == n_steps * n_columns  # every cell is one logged agent-step
+        # every agent-step logged in this rollout is in the buffer, or was dropped
+        acted = sum(
+            len(env.log[t])
+            for c, env in enumerate(envs)
+            for t in range(logged_before[c], env.count)
+        )
+        assert acted == rows + collector.dropped
+        event(f"dropped agent-steps: {collector.dropped > 0}")
+        event(f"ends: {sorted({s.end for s in segments})}")
+        inside = any(s.end == "cut" and s.stop_row < n_steps for s in segments)
+        event(f"a cut inside a column: {inside}")
+        assert collector.dropped < len(schedule)  # only where no copy's agents fit at the end
+
+
+def test_refuses_an_agent_that_leaves_without_ending() -> None:
+    class Leaky(ScheduleEnv):
+        def step(self, actions: dict[str, Any]) -> Any:
+            out = super().step(actions)
+            self.agents = self.agents[:-1] if len(self.agents) > 1 else self.agents
+            return out
+
+    model = PPO("MlpPolicy", DummyVecEnv([AgentSlot] * 2), n_steps=4, batch_size=8, seed=0)
+    collector = SharedRolloutCollector(
+        model, [lambda: Leaky([(0, 5, "terminated"), (0, 5, "terminated")], 0)]
+    )
+    with pytest.raises(ValueError, match=r"left .* without being terminated or truncated"):
+        collector.collect(update_model=False)
