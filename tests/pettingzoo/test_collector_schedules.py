@@ -202,6 +202,8 @@ def test_buffer_holds_each_agents_own_trajectory_and_gae(
             cells = slice(seg.start_row, seg.stop_row)
             col = seg.column
             np.testing.assert_array_equal(buf.observations[cells, col], np.stack(obs))
+            actions = [env.log[t][seg.agent_id][1] for t in seg.env_steps]
+            np.testing.assert_array_equal(buf.actions[cells, col, 0], actions)
             last = env.log[seg.env_steps[-1]][seg.agent_id]
             assert seg.end == (last[3] or "cut")
             values = buf.values[cells, col].astype(np.float64)
@@ -220,6 +222,13 @@ def test_buffer_holds_each_agents_own_trajectory_and_gae(
                 assert buf.episode_starts[seg.start_row, col] == 1.0
             assert not buf.episode_starts[seg.start_row + 1 : seg.stop_row, col].any()
         assert rows == n_steps * n_columns  # every cell is one logged agent-step
+        # each row's value and log_prob are the policy's for that row's observation and action
+        obs_t = th.as_tensor(buf.observations.reshape(-1, 4))
+        act_t = th.as_tensor(buf.actions.reshape(-1))
+        with th.no_grad():
+            values_t, log_prob_t, _ = model.policy.evaluate_actions(obs_t, act_t)
+        np.testing.assert_allclose(buf.values.reshape(-1), values_t.numpy().ravel(), atol=1e-5)
+        np.testing.assert_allclose(buf.log_probs.reshape(-1), log_prob_t.numpy(), atol=1e-5)
         # every agent-step logged in this rollout is in the buffer, or was dropped
         acted = sum(
             len(env.log[t])
