@@ -21,11 +21,13 @@ import torch as th
 from gymnasium import spaces
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from sb3_contrib import MaskablePPO
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from pettingzoo import ParallelEnv
 from rlightning_pettingzoo import SharedRolloutCollector
+from rlightning_pettingzoo import collector as collector_module
 
 OBS = spaces.Box(-100.0, 100.0, (4,), np.float32)
 ACT = spaces.Discrete(3)
@@ -33,13 +35,24 @@ ACT = spaces.Discrete(3)
 
 class ScheduleEnv(ParallelEnv[str, np.ndarray, int]):
     """Agent ``a{k}`` joins at step ``join[k]`` and ends at ``leave[k]`` (``kinds[k]``:
-    ``"terminated"`` or ``"truncated"``), every episode. ``log`` maps the env's step counter
-    (since creation) to ``{agent: (observation, action, reward, end, next observation)}``."""
+    ``"terminated"`` or ``"truncated"``), every episode; it waits (its mask, in its info,
+    allows nothing) at the episode steps ``t`` with ``(k, t)`` in ``waits``. With ``partial``,
+    an acting agent's mask forbids action ``(k + t) % 3`` (for a MaskablePPO). ``log`` maps the
+    env's step counter (since creation) to ``{agent: (observation, action, reward, end, next
+    observation, mask)}``, action None where the agent waited."""
 
     metadata: ClassVar[dict[str, Any]] = {"name": "schedule_v0"}
 
-    def __init__(self, schedule: list[tuple[int, int, str]], copy: int) -> None:
+    def __init__(
+        self,
+        schedule: list[tuple[int, int, str]],
+        copy: int,
+        waits: frozenset[tuple[int, int]] = frozenset(),
+        partial: bool = False,
+    ) -> None:
         self.schedule = schedule
+        self.waits = waits
+        self.partial = partial
         self.possible_agents = [f"a{k}" for k in range(len(schedule))]
         self.copy = copy
         self.episode = -1
@@ -56,6 +69,18 @@ class ScheduleEnv(ParallelEnv[str, np.ndarray, int]):
         k = self.possible_agents.index(agent)
         return np.array([self.copy, self.episode % 7, self.t / 3, k + last_action / 4], np.float32)
 
+    def _mask(self, agent: str) -> np.ndarray:
+        k = self.possible_agents.index(agent)
+        mask = np.ones(3, np.int8)
+        if (k, self.t) in self.waits:
+            mask[:] = 0
+        elif self.partial:
+            mask[(k + self.t) % 3] = 0
+        return mask
+
+    def _infos(self) -> dict[str, Any]:
+        return {a: {"action_mask": self._mask(a)} for a in self.agents}
+
     def _joining(self) -> list[str]:
         pairs = zip(self.possible_agents, self.schedule, strict=True)
         return [a for a, (join, _, _) in pairs if join == self.t]
@@ -64,25 +89,32 @@ class ScheduleEnv(ParallelEnv[str, np.ndarray, int]):
         self.episode += 1
         self.t = 0
         self.agents = self._joining()
-        return {a: self._obs(a, 0) for a in self.agents}, {a: {} for a in self.agents}
+        self._last = {a: self._obs(a, 0) for a in self.agents}
+        return dict(self._last), self._infos()
 
     def step(self, actions: dict[str, Any]) -> Any:
         assert set(actions) == set(self.agents), (actions, self.agents)
-        before = {a: self._obs(a, 0) if self.t == 0 else self._last[a] for a in self.agents}
+        masks = {a: self._mask(a) for a in self.agents}
         self.t += 1
         rewards, terms, truncs, obs = {}, {}, {}, {}
         entry = {}
         staying = []
         for a in self.agents:
             k = self.possible_agents.index(a)
-            action = int(actions[a])
-            rewards[a] = 0.25 * (action - 1) + 0.1 * k - 0.05 * self.t
+            action = actions[a]
+            if action is None:
+                assert not masks[a].any(), (a, masks[a])
+            else:
+                action = int(action)
+                assert masks[a][action], (a, action, masks[a])
+            acted = 1 if action is None else action
+            rewards[a] = 0.25 * (acted - 1) + 0.1 * k - 0.05 * self.t
             _, leave, kind = self.schedule[k]
             terms[a] = leave == self.t and kind == "terminated"
             truncs[a] = leave == self.t and kind == "truncated"
-            obs[a] = self._obs(a, action)
+            obs[a] = self._obs(a, acted)
             end = "terminated" if terms[a] else "truncated" if truncs[a] else None
-            entry[a] = (before[a], action, rewards[a], end, obs[a])
+            entry[a] = (self._last[a], action, rewards[a], end, obs[a], masks[a])
             if end is None:
                 staying.append(a)
         self.log[self.count] = entry
@@ -92,8 +124,7 @@ class ScheduleEnv(ParallelEnv[str, np.ndarray, int]):
             obs[a] = self._obs(a, 0)
         self.agents = staying + joining
         self._last = obs
-        infos = {a: {} for a in obs}
-        return obs, rewards, terms, truncs, infos
+        return obs, rewards, terms, truncs, self._infos()
 
 
 class AgentSlot(gym.Env[Any, Any]):
@@ -145,23 +176,48 @@ def reference_gae(
     return adv, adv + values
 
 
+def span(env: ScheduleEnv, agent: str, t: int, stop: int) -> tuple[float, tuple[Any, ...]]:
+    """The reward of the agent's transition acted at step ``t`` (summed while it then waits,
+    up to its next action, its end or the rollout's end ``stop``) and its last log entry."""
+    entry = env.log[t][agent]
+    total = entry[2]
+    u = t + 1
+    while entry[3] is None and u < stop and env.log[u][agent][1] is None:
+        entry = env.log[u][agent]
+        total += entry[2]
+        u += 1
+    return total, entry
+
+
+@st.composite
+def waits(draw: Any) -> frozenset[tuple[int, int]]:
+    """Steps at which agents wait; agent 0 acts at its episode's first step (else none might)."""
+    found = draw(st.sets(st.tuples(st.integers(0, 2), st.integers(0, 4)), max_size=6))
+    return frozenset(found - {(0, 0)})
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     schedule=schedules(),
+    waiting=waits(),
     n_copies=st.integers(1, 2),
     n_steps=st.integers(2, 5),
     n_columns=st.integers(1, 4),
     rollouts=st.integers(1, 2),
+    maskable=st.booleans(),
 )
 def test_buffer_holds_each_agents_own_trajectory_and_gae(
     schedule: list[tuple[int, int, str]],
+    waiting: frozenset[tuple[int, int]],
     n_copies: int,
     n_steps: int,
     n_columns: int,
     rollouts: int,
+    maskable: bool,
 ) -> None:
     th.manual_seed(0)
-    model = PPO(
+    algorithm = MaskablePPO if maskable else PPO
+    model = algorithm(
         "MlpPolicy",
         DummyVecEnv([AgentSlot] * n_columns),
         n_steps=n_steps,
@@ -174,7 +230,7 @@ def test_buffer_holds_each_agents_own_trajectory_and_gae(
 
     def factory(c: int) -> Any:
         def make() -> ScheduleEnv:
-            envs.append(ScheduleEnv(schedule, c))
+            envs.append(ScheduleEnv(schedule, c, waiting, partial=maskable))
             return envs[-1]
 
         return make
@@ -188,32 +244,36 @@ def test_buffer_holds_each_agents_own_trajectory_and_gae(
         rows = 0
         for seg in segments:
             env = envs[seg.env_index]
-            obs, rews = [], []
+            obs, rews, actions, masks = [], [], [], []
             for t in seg.env_steps:
                 assert t >= logged_before[seg.env_index]  # acted in this rollout
                 entry = env.log[t]
-                assert seg.agent_id in entry  # the agent was live and acted at that step
+                assert seg.agent_id in entry  # the agent was live at that step ...
+                assert entry[seg.agent_id][1] is not None  # ... and acted (did not wait)
                 key = (seg.env_index, seg.agent_id, t)
                 assert key not in seen  # stored once
                 seen.add(key)
+                reward, last = span(env, seg.agent_id, t, env.count)
                 obs.append(entry[seg.agent_id][0])
-                rews.append(entry[seg.agent_id][2])
+                actions.append(entry[seg.agent_id][1])
+                masks.append(entry[seg.agent_id][5].astype(bool))
+                rews.append(reward)
             rows += seg.stop_row - seg.start_row
             cells = slice(seg.start_row, seg.stop_row)
             col = seg.column
             np.testing.assert_array_equal(buf.observations[cells, col], np.stack(obs))
-            actions = [env.log[t][seg.agent_id][1] for t in seg.env_steps]
             np.testing.assert_array_equal(buf.actions[cells, col, 0], actions)
-            last = env.log[seg.env_steps[-1]][seg.agent_id]
+            if maskable:  # the mask each action was drawn under, as sb3-contrib stores it
+                np.testing.assert_array_equal(buf.action_masks[cells, col], np.stack(masks))
             assert seg.end == (last[3] or "cut")
             values = buf.values[cells, col].astype(np.float64)
             adv, ret = reference_gae(model, rews, values, seg.end, last[4])
             np.testing.assert_allclose(buf.advantages[cells, col], adv, rtol=1e-5, atol=1e-5)
             np.testing.assert_allclose(buf.returns[cells, col], ret, rtol=1e-5, atol=1e-5)
-            # the stored reward is the env's, plus the bootstrap only at a truncation or a cut
-            # that does not fall on the column's last row
+            # the stored reward is the env's (summed over waits), plus the bootstrap only at a
+            # truncation or a cut that does not fall on the column's last row
             plain = slice(seg.start_row, seg.stop_row - 1)
-            np.testing.assert_allclose(buf.rewards[plain, col], rews[:-1], rtol=1e-6)
+            np.testing.assert_allclose(buf.rewards[plain, col], rews[:-1], rtol=1e-6, atol=1e-6)
             boundary = seg.end == "terminated" or (seg.end == "cut" and seg.stop_row == n_steps)
             if boundary:
                 assert buf.rewards[seg.stop_row - 1, col] == np.float32(rews[-1])
@@ -225,22 +285,39 @@ def test_buffer_holds_each_agents_own_trajectory_and_gae(
         # each row's value and log_prob are the policy's for that row's observation and action
         obs_t = th.as_tensor(buf.observations.reshape(-1, 4))
         act_t = th.as_tensor(buf.actions.reshape(-1))
+        extra = {"action_masks": buf.action_masks.reshape(-1, 3)} if maskable else {}
         with th.no_grad():
-            values_t, log_prob_t, _ = model.policy.evaluate_actions(obs_t, act_t)
+            values_t, log_prob_t, _ = model.policy.evaluate_actions(obs_t, act_t, **extra)
         np.testing.assert_allclose(buf.values.reshape(-1), values_t.numpy().ravel(), atol=1e-5)
         np.testing.assert_allclose(buf.log_probs.reshape(-1), log_prob_t.numpy(), atol=1e-5)
-        # every agent-step logged in this rollout is in the buffer, or was dropped
+        # every agent-step acted in this rollout is in the buffer, or was dropped
         acted = sum(
-            len(env.log[t])
+            entry[1] is not None
             for c, env in enumerate(envs)
             for t in range(logged_before[c], env.count)
+            for entry in env.log[t].values()
         )
         assert acted == rows + collector.dropped
         event(f"dropped agent-steps: {collector.dropped > 0}")
         event(f"ends: {sorted({s.end for s in segments})}")
         inside = any(s.end == "cut" and s.stop_row < n_steps for s in segments)
         event(f"a cut inside a column: {inside}")
+        waited = any(
+            e[1] is None for env in envs for step in env.log.values() for e in step.values()
+        )
+        event(f"an agent waited: {waited}")
+        event(f"maskable: {maskable}")
         assert collector.dropped < len(schedule)  # only where no copy's agents fit at the end
+
+
+def test_gives_up_when_no_agent_can_ever_act(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(collector_module, "_MAX_IDLE_ROUNDS", 50)  # 10,000 by default
+    model = PPO("MlpPolicy", DummyVecEnv([AgentSlot] * 2), n_steps=2, batch_size=4, seed=0)
+    env = ScheduleEnv([(0, 1, "terminated")], 0, frozenset({(0, 0)}))
+    collector = SharedRolloutCollector(model, [lambda: env])
+    with pytest.raises(RuntimeError, match="no agent of any env copy could act"):
+        collector.collect(update_model=False)
+    assert all(e["a0"][1] is None for e in env.log.values())  # it only ever waited
 
 
 def test_refuses_an_agent_that_leaves_without_ending() -> None:

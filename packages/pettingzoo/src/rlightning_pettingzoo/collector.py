@@ -67,6 +67,17 @@ class Segment:
     end: str
 
 
+@dataclass
+class _Copy:
+    """What one copy does in a round: who acts, how many of them are stored, their masks."""
+
+    index: int
+    acting: list[Any]
+    kept: int
+    checked: dict[Any, Any]  # acting agent -> its checked mask (None: no mask)
+    found: dict[Any, Any] | None  # live agent -> its mask as the env gave it (None: no masks)
+
+
 class SharedRolloutCollector:
     """Fill one shared on-policy model's ``RolloutBuffer`` from copies of a parallel env.
 
@@ -192,7 +203,7 @@ class SharedRolloutCollector:
         maskable = hasattr(buf, "action_masks")
         while count < capacity:
             plan = self._plan(capacity - count)
-            keys = [(i, agent) for i, acting, _, _ in plan for agent in acting]
+            keys = [(copy.index, agent) for copy in plan for agent in copy.acting]
             if not keys:
                 idle += 1
                 if idle > _MAX_IDLE_ROUNDS:
@@ -203,17 +214,17 @@ class SharedRolloutCollector:
             else:
                 idle = 0
             rows = self._act(plan, keys)
-            for i, acting, kept, masks in plan:
-                count += self._step(i, acting, kept, masks, rows, streams, maskable)
+            for copy in plan:
+                count += self._step(copy, rows, streams, maskable)
         self._open.clear()  # the rollout cuts the trajectories still open
         order = sorted(streams, key=lambda s: (s[0], self._agent_rank(*s)))
         placed = pack([streams[s] for s in order], n_rows, n_columns)
         self._fill(placed, update_model)
         return _segments(placed, n_rows, n_columns)
 
-    def _plan(self, remaining: int) -> list[tuple[int, list[Any], int, dict[Any, Any]]]:
-        """The copies to step this round: ``(copy, acting agents, agents kept, masks)``."""
-        candidates = []
+    def _plan(self, remaining: int) -> list[_Copy]:
+        """The copies to step this round, with the agents that act and are stored."""
+        candidates: list[_Copy] = []
         for i, env in enumerate(self._envs):
             if self._observations[i] is None:
                 self._reset(i)
@@ -232,47 +243,49 @@ class SharedRolloutCollector:
             checked = _checked_masks(agents, found, env)
             acting = [a for a, m in zip(agents, checked, strict=True) if m is not _WAITS]
             masks = {a: m for a, m in zip(agents, checked, strict=True) if m is not _WAITS}
-            candidates.append((i, acting, masks))
-        plan = []
-        for i, acting, masks in candidates:
-            if len(acting) <= remaining:
-                plan.append((i, acting, len(acting), masks))
-                remaining -= len(acting)
-        if remaining > 0 and not any(kept for _, _, kept, _ in plan):
-            fits = [c for c in candidates if c[1]]
+            given = (
+                dict(zip(agents, found, strict=True)) if any(m is not None for m in found) else None
+            )
+            candidates.append(_Copy(i, acting, len(acting), masks, given))
+        plan: list[_Copy] = []
+        for copy in candidates:
+            if copy.kept <= remaining:
+                plan.append(copy)
+                remaining -= copy.kept
+        if remaining > 0 and not any(copy.kept for copy in plan):
+            fits = [copy for copy in candidates if copy.acting]
             if fits:
-                i, acting, masks = min(fits, key=lambda c: len(c[1]))
-                plan = [(i, acting, remaining, masks)]
+                smallest = min(fits, key=lambda copy: len(copy.acting))
+                smallest.kept = remaining  # the rest of its agent-steps are dropped
+                plan = [smallest]
         return plan
 
     def _act(
-        self, plan: list[tuple[int, list[Any], int, dict[Any, Any]]], keys: list[tuple[int, Any]]
+        self, plan: list[_Copy], keys: list[tuple[int, Any]]
     ) -> dict[tuple[int, Any], dict[str, Any]]:
         """One batched forward pass for every acting agent of the planned copies."""
         if not keys:
             return {}
         observations: list[Any] = []
         masks: list[Any] = []
-        for i, acting, _, found in plan:
-            obs = self._observations[i]
+        for copy in plan:
+            obs = self._observations[copy.index]
             assert obs is not None
-            observations.extend(obs[a] for a in acting)
-            masks.extend(found[a] for a in acting)
+            observations.extend(obs[a] for a in copy.acting)
+            masks.extend(copy.checked[a] for a in copy.acting)
         first_copy, first_agent = keys[0]
         action_space = self._envs[first_copy].action_space(first_agent)
         return sb3_rows(self.model, keys, observations, masks, action_space, deterministic=False)
 
     def _step(
         self,
-        i: int,
-        acting: list[Any],
-        kept: int,
-        masks: dict[Any, Any],
+        copy: _Copy,
         rows: dict[tuple[int, Any], dict[str, Any]],
         streams: dict[tuple[int, Any], list[Transition]],
         maskable: bool,
     ) -> int:
-        """Step copy ``i`` with its acting agents' rows; returns the transitions stored."""
+        """Step a copy with its acting agents' rows; returns the transitions stored."""
+        i, acting, kept, masks = copy.index, copy.acting, copy.kept, copy.checked
         env = self._envs[i]
         before = self._observations[i]
         assert before is not None
@@ -280,9 +293,9 @@ class SharedRolloutCollector:
         per_agent: dict[Any, dict[str, Any]] = {a: {"action": None} for a in live}
         for agent in acting:
             per_agent[agent] = rows[(i, agent)]
-        if any(m is not None for m in masks.values()):
+        if copy.found is not None:  # the masks the response answers under (SharedPolicyAdapter)
             for agent in live:
-                per_agent[agent] = {**per_agent[agent], "action_mask": masks.get(agent)}
+                per_agent[agent] = {**per_agent[agent], "action_mask": copy.found.get(agent)}
         actions = to_parallel_actions(_assemble(f"copy-{i}", live, per_agent), env)
         env_step = self._steps[i]
         stored = 0
