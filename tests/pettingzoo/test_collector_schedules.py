@@ -23,11 +23,14 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from sb3_contrib import MaskablePPO
 from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import KVWriter, Logger
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from pettingzoo import ParallelEnv
 from rlightning_pettingzoo import SharedRolloutCollector
 from rlightning_pettingzoo import collector as collector_module
+from rlightning_sb3 import finish_training, start_training
 
 OBS = spaces.Box(-100.0, 100.0, (4,), np.float32)
 ACT = spaces.Discrete(3)
@@ -333,3 +336,74 @@ def test_refuses_an_agent_that_leaves_without_ending() -> None:
     )
     with pytest.raises(ValueError, match=r"left .* without being terminated or truncated"):
         collector.collect(update_model=False)
+
+
+class Capture(KVWriter):
+    """The logger's dumps, as dicts."""
+
+    def __init__(self) -> None:
+        self.dumps: list[dict[str, Any]] = []
+
+    def write(self, key_values: dict[str, Any], key_excluded: Any, step: int = 0) -> None:
+        self.dumps.append(dict(key_values))
+
+    def close(self) -> None:
+        pass
+
+
+class Counting(BaseCallback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def _on_rollout_start(self) -> None:
+        self.calls.append("rollout_start")
+
+    def _on_step(self) -> bool:
+        self.calls.append(f"step {self.num_timesteps}")
+        return True
+
+    def _on_rollout_end(self) -> None:
+        self.calls.append("rollout_end")
+
+
+def test_callbacks_and_logger_as_learn_with_each_agents_episodes() -> None:
+    # a0 lives 3 steps (truncated), a1 joins at 1 and terminates at 3: 5 agent-steps an episode
+    schedule = [(0, 3, "truncated"), (1, 3, "terminated")]
+    model = PPO("MlpPolicy", DummyVecEnv([AgentSlot] * 2), n_steps=5, batch_size=10, seed=0)
+    capture = Capture()
+    model.set_logger(Logger(None, [capture]))
+    env = ScheduleEnv(schedule, 0)
+    collector = SharedRolloutCollector(model, [lambda: env])
+    callback = Counting()
+    start_training(model, 20, callback=callback)
+    for _ in range(2):
+        collector.collect()
+        model.train()
+    finish_training(model)
+    assert collector.dropped == 0
+    assert model.num_timesteps == 20  # one per stored agent-step
+    expected = ["rollout_start", *(f"step {2 * k}" for k in range(1, 6)), "rollout_end"]
+    expected += ["rollout_start", *(f"step {10 + 2 * k}" for k in range(1, 6)), "rollout_end"]
+    assert callback.calls == expected  # on_step once per buffer row of n_envs agent-steps
+    # the episodes, from the env's log: 4 per agent in the two rollouts
+    returns: dict[str, list[float]] = {"a0": [], "a1": []}
+    lengths: list[int] = []
+    totals: dict[str, list[float]] = {}
+    for t in sorted(env.log):
+        for agent, entry in env.log[t].items():
+            total = totals.setdefault(agent, [0.0, 0])
+            total[0] += entry[2]
+            total[1] += 1
+            if entry[3] is not None:
+                returns[agent].append(total[0])
+                lengths.append(int(total[1]))
+                del totals[agent]
+    assert [len(r) for r in returns.values()] == [4, 4]
+    dump = capture.dumps[-1]
+    everything = returns["a0"] + returns["a1"]
+    assert dump["rollout/ep_rew_mean"] == pytest.approx(np.mean(everything))
+    assert dump["rollout/ep_len_mean"] == pytest.approx(np.mean(lengths))
+    for agent in ("a0", "a1"):
+        assert dump[f"rollout/ep_rew_mean/{agent}"] == pytest.approx(np.mean(returns[agent]))
+    assert dump["time/iterations"] == 2
