@@ -128,9 +128,10 @@ class SharedRolloutCollector:
         if not env_fns:
             raise ValueError("env_fns must hold at least one function making a ParallelEnv")
         self.model = model
-        self._shared = SharedPolicyAdapter(model)
         self._envs = [require_parallel(fn(), "SharedRolloutCollector") for fn in env_fns]
         n = len(self._envs)
+        # one per copy: each caches the space checks of its own copy's space objects
+        self._shared = [SharedPolicyAdapter(model) for _ in range(n)]
         seeds = [None] * n if seeds is None else list(seeds)
         if len(seeds) != n:
             raise ValueError(f"seeds must hold one seed per env copy ({n}), got {len(seeds)}")
@@ -230,7 +231,7 @@ class SharedRolloutCollector:
                 self._reset(i)
             observations = self._observations[i]
             assert observations is not None
-            agents = self._shared.agent_order(env)
+            agents = self._shared[i].agent_order(env)
             if agents:
                 missing = [a for a in agents if a not in observations]
                 if missing:
@@ -238,7 +239,7 @@ class SharedRolloutCollector:
                         f"live agent(s) {missing} of {describe_env(env)} (copy {i}) have no "
                         "observation"
                     )
-                self._shared._check_homogeneous(env, agents)
+                self._shared[i]._check_homogeneous(env, agents)
             found = [find_action_mask(a, observations, self._infos[i]) for a in agents]
             checked = _checked_masks(agents, found, env)
             acting = [a for a, m in zip(agents, checked, strict=True) if m is not _WAITS]
@@ -289,7 +290,7 @@ class SharedRolloutCollector:
         env = self._envs[i]
         before = self._observations[i]
         assert before is not None
-        live = self._shared.agent_order(env)
+        live = self._shared[i].agent_order(env)
         per_agent: dict[Any, dict[str, Any]] = {a: {"action": None} for a in live}
         for agent in acting:
             per_agent[agent] = rows[(i, agent)]
