@@ -15,7 +15,8 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from stable_baselines3 import PPO
+import pytest
+from stable_baselines3 import A2C, DQN, PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
@@ -133,22 +134,25 @@ class Snapshot(BaseCallback):
         self.rollouts.append({name: getattr(buf, name).copy() for name in FIELDS})
 
 
-def test_buffer_equals_ppo_learn_over_a_vec_env_of_the_agents(simple_spread: ModuleType) -> None:
+@pytest.mark.parametrize("algorithm", [PPO, A2C])
+def test_buffer_equals_learn_over_a_vec_env_of_the_agents(
+    simple_spread: ModuleType, algorithm: type[Any]
+) -> None:
     def make() -> Any:
         return simple_spread.parallel_env(max_cycles=5, continuous_actions=False)
 
     n_copies, n_steps = 2, 8
     kwargs: dict[str, Any] = {
         "n_steps": n_steps,
-        "batch_size": 16,
-        "n_epochs": 1,
         "seed": 0,
         "device": "cpu",
         "policy_kwargs": {"net_arch": [16]},
     }
+    if algorithm is PPO:
+        kwargs.update(batch_size=16, n_epochs=1)
     venv = AgentsVecEnv(make, n_copies)
     n_columns = venv.num_envs
-    reference = PPO("MlpPolicy", venv, **kwargs)
+    reference = algorithm("MlpPolicy", venv, **kwargs)
     snapshots = Snapshot()
     reference.learn(total_timesteps=2 * n_steps * n_columns, callback=snapshots)
     assert len(snapshots.rollouts) == 2
@@ -156,7 +160,7 @@ def test_buffer_equals_ppo_learn_over_a_vec_env_of_the_agents(simple_spread: Mod
     spaces = make()
     obs_space, act_space = spaces.observation_space("agent_0"), spaces.action_space("agent_0")
     slots = DummyVecEnv([lambda: AgentSlot(obs_space, act_space)] * n_columns)
-    model = PPO("MlpPolicy", slots, **kwargs)
+    model = algorithm("MlpPolicy", slots, **kwargs)
     start_training(model, 2 * n_steps * n_columns)
     collector = SharedRolloutCollector(model, [make] * n_copies, seeds=[0, 1])
     ours = []
@@ -176,3 +180,22 @@ def test_buffer_equals_ppo_learn_over_a_vec_env_of_the_agents(simple_spread: Mod
             np.testing.assert_array_equal(mine[name], theirs[name], err_msg=f"rollout {t} {name}")
     # the truncation bootstrap was applied (rewards differ from the env's at the episode ends)
     assert ours[0]["episode_starts"][5].all() and not ours[1]["episode_starts"][0].any()
+
+
+def test_refuses_what_it_cannot_train(simple_spread: ModuleType) -> None:
+    def make() -> Any:
+        return simple_spread.parallel_env(max_cycles=5, continuous_actions=False)
+
+    spaces = make()
+    obs_space, act_space = spaces.observation_space("agent_0"), spaces.action_space("agent_0")
+    slots = DummyVecEnv([lambda: AgentSlot(obs_space, act_space)] * 3)
+    with pytest.raises(TypeError, match=r"on-policy SB3 model .* got DQN"):
+        SharedRolloutCollector(DQN("MlpPolicy", slots, device="cpu"), [make])
+    model = PPO("MlpPolicy", slots, n_steps=4, batch_size=12, device="cpu")
+    with pytest.raises(ValueError, match="one seed per env copy"):
+        SharedRolloutCollector(model, [make, make], seeds=[0])
+    with pytest.raises(ValueError, match="at least one function"):
+        SharedRolloutCollector(model, [])
+    aec = simple_spread.env(max_cycles=5, continuous_actions=False)
+    with pytest.raises(TypeError):
+        SharedRolloutCollector(model, [lambda: aec])
