@@ -354,6 +354,10 @@ class SharedRolloutCollector:
                     ended.end = "terminated" if terminated else "truncated"
                     ended.next_observation = observations[agent]
                     ended.episode = info
+                elif streams.get(slot) and streams[slot][-1].end is None:
+                    # it ended at a dropped step: its last stored row (of this episode, cut
+                    # there) carries the episode for rollout/ep_rew_mean
+                    streams[slot][-1].episode = info
             elif agent not in now:
                 raise ValueError(
                     f"agent {agent!r} left {describe_env(env)} (copy {i}) without being "
