@@ -16,11 +16,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch as th
 from stable_baselines3 import A2C, DQN, PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
-from rlightning_pettingzoo import SharedRolloutCollector
+from rlightning_pettingzoo import SharedReplayCollector, SharedRolloutCollector
 from rlightning_sb3 import finish_training, start_training
 
 FIELDS = (
@@ -199,3 +200,52 @@ def test_refuses_what_it_cannot_train(simple_spread: ModuleType) -> None:
     aec = simple_spread.env(max_cycles=5, continuous_actions=False)
     with pytest.raises(TypeError):
         SharedRolloutCollector(model, [lambda: aec])
+
+
+def test_replay_buffer_equals_dqn_learn_over_a_vec_env_of_the_agents(
+    simple_spread: ModuleType,
+) -> None:
+    def make() -> Any:
+        return simple_spread.parallel_env(max_cycles=5, continuous_actions=False)
+
+    n_copies, total = 2, 6 * 24
+    kwargs: dict[str, Any] = {
+        "learning_starts": 30,
+        "train_freq": 4,
+        "batch_size": 16,
+        "buffer_size": 1000,
+        "target_update_interval": 10,
+        "exploration_fraction": 0.5,
+        "seed": 0,
+        "device": "cpu",
+        "policy_kwargs": {"net_arch": [16]},
+    }
+    venv = AgentsVecEnv(make, n_copies)
+    reference = DQN("MlpPolicy", venv, **kwargs)
+    reference.learn(total_timesteps=total)
+
+    spaces = make()
+    obs_space, act_space = spaces.observation_space("agent_0"), spaces.action_space("agent_0")
+    slots = DummyVecEnv([lambda: AgentSlot(obs_space, act_space)] * venv.num_envs)
+    model = DQN("MlpPolicy", slots, **kwargs)
+    collector = SharedReplayCollector(model, [make] * n_copies, seeds=[0, 1])
+    start_training(model, total)
+    rollouts = 0
+    while model.num_timesteps < total:  # learn()'s loop
+        collector.collect()
+        rollouts += 1
+        if model.num_timesteps > model.learning_starts:
+            model.train(gradient_steps=model.gradient_steps, batch_size=model.batch_size)
+    finish_training(model)
+    assert rollouts == 6
+    assert model.num_timesteps == reference.num_timesteps == total
+    assert model.exploration_rate == reference.exploration_rate
+    assert model._n_updates == reference._n_updates > 0
+    ours, theirs = model.replay_buffer, reference.replay_buffer
+    assert ours.pos == theirs.pos == total // venv.num_envs
+    for name in ("observations", "next_observations", "actions", "rewards", "dones", "timeouts"):
+        np.testing.assert_array_equal(getattr(ours, name), getattr(theirs, name), err_msg=name)
+    for (key, mine), (_, ref) in zip(
+        model.policy.state_dict().items(), reference.policy.state_dict().items(), strict=True
+    ):
+        assert th.equal(mine, ref), key

@@ -8,8 +8,9 @@
   for all homogeneous agents, one batched forward pass).
 * Training: :class:`SharedRolloutCollector` (one shared on-policy SB3 model over ``n`` copies of
   a parallel env whose agents die and join, filling SB3's own ``RolloutBuffer`` with each
-  agent's own trajectory, nothing fabricated) and its :class:`Segment` records; with the
-  ``[sb3]`` extra, imported on first use.
+  agent's own trajectory, nothing fabricated) and its :class:`Segment` records;
+  :class:`SharedReplayCollector` (the same for an off-policy model's ``ReplayBuffer``); with
+  the ``[sb3]`` extra, imported on first use.
 * Env groups: :class:`ParallelEnvGroup` (``k`` parallel envs stepped together: observe, step,
   reset with this package's rules, copies of everything kept), its :class:`ParallelStep`,
   :class:`ParallelFragment` and :class:`ParallelEnvError` (what ``rlightning_ray``'s runners
@@ -54,15 +55,19 @@ try:
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0.0.0+unknown"
 
-_SB3_NAMES = frozenset({"Segment", "SharedRolloutCollector"})
+_SB3_NAMES = {
+    "Segment": "collector",
+    "SharedRolloutCollector": "collector",
+    "SharedReplayCollector": "replay",
+}
 
 
 def __getattr__(name: str) -> Any:
     """The training names, imported on first use: they need the ``[sb3]`` extra."""
     if name in _SB3_NAMES:
-        from rlightning_pettingzoo import collector
+        import importlib
 
-        return getattr(collector, name)
+        return getattr(importlib.import_module(f"rlightning_pettingzoo.{_SB3_NAMES[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -78,6 +83,7 @@ __all__ = [
     "Policy",
     "Segment",
     "SharedPolicyAdapter",
+    "SharedReplayCollector",
     "SharedRolloutCollector",
     "UntestedVersionWarning",
     "__version__",

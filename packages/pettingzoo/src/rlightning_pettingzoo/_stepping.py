@@ -171,8 +171,13 @@ class AgentStepper:
         rows: dict[tuple[int, Any], dict[str, Any]],
         streams: dict[tuple[int, Any], list[Transition]],
         maskable: bool,
+        ended_out: list[Transition] | None = None,
     ) -> int:
-        """Step a copy with its acting agents' rows; returns the transitions stored."""
+        """Step a copy with its acting agents' rows; returns the transitions stored.
+
+        New transitions go to ``streams`` (per slot) and become the agents' open ones;
+        transitions that end at this step are also appended to ``ended_out``.
+        """
         i, acting, kept, masks = copy.index, copy.acting, copy.kept, copy.checked
         env = self._envs[i]
         before = self._observations[i]
@@ -241,6 +246,8 @@ class AgentStepper:
                     ended.end = "terminated" if terminated else "truncated"
                     ended.next_observation = observations[agent]
                     ended.episode = info
+                    if ended_out is not None:
+                        ended_out.append(ended)
                 elif streams.get(slot) and streams[slot][-1].end is None:
                     # it ended at a dropped step: its last stored row (of this episode, cut
                     # there) carries the episode for rollout/ep_rew_mean
