@@ -22,13 +22,13 @@ from gymnasium import spaces
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from sb3_contrib import MaskablePPO
-from stable_baselines3 import PPO
+from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import KVWriter, Logger
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from pettingzoo import ParallelEnv
-from rlightning_pettingzoo import SharedRolloutCollector
+from rlightning_pettingzoo import SharedReplayCollector, SharedRolloutCollector
 from rlightning_pettingzoo import collector as collector_module
 from rlightning_sb3 import finish_training, start_training
 
@@ -70,7 +70,7 @@ class ScheduleEnv(ParallelEnv[str, np.ndarray, int]):
 
     def _obs(self, agent: str, last_action: int) -> np.ndarray:
         k = self.possible_agents.index(agent)
-        return np.array([self.copy, self.episode % 7, self.t / 3, k + last_action / 4], np.float32)
+        return np.array([self.copy, self.episode, self.t / 3, k + last_action / 4], np.float32)
 
     def _mask(self, agent: str) -> np.ndarray:
         k = self.possible_agents.index(agent)
@@ -407,3 +407,79 @@ def test_callbacks_and_logger_as_learn_with_each_agents_episodes() -> None:
     for agent in ("a0", "a1"):
         assert dump[f"rollout/ep_rew_mean/{agent}"] == pytest.approx(np.mean(returns[agent]))
     assert dump["time/iterations"] == 2
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    schedule=schedules(),
+    waiting=waits(),
+    n_copies=st.integers(1, 2),
+    n_columns=st.integers(1, 4),
+    train_freq=st.integers(1, 3),
+    rollouts=st.integers(1, 4),
+)
+def test_replay_buffer_holds_each_agents_complete_transitions(
+    schedule: list[tuple[int, int, str]],
+    waiting: frozenset[tuple[int, int]],
+    n_copies: int,
+    n_columns: int,
+    train_freq: int,
+    rollouts: int,
+) -> None:
+    model = DQN(
+        "MlpPolicy",
+        DummyVecEnv([AgentSlot] * n_columns),
+        learning_starts=0,
+        train_freq=train_freq,
+        buffer_size=1000,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"net_arch": [8]},
+    )
+    envs = [ScheduleEnv(schedule, c, waiting) for c in range(n_copies)]
+    collector = SharedReplayCollector(model, [lambda e=env: e for env in envs])
+    start_training(model, 10**6)
+    stored = sum(collector.collect() for _ in range(rollouts))
+    finish_training(model)
+    buf = model.replay_buffer
+    assert stored == buf.pos * n_columns == model.num_timesteps
+    # which (copy, episode, t, agent) each logged acting step was: the observation says it
+    steps: dict[tuple[int, ...], tuple[ScheduleEnv, str, int]] = {}
+    for env in envs:
+        for u, entry in env.log.items():
+            for agent, e in entry.items():
+                if e[1] is not None:
+                    steps[(*tuple(e[0][:3]), int(e[0][3]))] = (env, agent, u)
+    seen = set()
+    for row in range(buf.pos):
+        for col in range(n_columns):
+            observation = buf.observations[row, col]
+            key = (*tuple(observation[:3]), int(observation[3]))
+            assert key in steps  # a logged step at which this agent acted (not waited)
+            assert key not in seen  # stored once
+            seen.add(key)
+            env, agent, u = steps[key]
+            reward, last = span(env, agent, u, env.count)
+            np.testing.assert_array_equal(observation, env.log[u][agent][0])
+            assert buf.actions[row, col, 0] == env.log[u][agent][1]
+            assert buf.rewards[row, col] == np.float32(reward)
+            np.testing.assert_array_equal(buf.next_observations[row, col], last[4])
+            assert buf.dones[row, col] == (last[3] is not None)
+            assert buf.timeouts[row, col] == (last[3] == "truncated")
+    # every complete transition is stored, but for those queued for the next rows: fewer than
+    # a row's worth plus what one round completes
+    acted = sum(
+        e[1] is not None for env in envs for entry in env.log.values() for e in entry.values()
+    )
+    still_open = 0
+    for env in envs:
+        for agent in env.agents:
+            acting = [
+                u for u, entry in env.log.items() if entry.get(agent, (0, None))[1] is not None
+            ]
+            if acting and env._mask(agent).sum() == 0:  # waits now: its transition is open
+                _, last = span(env, agent, acting[-1], env.count)
+                still_open += last[3] is None and last is env.log[env.count - 1].get(agent)
+    assert 0 <= acted - still_open - stored < n_columns + n_copies * len(schedule)
+    waited = any(e[1] is None for env in envs for s in env.log.values() for e in s.values())
+    event(f"an agent waited: {waited}")
