@@ -199,7 +199,7 @@ def waits(draw: Any) -> frozenset[tuple[int, int]]:
     return frozenset(found - {(0, 0)})
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     schedule=schedules(),
     waiting=waits(),
