@@ -483,3 +483,65 @@ def test_replay_buffer_holds_each_agents_complete_transitions(
     assert 0 <= acted - still_open - stored < n_columns + n_copies * len(schedule)
     waited = any(e[1] is None for env in envs for s in env.log.values() for e in s.values())
     event(f"an agent waited: {waited}")
+
+
+DICT_OBS = spaces.Dict({"observation": OBS, "action_mask": spaces.Box(0, 1, (3,), np.int8)})
+
+
+class MaskInObservation(ScheduleEnv):
+    """ScheduleEnv with each mask in the observation, as PettingZoo's classic games give it."""
+
+    def observation_space(self, agent: str) -> spaces.Space[Any]:
+        return DICT_OBS
+
+    def _wrap(self, observations: dict[str, Any]) -> dict[str, Any]:
+        return {
+            a: {
+                "observation": o,
+                "action_mask": self._mask(a) if a in self.agents else np.ones(3, np.int8),
+            }
+            for a, o in observations.items()
+        }
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        observations, _ = super().reset(seed, options)
+        return self._wrap(observations), {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        observations, rewards, terms, truncs, _ = super().step(actions)
+        return self._wrap(observations), rewards, terms, truncs, {a: {} for a in observations}
+
+
+class DictSlot(gym.Env[Any, Any]):
+    observation_space = DICT_OBS
+    action_space = ACT
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        return {"observation": np.zeros(4, np.float32), "action_mask": np.ones(3, np.int8)}, {}
+
+
+def test_maskable_ppo_reads_masks_from_dict_observations() -> None:
+    # a1 joins at 1, waits at 2, terminates at 4; a0 truncated at 5; partial masks otherwise:
+    # 7 agent-steps an episode, two episodes fill the 7 x 2 cells
+    schedule = [(0, 5, "truncated"), (1, 4, "terminated")]
+    model = MaskablePPO(
+        "MultiInputPolicy", DummyVecEnv([DictSlot] * 2), n_steps=7, batch_size=14, seed=0
+    )
+    env = MaskInObservation(schedule, 0, frozenset({(1, 2)}), partial=True)
+    collector = SharedRolloutCollector(model, [lambda: env])
+    segments = collector.collect(update_model=False)
+    buf = model.rollout_buffer
+    assert collector.dropped == 0
+    for seg in segments:
+        for row, t in zip(range(seg.start_row, seg.stop_row), seg.env_steps, strict=True):
+            entry = env.log[t][seg.agent_id]
+            assert entry[1] is not None  # no row where the agent waited
+            np.testing.assert_array_equal(
+                buf.observations["observation"][row, seg.column], entry[0]
+            )
+            np.testing.assert_array_equal(buf.action_masks[row, seg.column], entry[5].astype(bool))
+            assert entry[5][int(buf.actions[row, seg.column, 0])]  # a legal action
+    waited = [t for t, e in env.log.items() if e.get("a1", (0, 0))[1] is None]
+    assert waited  # a1 waited at least once, and has no row there
+    assert all(t not in s.env_steps for s in segments if s.agent_id == "a1" for t in waited)

@@ -27,7 +27,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning import PolicyResponse
 from rlightning_pettingzoo._columns import Placed, Transition, pack
-from rlightning_pettingzoo._sb3 import adapter_for
+from rlightning_pettingzoo._sb3 import adapter_for, stack_observations
 from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper
 from rlightning_sb3 import add_rollout_step, finish_rollout
 
@@ -166,8 +166,8 @@ class SharedRolloutCollector(AgentStepper):
         dones = np.zeros(n_columns, dtype=bool)
         new_observation: Any = None
         for row in placed:
-            observation = np.stack([np.asarray(p.transition.observation) for p in row])
-            new_observation = np.stack([np.asarray(p.transition.next_observation) for p in row])
+            observation = stack_observations([p.transition.observation for p in row])
+            new_observation = stack_observations([p.transition.next_observation for p in row])
             responses = [
                 PolicyResponse(
                     env_ids[p.column],

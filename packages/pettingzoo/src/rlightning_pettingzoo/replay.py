@@ -24,7 +24,7 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from rlightning import PolicyResponse
 from rlightning_pettingzoo._columns import Transition
-from rlightning_pettingzoo._sb3 import adapter_for
+from rlightning_pettingzoo._sb3 import adapter_for, stack_observations
 from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper
 from rlightning_sb3 import add_replay_step
 
@@ -151,9 +151,9 @@ class SharedReplayCollector(AgentStepper):
         ]
         return add_replay_step(
             self.model,
-            np.stack([np.asarray(t.observation) for t in row]),
+            stack_observations([t.observation for t in row]),
             responses,
-            np.stack([np.asarray(t.next_observation) for t in row]),
+            stack_observations([t.next_observation for t in row]),
             np.asarray([t.reward for t in row], dtype=np.float32),
             np.asarray([t.end is not None for t in row], dtype=bool),
             infos,
