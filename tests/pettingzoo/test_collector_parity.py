@@ -1,6 +1,6 @@
 """SharedRolloutCollector against SB3's own PPO.learn() where every agent stays.
 
-For simple_spread (parallel, discrete actions: every agent lives until all are truncated at
+For simple_spread (parallel, discrete and continuous actions: every agent lives until all are truncated at
 ``max_cycles``), one column per agent, the collector's buffer must equal, array for array, what
 ``PPO.learn()`` collects over a VecEnv with one slot per agent (``AgentsVecEnv`` below: what
 SuperSuit's ``pettingzoo_env_to_vec_env_v1`` + ``concat_vec_envs_v1`` do; SuperSuit does not
@@ -135,12 +135,16 @@ class Snapshot(BaseCallback):
         self.rollouts.append({name: getattr(buf, name).copy() for name in FIELDS})
 
 
-@pytest.mark.parametrize("algorithm", [PPO, A2C])
+@pytest.mark.parametrize(
+    ("algorithm", "continuous"),
+    [(PPO, False), (A2C, False), (PPO, True)],
+    ids=["PPO", "A2C", "PPO-continuous"],
+)
 def test_buffer_equals_learn_over_a_vec_env_of_the_agents(
-    simple_spread: ModuleType, algorithm: type[Any]
+    simple_spread: ModuleType, algorithm: type[Any], continuous: bool
 ) -> None:
     def make() -> Any:
-        return simple_spread.parallel_env(max_cycles=5, continuous_actions=False)
+        return simple_spread.parallel_env(max_cycles=5, continuous_actions=continuous)
 
     n_copies, n_steps = 2, 8
     kwargs: dict[str, Any] = {

@@ -128,6 +128,10 @@ class SharedRolloutCollector(AgentStepper):
             ValueError: an agent left without being terminated or truncated, or has no
                 observation; what the SB3 helpers and the adapter raise (spaces, masks).
             RuntimeError: no agent of any copy could act for many rounds in a row.
+            rlightning_sb3.StopTraining: a callback's ``on_step`` returned False while the rows
+                were added (the rows before it are in the buffer, as ``collect_rollouts``
+                leaves them; the envs were stepped for the whole rollout): call
+                :func:`rlightning_sb3.finish_training`.
         """
         model: Any = self.model
         buf = model.rollout_buffer
