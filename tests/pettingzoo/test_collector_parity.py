@@ -1,11 +1,12 @@
-"""SharedRolloutCollector against SB3's own PPO.learn() where every agent stays.
+"""The collectors against SB3's own learn() where every agent stays.
 
-For simple_spread (parallel, discrete and continuous actions: every agent lives until all are truncated at
-``max_cycles``), one column per agent, the collector's buffer must equal, array for array, what
-``PPO.learn()`` collects over a VecEnv with one slot per agent (``AgentsVecEnv`` below: what
-SuperSuit's ``pettingzoo_env_to_vec_env_v1`` + ``concat_vec_envs_v1`` do; SuperSuit does not
-install with the supported PettingZoo). Two rollouts with a ``train()`` in between: the second
-starts where the first stopped (episode starts, env state), mid-episode.
+For simple_spread (parallel; discrete and continuous actions; every agent lives until all are
+truncated at ``max_cycles``), one column per agent, the collector's buffer must equal, array for
+array, what ``learn()`` collects over a VecEnv with one slot per agent (``AgentsVecEnv`` below:
+what SuperSuit's ``pettingzoo_env_to_vec_env_v1`` + ``concat_vec_envs_v1`` do; SuperSuit does
+not install with the supported PettingZoo): PPO and A2C over two rollouts with a ``train()``
+in between (the second starts where the first stopped, mid-episode), and DQN's replay buffer,
+counters and weights after training.
 """
 
 from __future__ import annotations
