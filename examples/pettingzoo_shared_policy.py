@@ -1,11 +1,12 @@
 """Train one shared SB3 PPO policy for all agents of mpe2 simple_spread_v3; beat random play.
 
 Parameter sharing, as in PettingZoo's Stable-Baselines3 tutorials: the three agents are
-homogeneous, so one policy acts for all of them. Training runs SB3's own ``PPO.learn`` on
-``AgentsVecEnv``, a small vectorising wrapper written here (what SuperSuit's
-``pettingzoo_env_to_vec_env_v1`` does): each agent of each env copy is one slot of an SB3
-``VecEnv``, and every step's actions travel as a ``MultiAgentPolicyResponse`` through
-``to_parallel_actions``, so they are checked against ``env.agents`` and the action spaces.
+homogeneous, so one policy acts for all of them. Training is ``learn()``'s loop with
+``SharedRolloutCollector``: each rollout fills the model's own ``RolloutBuffer`` with each
+agent's own trajectory (one buffer column per agent of each copy here, since simple_spread's
+agents all stay: exactly what ``PPO.learn`` collects over a VecEnv of the agents), every step's
+actions checked by ``to_parallel_actions`` against ``env.agents`` and the action spaces; then
+``model.train()``. The model's VecEnv (``AgentSlot``) only sizes the buffer.
 
 Evaluation uses the adapter's own loop: ``SharedPolicyAdapter.act`` (one batched forward pass
 for the three agents) against ``sample_response`` (uniform random actions), on the same seeds.
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import matplotlib
 
 matplotlib.use("Agg")  # no display needed
@@ -31,14 +33,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from stable_baselines3 import PPO
-from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rlightning_pettingzoo import (
     SharedPolicyAdapter,
-    from_parallel_actions,
+    SharedRolloutCollector,
     sample_response,
     to_parallel_actions,
 )
+from rlightning_sb3 import finish_training, start_training
 
 try:
     from mpe2 import simple_spread_v3
@@ -46,100 +49,18 @@ except ImportError:  # PettingZoo before MPE moved to mpe2
     from pettingzoo.mpe import simple_spread_v3
 
 
-class AgentsVecEnv(VecEnv):
-    """``n_copies`` parallel envs whose agents are the slots of one SB3 VecEnv.
+class AgentSlot(gym.Env[Any, Any]):
+    """One agent's spaces, for the shared model's VecEnv: it sizes the buffer, never stepped."""
 
-    Slot ``c * n_agents + i`` is agent ``possible_agents[i]`` of copy ``c``. For envs whose agents
-    all stay until the episode ends (simple_spread: every agent is truncated at ``max_cycles``);
-    an agent leaving early is an error, since a VecEnv slot cannot disappear. When a copy's
-    episode ends it is reset, and each of its slots reports ``terminal_observation`` and
-    ``TimeLimit.truncated`` the way SB3's ``DummyVecEnv`` does, so ``PPO`` bootstraps truncated
-    episodes correctly. Finished episodes' per-agent returns are kept in ``episode_returns``.
-    """
+    def __init__(self, observation_space: Any, action_space: Any) -> None:
+        self.observation_space, self.action_space = observation_space, action_space
 
-    def __init__(self, make_env: Any, n_copies: int) -> None:
-        self.envs = [make_env() for _ in range(n_copies)]
-        first = self.envs[0]
-        self.agents = list(first.possible_agents)
-        agent = self.agents[0]
-        super().__init__(
-            n_copies * len(self.agents), first.observation_space(agent), first.action_space(agent)
-        )
-        self._actions = np.zeros(0)
-        self._totals = np.zeros(self.num_envs)
-        self.episode_returns: list[tuple[int, float]] = []  # (timestep, mean agent return)
-        self.timesteps = 0
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        return np.zeros(self.observation_space.shape, self.observation_space.dtype), {}
 
-    def _obs_rows(self, copy: int, observations: dict[str, Any]) -> list[np.ndarray]:
-        return [np.asarray(observations[agent]) for agent in self.agents]
-
-    def reset(self) -> np.ndarray:
-        rows = []
-        for c, env in enumerate(self.envs):
-            observations, _ = env.reset(seed=self._seeds[c * len(self.agents)])
-            rows.extend(self._obs_rows(c, observations))
-        self._reset_seeds()
-        self._totals[:] = 0.0
-        return np.stack(rows)
-
-    def step_async(self, actions: np.ndarray) -> None:
-        self._actions = actions
-
-    def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
-        n = len(self.agents)
-        rows, rewards, dones, infos = [], [], [], []
-        for c, env in enumerate(self.envs):
-            response = from_parallel_actions(
-                {agent: self._actions[c * n + i] for i, agent in enumerate(self.agents)},
-                env_id=f"copy-{c}",
-            )
-            observations, reward, terminated, truncated, _ = env.step(
-                to_parallel_actions(response, env)
-            )
-            if env.agents and len(env.agents) != n:
-                raise RuntimeError("AgentsVecEnv needs agents that stay until the episode ends")
-            done = not env.agents
-            copy_rows = self._obs_rows(c, observations)
-            copy_infos: list[dict[str, Any]] = [{} for _ in self.agents]
-            for i, agent in enumerate(self.agents):
-                rewards.append(float(reward[agent]))
-                self._totals[c * n + i] += float(reward[agent])
-            if done:
-                for i, agent in enumerate(self.agents):
-                    copy_infos[i]["terminal_observation"] = copy_rows[i]
-                    copy_infos[i]["TimeLimit.truncated"] = bool(
-                        truncated[agent] and not terminated[agent]
-                    )
-                self.episode_returns.append(
-                    (self.timesteps, float(np.mean(self._totals[c * n : c * n + n])))
-                )
-                self._totals[c * n : c * n + n] = 0.0
-                observations, _ = env.reset()
-                copy_rows = self._obs_rows(c, observations)
-            rows.extend(copy_rows)
-            dones.extend([done] * n)
-            infos.extend(copy_infos)
-        self.timesteps += self.num_envs
-        return np.stack(rows), np.array(rewards, np.float32), np.array(dones), infos
-
-    def close(self) -> None:
-        for env in self.envs:
-            env.close()
-
-    def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
-        # Attributes of the wrapped PettingZoo envs (SB3 asks for "render_mode").
-        return [getattr(self.envs[0], attr_name, None)] * self.num_envs
-
-    def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
-        setattr(self, attr_name, value)
-
-    def env_method(
-        self, method_name: str, *args: Any, indices: Any = None, **kwargs: Any
-    ) -> list[Any]:
-        return [None] * self.num_envs
-
-    def env_is_wrapped(self, wrapper_class: Any, indices: Any = None) -> list[bool]:
-        return [False] * self.num_envs
+    def step(self, action: Any) -> Any:
+        raise RuntimeError("AgentSlot only sizes the shared model's buffer; it is never stepped")
 
 
 def evaluate(make_env: Any, adapter: SharedPolicyAdapter | None, episodes: int, seed: int) -> float:
@@ -172,7 +93,7 @@ def plot(
         steps, values = np.array(curve).T
         window = max(1, len(values) // 20)
         smooth = np.convolve(values, np.ones(window) / window, mode="valid")
-        ax.plot(steps, values, color="tab:blue", alpha=0.25, lw=0.8, label="training episodes")
+        ax.plot(steps, values, color="tab:blue", alpha=0.25, lw=0.8, label="rollout/ep_rew_mean")
         ax.plot(steps[window - 1 :], smooth, color="tab:blue", label=f"moving mean ({window})")
     ax.axhline(random_mean, color="tab:red", ls="--", label=f"random (eval) {random_mean:.1f}")
     ax.axhline(trained_mean, color="tab:green", ls="--", label=f"trained (eval) {trained_mean:.1f}")
@@ -189,7 +110,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--timesteps", type=int, default=150_000)
     parser.add_argument(
-        "--copies", type=int, default=8, help="env copies (x3 agents = VecEnv slots)"
+        "--copies", type=int, default=8, help="env copies (x3 agents = buffer columns)"
     )
     parser.add_argument("--eval-episodes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
@@ -206,11 +127,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     def make_env() -> Any:
         return simple_spread_v3.parallel_env(max_cycles=25)
 
-    venv = AgentsVecEnv(make_env, args.copies)
-    venv.seed(args.seed)
+    spaces = make_env()
+    agents = list(spaces.possible_agents)
+    obs_space, act_space = spaces.observation_space(agents[0]), spaces.action_space(agents[0])
+    n_columns = args.copies * len(agents)  # one buffer column per agent of each copy
+    slots = DummyVecEnv([lambda: AgentSlot(obs_space, act_space)] * n_columns)
     model = PPO(
         "MlpPolicy",
-        venv,
+        slots,
         n_steps=128,
         batch_size=256,
         n_epochs=5,
@@ -221,13 +145,25 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         device="cpu",
         verbose=0,
     )
+    # copy c's first reset is seeded as SB3 seeds VecEnv slot c * n_agents (learn()'s seeds)
+    seeds = [args.seed + c * len(agents) for c in range(args.copies)]
+    collector = SharedRolloutCollector(model, [make_env] * args.copies, seeds=seeds)
+    curve: list[tuple[int, float]] = []  # (agent-steps, mean of the last 100 agent episodes)
     start = time.perf_counter()
-    model.learn(total_timesteps=args.timesteps, progress_bar=not args.no_progress)
+    start_training(model, args.timesteps, progress_bar=not args.no_progress)
+    while model.num_timesteps < args.timesteps:  # learn()'s loop
+        collector.collect()
+        if model.ep_info_buffer:
+            curve.append(
+                (model.num_timesteps, float(np.mean([e["r"] for e in model.ep_info_buffer])))
+            )
+        model.train()
+    finish_training(model)
     train_s = time.perf_counter() - start
 
     random_mean = evaluate(make_env, None, args.eval_episodes, seed=10_000)
     trained_mean = evaluate(make_env, SharedPolicyAdapter(model), args.eval_episodes, seed=10_000)
-    plot(venv.episode_returns, random_mean, trained_mean, args.plot)
+    plot(curve, random_mean, trained_mean, args.plot)
     print(f"trained {args.timesteps} agent-steps in {train_s:.1f} s")
     print(f"mean per-agent episode return over {args.eval_episodes} episodes:")
     print(f"  random : {random_mean:8.2f}")

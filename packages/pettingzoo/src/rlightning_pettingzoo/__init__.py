@@ -6,6 +6,11 @@
 * Masks: :func:`find_action_mask` and :func:`sample_response` (random actions that honour them).
 * Policies: :func:`respond` (a policy per agent) and :class:`SharedPolicyAdapter` (one SB3 model
   for all homogeneous agents, one batched forward pass).
+* Training: :class:`SharedRolloutCollector` (one shared on-policy SB3 model over ``n`` copies of
+  a parallel env whose agents die and join, filling SB3's own ``RolloutBuffer`` with each
+  agent's own trajectory, nothing fabricated) and its :class:`Segment` records;
+  :class:`SharedReplayCollector` (the same for an off-policy model's ``ReplayBuffer``); with
+  the ``[sb3]`` extra, imported on first use.
 * Env groups: :class:`ParallelEnvGroup` (``k`` parallel envs stepped together: observe, step,
   reset with this package's rules, copies of everything kept), its :class:`ParallelStep`,
   :class:`ParallelFragment` and :class:`ParallelEnvError` (what ``rlightning_ray``'s runners
@@ -17,6 +22,7 @@ tested release imports with an :class:`UntestedVersionWarning` naming the tested
 """
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from rlightning_pettingzoo._versions import (
     PETTINGZOO_SUPPORTED,
@@ -49,6 +55,22 @@ try:
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0.0.0+unknown"
 
+_SB3_NAMES = {
+    "Segment": "collector",
+    "SharedRolloutCollector": "collector",
+    "SharedReplayCollector": "replay",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The training names, imported on first use: they need the ``[sb3]`` extra."""
+    if name in _SB3_NAMES:
+        import importlib
+
+        return getattr(importlib.import_module(f"rlightning_pettingzoo.{_SB3_NAMES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "PETTINGZOO_SUPPORTED",
     "PETTINGZOO_TESTED",
@@ -59,7 +81,10 @@ __all__ = [
     "ParallelObservation",
     "ParallelStep",
     "Policy",
+    "Segment",
     "SharedPolicyAdapter",
+    "SharedReplayCollector",
+    "SharedRolloutCollector",
     "UntestedVersionWarning",
     "__version__",
     "aec_action",

@@ -1,0 +1,269 @@
+"""Stepping copies of a PettingZoo parallel env for one shared SB3 model: the collectors' base.
+
+Acting (one batched ``SB3PolicyAdapter.act`` per round over every acting agent of the stepped
+copies, copy-major), stepping, and each agent's open :class:`~rlightning_pettingzoo._columns.
+Transition` (from one action to its next, rewards summed while the agent waits; closed where the
+agent ends). The collectors decide what goes into which buffer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rlightning import rules
+from rlightning_pettingzoo._columns import Transition
+from rlightning_pettingzoo._envs import describe_env, require_parallel
+from rlightning_pettingzoo._sb3 import sb3_rows
+from rlightning_pettingzoo.masks import find_action_mask
+from rlightning_pettingzoo.parallel import to_parallel_actions
+from rlightning_pettingzoo.policies import _WAITS, SharedPolicyAdapter, _assemble, _checked_masks
+
+__all__ = ["AgentStepper"]
+
+#: Rounds in a row in which no agent of any copy could act before a collector gives up.
+_MAX_IDLE_ROUNDS = 10_000
+
+
+@dataclass
+class _Copy:
+    """What one copy does in a round: who acts, how many of them are stored, their masks."""
+
+    index: int
+    acting: list[Any]
+    kept: int
+    checked: dict[Any, Any]  # acting agent -> its checked mask (None: no mask)
+    found: dict[Any, Any] | None  # live agent -> its mask as the env gave it (None: no masks)
+
+
+class AgentStepper:
+    """The env copies, their agents' open transitions and episodes (see the module docstring).
+
+    Args:
+        model: The shared SB3 model.
+        env_fns: One function per env copy, each returning a PettingZoo ``ParallelEnv``.
+        seeds: The seed of each copy's first reset (None: no seed).
+        caller: The collector's name, for error messages.
+
+    Raises:
+        TypeError: an env is not a ``ParallelEnv``.
+        ValueError: ``env_fns`` is empty or ``seeds`` is not one per copy.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        env_fns: Sequence[Callable[[], Any]],
+        seeds: Sequence[int | None] | None,
+        caller: str,
+    ) -> None:
+        if not env_fns:
+            raise ValueError("env_fns must hold at least one function making a ParallelEnv")
+        self.model = model
+        self._envs = [require_parallel(fn(), caller) for fn in env_fns]
+        n = len(self._envs)
+        # one per copy: each caches the space checks of its own copy's space objects
+        self._shared = [SharedPolicyAdapter(model) for _ in range(n)]
+        seeds = [None] * n if seeds is None else list(seeds)
+        if len(seeds) != n:
+            raise ValueError(f"seeds must hold one seed per env copy ({n}), got {len(seeds)}")
+        self._seeds: list[int | None] = seeds
+        self._observations: list[dict[Any, Any] | None] = [None] * n
+        self._infos: list[dict[Any, Any]] = [{} for _ in range(n)]
+        self._starting: list[set[Any]] = [set() for _ in range(n)]
+        self._open: dict[tuple[int, Any], Transition | None] = {}
+        self._episode: dict[tuple[int, Any], list[float]] = {}
+        self._steps = [0] * n
+        self._rank: list[dict[Any, int]] = [{} for _ in range(n)]
+        self._start_time = time.time()
+        #: Agent-steps of the last :meth:`collect` that were taken but not stored.
+        self.dropped = 0
+        #: Per agent id, the returns of its last 100 finished episodes (all copies).
+        self.agent_returns: dict[Any, deque[float]] = {}
+
+    @property
+    def envs(self) -> list[Any]:
+        """The env copies, in copy order (the collector's own objects, not copies)."""
+        return list(self._envs)
+
+    def _reset(self, i: int) -> None:
+        env = self._envs[i]
+        observations, infos = env.reset(seed=self._seeds[i])
+        self._seeds[i] = None
+        self._observations[i] = dict(observations)
+        self._infos[i] = dict(infos or {})
+        self._starting[i] = set(env.agents)
+        for agent in env.agents:
+            self._episode[(i, agent)] = [0.0, 0]
+
+    def _agent_rank(self, i: int, agent: Any) -> int:
+        ranks = self._rank[i]
+        if agent not in ranks:
+            possible = list(getattr(self._envs[i], "possible_agents", None) or [])
+            ranks[agent] = (
+                possible.index(agent) if agent in possible else len(possible) + len(ranks)
+            )
+        return ranks[agent]
+
+    def _plan(self, remaining: int) -> list[_Copy]:
+        """The copies to step this round, with the agents that act and are stored."""
+        candidates: list[_Copy] = []
+        for i, env in enumerate(self._envs):
+            if self._observations[i] is None:
+                self._reset(i)
+            observations = self._observations[i]
+            assert observations is not None
+            agents = self._shared[i].agent_order(env)
+            if agents:
+                missing = [a for a in agents if a not in observations]
+                if missing:
+                    raise ValueError(
+                        f"live agent(s) {missing} of {describe_env(env)} (copy {i}) have no "
+                        "observation"
+                    )
+                self._shared[i]._check_homogeneous(env, agents)
+            found = [find_action_mask(a, observations, self._infos[i]) for a in agents]
+            checked = _checked_masks(agents, found, env)
+            acting = [a for a, m in zip(agents, checked, strict=True) if m is not _WAITS]
+            masks = {a: m for a, m in zip(agents, checked, strict=True) if m is not _WAITS}
+            given = (
+                dict(zip(agents, found, strict=True)) if any(m is not None for m in found) else None
+            )
+            candidates.append(_Copy(i, acting, len(acting), masks, given))
+        plan: list[_Copy] = []
+        for copy in candidates:
+            if copy.kept <= remaining:
+                plan.append(copy)
+                remaining -= copy.kept
+        if remaining > 0 and not any(copy.kept for copy in plan):
+            fits = [copy for copy in candidates if copy.acting]
+            if fits:
+                smallest = min(fits, key=lambda copy: len(copy.acting))
+                smallest.kept = remaining  # the rest of its agent-steps are dropped
+                plan = [smallest]
+        return plan
+
+    def _act(
+        self, plan: list[_Copy], keys: list[tuple[int, Any]]
+    ) -> dict[tuple[int, Any], dict[str, Any]]:
+        """One batched forward pass for every acting agent of the planned copies."""
+        if not keys:
+            return {}
+        observations: list[Any] = []
+        masks: list[Any] = []
+        for copy in plan:
+            obs = self._observations[copy.index]
+            assert obs is not None
+            observations.extend(obs[a] for a in copy.acting)
+            masks.extend(copy.checked[a] for a in copy.acting)
+        first_copy, first_agent = keys[0]
+        action_space = self._envs[first_copy].action_space(first_agent)
+        return sb3_rows(self.model, keys, observations, masks, action_space, deterministic=False)
+
+    def _step(
+        self,
+        copy: _Copy,
+        rows: dict[tuple[int, Any], dict[str, Any]],
+        streams: dict[tuple[int, Any], list[Transition]],
+        maskable: bool,
+        ended_out: list[Transition] | None = None,
+    ) -> int:
+        """Step a copy with its acting agents' rows; returns the transitions stored.
+
+        New transitions go to ``streams`` (per slot) and become the agents' open ones;
+        transitions that end at this step are also appended to ``ended_out``.
+        """
+        i, acting, kept, masks = copy.index, copy.acting, copy.kept, copy.checked
+        env = self._envs[i]
+        before = self._observations[i]
+        assert before is not None
+        live = self._shared[i].agent_order(env)
+        per_agent: dict[Any, dict[str, Any]] = {a: {"action": None} for a in live}
+        for agent in acting:
+            per_agent[agent] = rows[(i, agent)]
+        if copy.found is not None:  # the masks the response answers under (SharedPolicyAdapter)
+            for agent in live:
+                per_agent[agent] = {**per_agent[agent], "action_mask": copy.found.get(agent)}
+        actions = to_parallel_actions(_assemble(f"copy-{i}", live, per_agent), env)
+        env_step = self._steps[i]
+        stored = 0
+        action_space: Any = env.action_space(acting[0]) if acting else None
+        for k, agent in enumerate(acting):
+            slot = (i, agent)
+            if k >= kept:
+                self._open[slot] = None  # dropped: its previous transition is cut here
+                self.dropped += 1
+                continue
+            fields = dict(rows[slot])
+            if maskable:  # what MaskableRolloutBuffer stores for this row
+                mask = masks.get(agent)
+                fields["action_mask"] = (
+                    np.ones(rules.mask_size(action_space), dtype=bool)
+                    if mask is None
+                    else rules.flat_mask(action_space, mask)
+                )
+            transition = Transition(
+                i, agent, env_step, before[agent], fields, agent in self._starting[i]
+            )
+            self._starting[i].discard(agent)
+            streams.setdefault(slot, []).append(transition)
+            self._open[slot] = transition
+            stored += 1
+        observations, rewards, terminations, truncations, infos = env.step(actions)
+        self._steps[i] += 1
+        now = set(env.agents)
+        for agent in live:
+            slot = (i, agent)
+            reward = float(rewards.get(agent, 0.0))
+            open_ = self._open.get(slot)
+            if open_ is not None:
+                open_.reward += reward
+            episode = self._episode.setdefault(slot, [0.0, 0])
+            episode[0] += reward
+            episode[1] += agent in acting
+            terminated = bool(terminations.get(agent, False))
+            truncated = bool(truncations.get(agent, False))
+            if agent not in observations and (agent in now or terminated or truncated):
+                raise ValueError(
+                    f"agent {agent!r} of {describe_env(env)} (copy {i}) has no observation "
+                    "after step(): its next (or final) observation is needed"
+                )
+            if terminated or truncated:
+                ended = self._open.pop(slot, None)
+                info = {
+                    "r": episode[0],
+                    "l": episode[1],
+                    "t": round(time.time() - self._start_time, 6),
+                }
+                self.agent_returns.setdefault(agent, deque(maxlen=100)).append(episode[0])
+                del self._episode[slot]
+                if ended is not None:
+                    ended.end = "terminated" if terminated else "truncated"
+                    ended.next_observation = observations[agent]
+                    ended.episode = info
+                    if ended_out is not None:
+                        ended_out.append(ended)
+                elif streams.get(slot) and streams[slot][-1].end is None:
+                    # it ended at a dropped step: its last stored row (of this episode, cut
+                    # there) carries the episode for rollout/ep_rew_mean
+                    streams[slot][-1].episode = info
+            elif agent not in now:
+                raise ValueError(
+                    f"agent {agent!r} left {describe_env(env)} (copy {i}) without being "
+                    "terminated or truncated; PettingZoo ends an agent with one of them"
+                )
+            elif open_ is not None:
+                open_.next_observation = observations[agent]
+        for agent in now - set(live):  # joined: a trajectory of its own begins
+            self._starting[i].add(agent)
+            self._episode[(i, agent)] = [0.0, 0]
+        self._observations[i] = dict(observations)
+        self._infos[i] = dict(infos or {})
+        if not env.agents:
+            self._observations[i] = None  # reset at the next round (no seed)
+        return stored

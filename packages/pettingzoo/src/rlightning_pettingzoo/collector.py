@@ -1,0 +1,240 @@
+"""Train one shared SB3 on-policy model on PettingZoo parallel envs whose agents die and join.
+
+:class:`SharedRolloutCollector` steps ``n`` copies of a parallel env with one shared PPO/A2C
+(parameter sharing) and fills the model's own ``RolloutBuffer`` through ``rlightning_sb3``'s
+public helpers (:func:`rlightning_sb3.add_rollout_step`, :func:`rlightning_sb3.finish_rollout`):
+SB3's rules (the time-limit bootstrap, GAE, callbacks, the logger) are SB3's, applied there.
+
+What is stored is each agent's own trajectory, and nothing else: a dead agent, one that has not
+joined yet, and one whose mask allows no action (it waits) have no row. The layout (see
+``docs/pettingzoo.md``, "Training", and the private module ``_columns``): each buffer column is
+a stream of agent-trajectory segments; ``episode_start`` is True where a segment begins inside
+a column; an agent that terminates ends its segment with no bootstrap, one that is truncated
+bootstraps ``gamma * V(final observation)`` as SB3 does for time limits, and where the rollout
+cuts a trajectory the bootstrap is ``gamma * V(next observation)`` (the column's last value on a
+column's last row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+
+from rlightning import PolicyResponse
+from rlightning_pettingzoo._columns import Placed, Transition, pack
+from rlightning_pettingzoo._sb3 import adapter_for, stack_observations
+from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper
+from rlightning_sb3 import add_rollout_step, finish_rollout
+
+__all__ = ["Segment", "SharedRolloutCollector"]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One run of an agent's trajectory in one buffer column.
+
+    Attributes:
+        column: The buffer column (SB3's env index).
+        start_row: The first row (SB3's step index).
+        stop_row: One past the last row.
+        env_index: The env copy (index into the collector's ``envs``).
+        agent_id: The agent.
+        env_steps: For each row, the copy's step counter when the agent acted there.
+        end: How the segment ends: ``"terminated"`` (no bootstrap), ``"truncated"``
+            (``gamma * V(final observation)``, SB3's time-limit bootstrap) or ``"cut"`` (the
+            agent lives on; ``gamma * V(next observation)``).
+    """
+
+    column: int
+    start_row: int
+    stop_row: int
+    env_index: int
+    agent_id: Any
+    env_steps: tuple[int, ...]
+    end: str
+
+
+class SharedRolloutCollector(AgentStepper):
+    """Fill one shared on-policy model's ``RolloutBuffer`` from copies of a parallel env.
+
+    Each call to :meth:`collect` is one rollout of ``OnPolicyAlgorithm.collect_rollouts``: it
+    steps the copies until ``n_steps * n_envs`` agent-steps are taken (``model.n_steps`` and the
+    model's ``n_envs``, the buffer's rows and columns), acting for every live agent of the
+    stepped copies in one batched forward pass per round (copy order, then ``possible_agents``
+    order: SB3's ``collect_rollouts`` over a VecEnv with one slot per agent would batch the
+    same rows). Near a rollout's end only copies whose acting agents still fit are stepped
+    (the others wait, untouched, for the next rollout); when none fits, one is stepped and the
+    agent-steps that do not fit are dropped (:attr:`dropped`): acted and stepped, never stored.
+    A copy whose agents are all gone is reset (``seeds`` at its first reset, then no seed).
+
+    Build the model with a VecEnv of ``n_envs`` slots of one agent's spaces (it sizes the
+    buffer; it is never stepped here), call :func:`rlightning_sb3.start_training` first (its
+    ``callback``, ``log_interval`` and ``progress_bar`` then act as in ``learn()``), and
+    ``model.train()`` after each :meth:`collect`.
+
+    Args:
+        model: A PPO, A2C or other feed-forward ``OnPolicyAlgorithm`` (a MaskablePPO stores
+            each row's mask).
+        env_fns: One function per env copy, each returning a PettingZoo ``ParallelEnv``.
+        seeds: The seed of each copy's first reset (None: no seed).
+
+    Raises:
+        TypeError: ``model`` is not an on-policy SB3 model or is recurrent, or an env is not a
+            ``ParallelEnv``.
+        ValueError: ``env_fns`` is empty or ``seeds`` is not one per copy.
+    """
+
+    def __init__(
+        self,
+        model: OnPolicyAlgorithm,
+        env_fns: Sequence[Callable[[], Any]],
+        *,
+        seeds: Sequence[int | None] | None = None,
+    ) -> None:
+        if not isinstance(model, OnPolicyAlgorithm):
+            raise TypeError(
+                "SharedRolloutCollector needs an on-policy SB3 model (PPO, A2C, MaskablePPO), "
+                f"got {type(model).__name__}"
+            )
+        if adapter_for(model).is_recurrent:
+            raise TypeError(
+                f"{type(model).__name__} has a recurrent policy; SharedRolloutCollector drives "
+                "feed-forward policies only (a hidden state per agent is not kept)"
+            )
+        super().__init__(model, env_fns, seeds, "SharedRolloutCollector")
+
+    def collect(self, *, update_model: bool = True) -> list[Segment]:
+        """Collect one full rollout into ``model.rollout_buffer`` and compute its advantages.
+
+        Args:
+            update_model: As in :func:`rlightning_sb3.add_rollout_step`: advance
+                ``num_timesteps`` (by one per stored agent-step), record finished agent
+                episodes for ``rollout/ep_rew_mean``, call the callback and dump the logger
+                where ``learn()`` does (needs :func:`rlightning_sb3.start_training`); also
+                records ``rollout/ep_rew_mean/<agent_id>`` (mean of the agent's last 100
+                episode returns) before the dump.
+
+        Returns:
+            The buffer's segments, column by column, row by row. The buffer is filled
+            (``reset`` first when full) and its ``returns`` and ``advantages`` computed; the
+            envs are stepped.
+
+        Raises:
+            ValueError: an agent left without being terminated or truncated, or has no
+                observation; what the SB3 helpers and the adapter raise (spaces, masks).
+            RuntimeError: no agent of any copy could act for many rounds in a row.
+            rlightning_sb3.StopTraining: a callback's ``on_step`` returned False while the rows
+                were added (the rows before it are in the buffer, as ``collect_rollouts``
+                leaves them; the envs were stepped for the whole rollout): call
+                :func:`rlightning_sb3.finish_training`.
+        """
+        model: Any = self.model
+        buf = model.rollout_buffer
+        n_rows, n_columns = int(buf.buffer_size), int(buf.n_envs)
+        capacity = n_rows * n_columns
+        streams: dict[tuple[int, Any], list[Transition]] = {}
+        count, idle = 0, 0
+        self.dropped = 0
+        maskable = hasattr(buf, "action_masks")
+        while count < capacity:
+            plan = self._plan(capacity - count)
+            keys = [(copy.index, agent) for copy in plan for agent in copy.acting]
+            if not keys:
+                idle += 1
+                if idle > _MAX_IDLE_ROUNDS:
+                    raise RuntimeError(
+                        f"no agent of any env copy could act for {_MAX_IDLE_ROUNDS} rounds "
+                        "(every live agent's mask allows no action)"
+                    )
+            else:
+                idle = 0
+            rows = self._act(plan, keys)
+            for copy in plan:
+                count += self._step(copy, rows, streams, maskable)
+        self._open.clear()  # the rollout cuts the trajectories still open
+        order = sorted(streams, key=lambda s: (s[0], self._agent_rank(*s)))
+        placed = pack([streams[s] for s in order], n_rows, n_columns)
+        self._fill(placed, update_model)
+        return _segments(placed, n_rows, n_columns)
+
+    def _fill(self, placed: list[list[Placed]], update_model: bool) -> None:
+        """Hand the rows to ``add_rollout_step``, then ``finish_rollout``."""
+        model: Any = self.model
+        n_columns = len(placed[0])
+        env_ids = [f"column-{c}" for c in range(n_columns)]
+        dones = np.zeros(n_columns, dtype=bool)
+        new_observation: Any = None
+        for row in placed:
+            observation = stack_observations([p.transition.observation for p in row])
+            new_observation = stack_observations([p.transition.next_observation for p in row])
+            responses = [
+                PolicyResponse(
+                    env_ids[p.column],
+                    action=p.transition.fields["action"],
+                    buffer_action=p.transition.fields["buffer_action"],
+                    value=th.as_tensor(p.transition.fields["value"]),
+                    log_prob=th.as_tensor(p.transition.fields["log_prob"]),
+                    episode_start=p.episode_start,
+                    **(
+                        {"action_mask": p.transition.fields["action_mask"]}
+                        if "action_mask" in p.transition.fields
+                        else {}
+                    ),
+                )
+                for p in row
+            ]
+            rewards = np.asarray([p.transition.reward for p in row], dtype=np.float32)
+            dones = np.asarray([p.done for p in row], dtype=bool)
+            add_rollout_step(
+                model,
+                observation,
+                responses,
+                rewards,
+                dones,
+                [p.info for p in row],
+                env_ids=env_ids,
+                update_model=update_model,
+                new_observation=new_observation,
+            )
+        last_dones = np.asarray([p.transition.end is not None for p in placed[-1]], dtype=bool)
+        if update_model:
+            for agent, returns in self.agent_returns.items():
+                if returns:
+                    model.logger.record(f"rollout/ep_rew_mean/{agent}", float(np.mean(returns)))
+        finish_rollout(
+            model, new_observation, last_dones, env_ids=env_ids, update_model=update_model
+        )
+
+
+def _segments(placed: list[list[Placed]], n_rows: int, n_columns: int) -> list[Segment]:
+    """The segments of a packed rollout, column by column."""
+    out: list[Segment] = []
+    for column in range(n_columns):
+        run: list[Placed] = []
+        for row in range(n_rows):
+            p = placed[row][column]
+            if run and p.episode_start:
+                out.append(_segment(run, n_rows))
+                run = []
+            run.append(p)
+        out.append(_segment(run, n_rows))
+    return out
+
+
+def _segment(run: list[Placed], n_rows: int) -> Segment:
+    last = run[-1]
+    t = last.transition
+    return Segment(
+        column=last.column,
+        start_row=run[0].row,
+        stop_row=last.row + 1,
+        env_index=t.env_index,
+        agent_id=t.agent_id,
+        env_steps=tuple(p.transition.env_step for p in run),
+        end="cut" if t.end is None else t.end,
+    )

@@ -1,0 +1,161 @@
+"""Train one shared SB3 off-policy model (DQN, SAC, TD3) on PettingZoo agents that die and join.
+
+:class:`SharedReplayCollector` steps ``n`` copies of a parallel env with one shared off-policy
+model and fills the model's own ``ReplayBuffer`` through :func:`rlightning_sb3.add_replay_step`
+(SB3's ``_store_transition`` and the bookkeeping of ``collect_rollouts``: ``num_timesteps``,
+DQN's exploration rate and target updates, ``train_freq``, callbacks, the logger). A replay
+buffer's cells are independent transitions, so the layout is simpler than the rollout
+collector's: each agent's transition (its observation, action, the rewards up to its next
+action, and the observation it acts on next, or its final one) is stored once it is complete, in
+rows of the buffer's ``n_envs`` cells; nothing is stored for a dead, not-yet-joined or waiting
+agent. An agent that terminates is ``done``; one that is truncated is ``done`` with
+``TimeLimit.truncated``, which SB3's buffer (``handle_timeout_termination``) does not treat as
+terminal.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+
+from rlightning import PolicyResponse
+from rlightning_pettingzoo._columns import Transition
+from rlightning_pettingzoo._sb3 import adapter_for, stack_observations
+from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper
+from rlightning_sb3 import add_replay_step
+
+__all__ = ["SharedReplayCollector"]
+
+
+class SharedReplayCollector(AgentStepper):
+    """Fill one shared off-policy model's ``ReplayBuffer`` from copies of a parallel env.
+
+    Each :meth:`collect` is one ``OffPolicyAlgorithm.collect_rollouts``: rounds of one batched
+    forward pass for every acting agent of every copy (copy order, then ``possible_agents``
+    order: the rows SB3 batches over a VecEnv with one slot per agent, with the same warm-up,
+    epsilon and noise draws), each followed by one ``step`` of every copy; an agent's
+    transition is complete when it acts again or ends, and complete transitions are added, in
+    rows of ``n_envs``, with :func:`rlightning_sb3.add_replay_step` before the next round acts
+    (as SB3 stores a step before sampling the next). It returns when a row ends a rollout of
+    ``model.train_freq``; then train as ``learn()`` does (see ``docs/pettingzoo.md``). Complete
+    transitions that do not fill a row wait for the next rows (off-policy: the policy that
+    acted does not matter). A copy whose agents are all gone is reset.
+
+    Build the model with a VecEnv of ``n_envs`` slots of one agent's spaces (it sizes the
+    buffer; never stepped here) and call :func:`rlightning_sb3.start_training` first.
+
+    Args:
+        model: A DQN, SAC, TD3 or other ``OffPolicyAlgorithm``.
+        env_fns: One function per env copy, each returning a PettingZoo ``ParallelEnv``.
+        seeds: The seed of each copy's first reset (None: no seed).
+
+    Raises:
+        TypeError: ``model`` is not an off-policy SB3 model, or an env is not a
+            ``ParallelEnv``.
+        ValueError: the buffer has ``optimize_memory_usage`` (it reads a cell's next
+            observation from the next row, which here holds another transition), ``env_fns``
+            is empty or ``seeds`` is not one per copy.
+    """
+
+    def __init__(
+        self,
+        model: OffPolicyAlgorithm,
+        env_fns: Sequence[Callable[[], Any]],
+        *,
+        seeds: Sequence[int | None] | None = None,
+    ) -> None:
+        if not isinstance(model, OffPolicyAlgorithm):
+            raise TypeError(
+                "SharedReplayCollector needs an off-policy SB3 model (DQN, SAC, TD3), "
+                f"got {type(model).__name__}"
+            )
+        if getattr(model.replay_buffer, "optimize_memory_usage", False):
+            raise ValueError(
+                "SharedReplayCollector cannot fill a replay buffer with optimize_memory_usage="
+                "True: it reads each cell's next observation from the next row, which holds "
+                "another agent's transition here; build the model with "
+                "optimize_memory_usage=False"
+            )
+        adapter_for(model)
+        super().__init__(model, env_fns, seeds, "SharedReplayCollector")
+        self._ready: list[Transition] = []
+        self._ended: list[Transition] = []
+
+    def collect(self) -> int:
+        """Collect one rollout of ``model.train_freq`` into ``model.replay_buffer``.
+
+        Returns:
+            The agent-steps stored (``n_envs`` per row). The buffer, the model's counters
+            (``num_timesteps`` one per stored agent-step, exploration rate, target network,
+            episode counts) and the envs are mutated; the callback and logger are called
+            where ``collect_rollouts`` calls them.
+
+        Raises:
+            ValueError: an agent left without being terminated or truncated, or has no
+                observation; what :func:`rlightning_sb3.add_replay_step` and the adapter
+                raise (spaces, masks, ``start_training`` not called).
+            RuntimeError: no agent of any copy could act for many rounds in a row.
+            rlightning_sb3.StopTraining: a callback stopped training.
+        """
+        model: Any = self.model
+        n_columns = int(model.replay_buffer.n_envs)
+        stored, idle = 0, 0
+        while True:
+            plan = self._plan(sys.maxsize)
+            complete = self._ended  # ended at the last step
+            for copy in plan:  # acting again: their open transitions are complete
+                for agent in copy.acting:
+                    open_ = self._open.pop((copy.index, agent), None)
+                    if open_ is not None:
+                        complete.append(open_)
+            complete.sort(key=lambda t: (t.env_index, self._agent_rank(t.env_index, t.agent_id)))
+            self._ready.extend(complete)
+            self._ended = []
+            while len(self._ready) >= n_columns:
+                row, self._ready = self._ready[:n_columns], self._ready[n_columns:]
+                stored += n_columns
+                if self._add(row):
+                    return stored
+            keys = [(copy.index, agent) for copy in plan for agent in copy.acting]
+            idle = 0 if keys else idle + 1
+            if idle > _MAX_IDLE_ROUNDS:
+                raise RuntimeError(
+                    f"no agent of any env copy could act for {_MAX_IDLE_ROUNDS} rounds "
+                    "(every live agent's mask allows no action)"
+                )
+            rows = self._act(plan, keys)
+            for copy in plan:
+                self._step(copy, rows, {}, False, self._ended)
+
+    def _add(self, row: list[Transition]) -> bool:
+        """One row of complete transitions, through ``add_replay_step``."""
+        env_ids = [f"column-{c}" for c in range(len(row))]
+        infos: list[dict[str, Any]] = []
+        for t in row:
+            info: dict[str, Any] = {}
+            if t.end is not None:
+                info["terminal_observation"] = t.next_observation
+                info["TimeLimit.truncated"] = t.end == "truncated"
+            if t.episode is not None:
+                info["episode"] = dict(t.episode)
+            infos.append(info)
+        responses = [
+            PolicyResponse(
+                env_ids[c], action=t.fields["action"], buffer_action=t.fields["buffer_action"]
+            )
+            for c, t in enumerate(row)
+        ]
+        return add_replay_step(
+            self.model,
+            stack_observations([t.observation for t in row]),
+            responses,
+            stack_observations([t.next_observation for t in row]),
+            np.asarray([t.reward for t in row], dtype=np.float32),
+            np.asarray([t.end is not None for t in row], dtype=bool),
+            infos,
+            env_ids=env_ids,
+        )
