@@ -12,6 +12,9 @@ Public names:
 * :class:`PolicyServer` -- a Ray actor batching every runner's requests (``max_batch`` rows or
   ``max_wait_us``; a fixed ``order`` in the deterministic mode) into one forward pass of a
   :class:`BatchPolicy`, answering each runner with its own rows, stamped and versioned;
+* :class:`LocalPolicy` -- the local mode: a runner's own policy replica, called with its whole
+  env group at each step, answers stamped and versioned as the server's, newer weights loaded
+  between fragments (``start_runners(..., policy=factory)``, :meth:`Collector.publish`);
 * :class:`WeightsRegistry`, :func:`publish_weights` -- weights through the object store, switched
   between batches, recovered by a restarted server;
 * :class:`Collector` -- the driver's side: fragments in runner order, checked, with per-hop
@@ -51,6 +54,7 @@ from rlightning_ray.groups import (  # noqa: E402
     GymEnvGroup,
 )
 from rlightning_ray.latency import HOPS, HopStats, LatencyReport, latency_report  # noqa: E402
+from rlightning_ray.local import LocalPolicy  # noqa: E402
 from rlightning_ray.runner import EnvRunner, Fragment, stack_observations  # noqa: E402
 from rlightning_ray.server import BatchPolicy, LockstepError, PolicyServer  # noqa: E402
 from rlightning_ray.weights import WeightsRegistry, publish_weights  # noqa: E402
@@ -76,6 +80,7 @@ __all__ = [
     "GymEnvGroup",
     "HopStats",
     "LatencyReport",
+    "LocalPolicy",
     "LockstepError",
     "PolicyServer",
     "UnschedulableWarning",

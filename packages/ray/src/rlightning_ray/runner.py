@@ -31,6 +31,7 @@ from rlightning_ray.groups import (
     stack_observations,
 )
 from rlightning_ray.latency import HOPS
+from rlightning_ray.local import LocalPolicy
 
 __all__ = ["EnvRunner", "Fragment", "StepTag", "checked_env_ids", "stack_observations"]
 
@@ -53,17 +54,24 @@ class EnvRunner:
         runner_id: This runner's name (in answers, messages and fragments).
         env_fns: One callable per env returning a fresh env of the group's kind (gymnasium by
             default: wrap it, e.g. in SB3's ``Monitor``, inside the callable).
-        server: The :class:`PolicyServer` actor handle to ask.
+        server: The :class:`PolicyServer` actor handle to ask (None in the local mode).
         env_ids: One str id per env (default ``f"{runner_id}-{i}"``).
         seeds: One seed (or None) per env for its first reset (and, in the gymnasium group, its
             action space), as ``make_vec_env(..., seed=s)`` seeds env ``i`` with ``s + i``.
         env_group: Builds the :class:`~rlightning_ray.EnvGroup` from ``env_fns`` (default:
             :attr:`default_env_group`, :class:`~rlightning_ray.GymEnvGroup`).
+        policy: The local mode (:mod:`rlightning_ray.local`): a factory of the
+            :class:`~rlightning_ray.BatchPolicy` this runner acts with in its own process (built
+            after its envs are reset; no server is asked). None: the server mode.
+        registry: In the local mode, the :class:`~rlightning_ray.WeightsRegistry` the runner
+            loads newer weights from before each fragment (None: the factory's weights).
 
     Raises:
         ValueError: no env, ``env_ids`` or ``seeds`` of another length than ``env_fns``, or
-            repeated env ids (:func:`checked_env_ids`); or what the group's constructor raises.
-        TypeError: the group built is no :class:`~rlightning_ray.EnvGroup`.
+            repeated env ids (:func:`checked_env_ids`); both or neither of ``server`` and
+            ``policy`` given; or what the group's constructor raises.
+        TypeError: the group built is no :class:`~rlightning_ray.EnvGroup`, or ``policy`` is
+            not callable.
     """
 
     #: The group a runner builds when ``env_group`` is not given.
@@ -78,8 +86,16 @@ class EnvRunner:
         env_ids: Sequence[str] | None = None,
         seeds: Sequence[int | None] | None = None,
         env_group: Callable[[Sequence[Callable[[], Any]]], Any] | None = None,
+        policy: Callable[[], Any] | None = None,
+        registry: Any = None,
     ) -> None:
         ids = checked_env_ids(runner_id, env_fns, env_ids, seeds)
+        if (server is None) == (policy is None):
+            raise ValueError(
+                f"runner {runner_id!r} needs a server to ask (server mode) or a policy factory "
+                f"to act with in its own process (local mode), exactly one; got server={server!r}"
+                f" and policy={policy!r}"
+            )
         import ray
 
         self.runner_id = runner_id
@@ -103,6 +119,9 @@ class EnvRunner:
         self._incarnation = f"{context.get_worker_id()}:{os.getpid()}"
         first = [None] * len(ids) if seeds is None or self.restarted else list(seeds)
         group.reset(first)
+        self._local: LocalPolicy | None = None
+        if policy is not None:  # built last: its seeding is not consumed by the envs
+            self._local = LocalPolicy(policy, registry=registry, runner_id=runner_id)
 
     @property
     def group(self) -> EnvGroup:
@@ -113,8 +132,10 @@ class EnvRunner:
         """Where this runner lives, and what it asks.
 
         Keys: ``runner_id``, ``env_ids``, Ray ``node_id``, ``restarted``, ``server`` (the handle
-        it asks) and ``env_group`` (its group's class name). ``restarted`` is True in a runner
-        Ray re-created after a crash.
+        it asks; None in the local mode), ``env_group`` (its group's class name), ``mode``
+        (``"server"`` or ``"local"``), ``registry`` (the local mode's weights registry, else
+        None) and ``policy_version`` (the local policy's version, else None). ``restarted`` is
+        True in a runner Ray re-created after a crash.
         """
         import ray
 
@@ -126,6 +147,9 @@ class EnvRunner:
             "restarted": bool(context.was_current_actor_reconstructed),
             "server": self._server,
             "env_group": type(self._group).__name__,
+            "mode": "server" if self._local is None else "local",
+            "registry": None if self._local is None else self._local._registry,
+            "policy_version": None if self._local is None else self._local.version,
         }
 
     def sample(
@@ -143,7 +167,11 @@ class EnvRunner:
         ``(call_id, t, restarted, incarnation)`` to the server, wait for its answer (this
         runner's rows), check it (:func:`~rlightning_ray.check_answer`: env ids in order,
         policy version; every row's ``ts_env_sent_ns`` is the one sent; the server's three
-        stamps are valid) and ``step`` the group with it.
+        stamps are valid) and ``step`` the group with it. In the local mode the runner first
+        loads the newest published weights (:meth:`LocalPolicy.refresh
+        <rlightning_ray.local.LocalPolicy.refresh>`; never inside a fragment) and each step's
+        answer comes from its own policy, stamped and versioned as a server's, and checked the
+        same way.
 
         Args:
             n_steps: Steps per env, > 0.
@@ -169,6 +197,9 @@ class EnvRunner:
         if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps <= 0:
             raise ValueError(f"n_steps must be a positive int, got {n_steps!r}")
         group = self._group
+        local = self._local
+        if local is not None:
+            local.refresh()
         observed: list[GroupObservation] = []
         answers: list[Any] = []
         records: list[Any] = []
@@ -179,17 +210,26 @@ class EnvRunner:
                 None if call_id is None else (call_id, t, self.restarted, self._incarnation)
             )
             sent = time.time_ns()
-            answer = ray.get(
-                self._server.act.remote(
-                    self.runner_id,
+            if local is not None:
+                answer = local.act(
                     seen.observation,
                     self.env_ids,
                     seen.episode_start,
                     sent,
                     action_masks=seen.action_masks,
-                    step=tag,
                 )
-            )
+            else:
+                answer = ray.get(
+                    self._server.act.remote(
+                        self.runner_id,
+                        seen.observation,
+                        self.env_ids,
+                        seen.episode_start,
+                        sent,
+                        action_masks=seen.action_masks,
+                        step=tag,
+                    )
+                )
             received = time.time_ns()
             check_answer(
                 answer,
