@@ -24,6 +24,7 @@ import numpy as np
 from rlightning.rules import check_env_ids, check_stamp
 from rlightning_ray.checks import check_answer
 from rlightning_ray.groups import (
+    EnvContractError,
     EnvGroup,
     Fragment,
     GroupObservation,
@@ -69,7 +70,10 @@ class EnvRunner:
     Raises:
         ValueError: no env, ``env_ids`` or ``seeds`` of another length than ``env_fns``, or
             repeated env ids (:func:`checked_env_ids`); both or neither of ``server`` and
-            ``policy`` given; or what the group's constructor raises.
+            ``policy`` given; an env's first ``reset`` broke gymnasium's API (an old-gym
+            ``reset``, an observation of another shape: names the env, the runner and the
+            space); or what the group's constructor raises.
+        RuntimeError: an env raised in its first ``reset`` (names the env and the runner).
         TypeError: the group built is no :class:`~rlightning_ray.EnvGroup`, or ``policy`` is
             not callable.
     """
@@ -118,7 +122,13 @@ class EnvRunner:
         self.restarted = bool(context.was_current_actor_reconstructed)
         self._incarnation = f"{context.get_worker_id()}:{os.getpid()}"
         first = [None] * len(ids) if seeds is None or self.restarted else list(seeds)
-        group.reset(first)
+        try:
+            group.reset(first)
+        except Exception as exc:
+            named = self._env_error(exc, "in its first reset")
+            if named is None:
+                raise
+            raise named from exc.__cause__ or exc
         self._local: LocalPolicy | None = None
         if policy is not None:  # built last: its seeding is not consumed by the envs
             self._local = LocalPolicy(policy, registry=registry, runner_id=runner_id)
@@ -186,8 +196,10 @@ class EnvRunner:
             for gymnasium envs). The runner keeps its envs' state for the next call.
 
         Raises:
-            ValueError: ``n_steps`` is not positive, or an answer breaks a rule of
-                :func:`~rlightning_ray.check_answer` or lost its stamps.
+            ValueError: ``n_steps`` is not positive, an answer breaks a rule of
+                :func:`~rlightning_ray.check_answer` or lost its stamps, or an env broke
+                gymnasium's API (a 4-tuple ``step``, an observation of another shape than the
+                observation space's: names the env, the runner and the space).
             RuntimeError: an env raised in ``step`` or ``reset`` (names the env, the runner and
                 the step; the cause is chained), or the server failed this runner's request
                 (e.g. ``LockstepError`` in the deterministic mode).
@@ -242,14 +254,10 @@ class EnvRunner:
             try:
                 records.append(group.step(answer))
             except Exception as exc:
-                index = getattr(exc, "env_index", None)
-                if isinstance(index, int) and 0 <= index < len(self.env_ids):
-                    cause = exc.__cause__ or exc
-                    raise RuntimeError(
-                        f"env {self.env_ids[index]!r} of runner {self.runner_id!r} raised in "
-                        f"step {t} of this fragment: {type(cause).__name__}: {cause}"
-                    ) from cause
-                raise
+                named = self._env_error(exc, f"in step {t} of this fragment")
+                if named is None:
+                    raise
+                raise named from exc.__cause__ or exc
             observed.append(seen)
             answers.append(answer)
         frag = group.fragment(
@@ -264,6 +272,22 @@ class EnvRunner:
         )
         self.restarted = False  # the next fragment continues this one's episodes
         return frag
+
+    def _env_error(self, exc: BaseException, where: str) -> Exception | None:
+        """The error naming this runner and the env of ``exc`` (its ``env_index``), or None.
+
+        An :class:`~rlightning_ray.groups.EnvContractError` (gymnasium's API broken: an old-gym
+        ``reset`` or ``step``, an observation of another shape than the space's) becomes a
+        ``ValueError``; what an env raised, a ``RuntimeError`` with the env's message.
+        """
+        index = getattr(exc, "env_index", None)
+        if not isinstance(index, int) or not 0 <= index < len(self.env_ids):
+            return None
+        env = f"env {self.env_ids[index]!r} of runner {self.runner_id!r}"
+        if isinstance(exc, EnvContractError):
+            return ValueError(f"{env} broke gymnasium's API {where}: {exc}")
+        cause = exc.__cause__ or exc
+        return RuntimeError(f"{env} raised {where}: {type(cause).__name__}: {cause}")
 
     def _hops(self, answer: Any, sent: int, received: int) -> np.ndarray:
         """The four hop durations of one answer, ns (see :data:`rlightning_ray.HOPS`).
