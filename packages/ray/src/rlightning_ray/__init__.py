@@ -8,7 +8,7 @@ Public names:
 * :class:`EnvGroup`, :class:`GroupObservation` -- the env-group protocol (``reset``,
   ``observe``, ``step``, ``fragment``); :class:`GymEnvGroup` -- gymnasium envs exactly as SB3's
   ``make_vec_env`` + ``DummyVecEnv`` (the runner's default), whose fragments are
-  :class:`Fragment` s; :class:`EnvStepError`;
+  :class:`Fragment` s; :class:`EnvStepError`, :class:`EnvContractError`;
 * :class:`PolicyServer` -- a Ray actor batching every runner's requests (``max_batch`` rows or
   ``max_wait_us``; a fixed ``order`` in the deterministic mode) into one forward pass of a
   :class:`BatchPolicy`, answering each runner with its own rows, stamped and versioned;
@@ -48,6 +48,7 @@ from rlightning_ray.actors import UnschedulableWarning, start_runners, start_ser
 from rlightning_ray.checks import POLICY_VERSION_FIELD, check_answer  # noqa: E402
 from rlightning_ray.collector import DEFAULT_TIMEOUT_S, Collector  # noqa: E402
 from rlightning_ray.groups import (  # noqa: E402
+    EnvContractError,
     EnvGroup,
     EnvStepError,
     GroupObservation,
@@ -72,6 +73,7 @@ __all__ = [
     "RAY_SUPPORTED",
     "BatchPolicy",
     "Collector",
+    "EnvContractError",
     "EnvGroup",
     "EnvRunner",
     "EnvStepError",
