@@ -196,3 +196,61 @@ def test_local_and_server_modes_are_one_or_the_other(local_ray: None, envs: Modu
             num_cpus=0.25,
             policy=[envs.EchoPolicy, envs.EchoPolicy],
         )
+
+
+@pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
+def test_each_local_runner_is_sb3_over_its_own_envs(local_ray: None, helpers: ModuleType) -> None:
+    """N runners: runner r's columns are SB3's collect_rollouts over its envs, with its seed.
+
+    Runner ``r`` hosts envs seeded ``seed + r * k + i`` (``start_runners``' rule) and acts with a
+    replica seeded ``RNG_SEED + r`` (one factory per runner); SB3's reference ``r`` collects over
+    ``make_vec_env(k, seed=seed + r * k)`` from the same weights and RNG seed.
+    """
+    n_runners, k, seed, limit = 2, 2, 5, 12
+    model = helpers.make_ppo(n_runners * k, N_STEPS, seed, limit)
+    start_training(model, N_STEPS * n_runners * k)
+    weights = model.policy.state_dict()
+    references = []
+    for r in range(n_runners):
+        reference = helpers.make_ppo(k, N_STEPS, seed + r * k, limit)
+        reference.policy.load_state_dict(weights)
+        _, callback = reference._setup_learn(N_STEPS * k, callback=None)
+        set_random_seed(RNG_SEED + r)
+        assert reference.collect_rollouts(
+            reference.get_env(), callback, reference.rollout_buffer, N_STEPS
+        )
+        references.append(reference)
+    runners = rlightning_ray.start_runners(
+        partial(helpers.cartpole, limit),
+        n_runners=n_runners,
+        envs_per_runner=k,
+        seed=seed,
+        num_cpus=0.25,
+        policy=[
+            partial(
+                SB3BatchPolicy, partial(helpers.make_ppo, k, N_STEPS, 0, limit), seed=RNG_SEED + r
+            )
+            for r in range(n_runners)
+        ],
+    )
+    collector = rlightning_ray.Collector(runners, timeout_s=120)
+    try:
+        collector.publish(1, acting_state(model))
+        collect_rollout(model, collector, current_version=1)
+        for r, reference in enumerate(references):
+            columns = slice(r * k, (r + 1) * k)
+            for name in ROLLOUT_FIELDS:
+                ours = getattr(model.rollout_buffer, name)[:, columns]
+                theirs = getattr(reference.rollout_buffer, name)
+                if name in ("advantages", "returns"):
+                    # bootstrapped from the learner's values of the last observations, one
+                    # forward pass over all 4 envs against SB3's over 2: other batched kernels
+                    np.testing.assert_allclose(ours, theirs, rtol=1e-6, err_msg=f"{r} {name}")
+                else:  # acted by the runner's replica over its 2 envs, as SB3 acts
+                    np.testing.assert_array_equal(
+                        ours, theirs, err_msg=f"runner {r} {name}", strict=True
+                    )
+        assert model.rollout_buffer.episode_starts[1:].any()
+    finally:
+        for runner in runners:
+            ray.kill(runner)
