@@ -100,8 +100,6 @@ class Collector:
                     f"{ids}: pass each runner once, and start all the runners in one "
                     f"start_runners call (separate calls name theirs alike: runner-0, env-0, ...)"
                 )
-        self.restarts = 0
-        self._hops: list[Any] = []
         modes = [d.get("mode", "server") for d in described]
         self.local = all(m == "local" for m in modes)
         self._registries: list[Any] = []  # the local runners' registries, one per actor
@@ -109,6 +107,8 @@ class Collector:
             handle = d.get("registry")
             if handle is not None and all(handle != h for h in self._registries):
                 self._registries.append(handle)
+        self.restarts = 0
+        self._hops: list[Any] = []
         handles = [d["server"] for d in described if d.get("server") is not None]
         infos = ray.get([h.info.remote() for h in handles])
         self._servers: list[Any] = []  # one handle per distinct server actor
