@@ -14,6 +14,7 @@ Ornstein-Uhlenbeck noise reset per env, DQN's epsilon schedule with warm-up samp
 
 from __future__ import annotations
 
+import time
 from functools import partial
 from types import ModuleType
 from typing import Any
@@ -31,7 +32,7 @@ from rlightning_sb3 import start_training
 ROLLOUT_FIELDS = ("observations", "actions", "rewards", "episode_starts", "values", "log_probs")
 ROLLOUT_FIELDS += ("advantages", "returns")
 REPLAY_FIELDS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
-ROLLOUTS, N_STEPS, TRAIN_FREQ, RNG_SEED = 3, 16, 4, 1234
+ROLLOUTS, N_STEPS, TRAIN_FREQ, RNG_SEED = 2, 16, 4, 1234
 
 
 def _run(make_model: Any, env_fn: Any, k: int, seed: int, on_policy: bool) -> Any:
@@ -178,6 +179,31 @@ def test_local_runners_load_weights_between_fragments_only(
         assert [a.policy_version for f in later for a in f.answers] == [5] * 6
         with pytest.raises(ValueError, match="not newer than the published 5"):
             collector.publish(5, {"w": 2})
+    finally:
+        for runner in runners:
+            ray.kill(runner)
+
+
+def test_weights_published_while_runners_sample_wait_for_the_next_fragment(
+    local_ray: None, envs: ModuleType
+) -> None:
+    """A publish while a fragment is sampled: that fragment has one version, the next the new."""
+    runners = rlightning_ray.start_runners(
+        partial(envs.CounterEnv, 0, sleep_s=0.02),
+        n_runners=1,
+        envs_per_runner=2,
+        num_cpus=0.25,
+        policy=envs.EchoPolicy,
+    )
+    collector = rlightning_ray.Collector(runners)
+    try:
+        pending = runners[0].sample.remote(20)  # about 0.8 s of env steps
+        time.sleep(0.3)
+        collector.publish(1, {"w": 1})
+        during = ray.get(pending)
+        assert len({a.policy_version for a in during.answers}) == 1
+        after = collector.sample(2, current_version=1)
+        assert [a.policy_version for a in after[0].answers] == [1, 1]
     finally:
         for runner in runners:
             ray.kill(runner)
