@@ -14,6 +14,7 @@ Ornstein-Uhlenbeck noise reset per env, DQN's epsilon schedule with warm-up samp
 
 from __future__ import annotations
 
+import threading
 import time
 from functools import partial
 from types import ModuleType
@@ -204,6 +205,35 @@ def test_weights_published_while_runners_sample_wait_for_the_next_fragment(
         assert len({a.policy_version for a in during.answers}) == 1
         after = collector.sample(2, current_version=1)
         assert [a.policy_version for a in after[0].answers] == [1, 1]
+    finally:
+        for runner in runners:
+            ray.kill(runner)
+
+
+def test_a_local_runner_killed_mid_sample_restarts_with_the_newest_weights(
+    local_ray: None, envs: ModuleType
+) -> None:
+    """Ray re-creates the runner; its new replica loads the newest publish before acting."""
+    runners = rlightning_ray.start_runners(
+        partial(envs.CounterEnv, 0, length=100, sleep_s=0.02),
+        n_runners=2,
+        envs_per_runner=1,
+        num_cpus=0.25,
+        policy=envs.EchoPolicy,
+    )
+    collector = rlightning_ray.Collector(runners)
+    try:
+        collector.publish(3, {"w": 3})
+        collector.sample(4, current_version=3)  # both runners' episodes are under way
+        timer = threading.Timer(0.3, lambda: ray.kill(runners[1], no_restart=False))
+        timer.start()
+        fragments = collector.sample(20, current_version=3)
+        timer.join()
+        assert [f.restarted for f in fragments] == [False, True]
+        assert {a.policy_version for f in fragments for a in f.answers} == {3}
+        assert fragments[0].observations[0][0, 1] == 4  # runner-0 went on
+        assert fragments[1].observations[0][0, 1] == 0  # runner-1: a fresh episode
+        assert ray.get(runners[1].describe.remote())["policy_version"] == 3
     finally:
         for runner in runners:
             ray.kill(runner)
