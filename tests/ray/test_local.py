@@ -8,7 +8,7 @@ runner loads them between fragments. Every buffer array must be equal exactly
 (``assert_array_equal(strict=True)``): the replica runs the same batched kernels on the same
 batch (all ``k`` envs in each call), so not even the floats may differ.
 
-Cases: PPO on CartPole-v1 (12-step limit: truncations bootstrapped), TD3 with
+Cases: PPO on CartPole-v1 (12-step limit: truncations bootstrapped), MaskablePPO, TD3 with
 Ornstein-Uhlenbeck noise reset per env, DQN's epsilon schedule with warm-up sampling.
 """
 
@@ -93,6 +93,8 @@ def _run(make_model: Any, env_fn: Any, k: int, seed: int, on_policy: bool) -> An
                 assert getattr(model, "exploration_rate", None) == getattr(
                     reference, "exploration_rate", None
                 )
+            if hasattr(theirs, "action_masks"):  # MaskablePPO's buffer
+                fields = (*fields, "action_masks")
             for name in fields:
                 np.testing.assert_array_equal(
                     getattr(ours, name), getattr(theirs, name), err_msg=name, strict=True
@@ -129,6 +131,17 @@ def test_local_ppo_rollouts_equal_collect_rollouts(local_ray: None, helpers: Mod
     collector = _run(make_model, partial(helpers.cartpole, limit), k, seed, on_policy=True)
     report = collector.latency()
     assert all(s.count == ROLLOUTS * N_STEPS for s in report.hops.values())
+
+
+@pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
+def test_local_maskable_ppo_rollouts_equal_collect_rollouts(
+    local_ray: None, helpers: ModuleType, envs: ModuleType
+) -> None:
+    """MaskablePPO: the runner reads its envs' masks, its replica masks, the buffer stores them."""
+    k, seed = 2, 7
+    config = {"act": "discrete", "limit": 5, "p_end": 0.15, "masks": True}
+    make_model = partial(helpers.fuzz_model, "maskable", config, k, seed, n_steps=N_STEPS)
+    _run(make_model, partial(envs.fuzz_env, **config), k, seed, on_policy=True)
 
 
 @pytest.mark.parametrize(
