@@ -9,7 +9,10 @@ runner loads them between fragments. Every buffer array must be equal exactly
 batch (all ``k`` envs in each call), so not even the floats may differ.
 
 Cases: PPO on CartPole-v1 (12-step limit: truncations bootstrapped), MaskablePPO, TD3 with
-Ornstein-Uhlenbeck noise reset per env, DQN's epsilon schedule with warm-up sampling.
+Ornstein-Uhlenbeck noise reset per env, DQN's epsilon schedule with warm-up sampling; N runners
+(each runner's columns are SB3 over its own envs and seed). Also: weights load between fragments
+only (a publish while a fragment is sampled included), a killed local runner restarts with the
+newest weights, and the two modes are exclusive.
 """
 
 from __future__ import annotations
