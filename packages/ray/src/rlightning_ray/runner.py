@@ -10,6 +10,10 @@ and ``ping``. The envs and their framework's semantics are the env group's
 (:mod:`rlightning_ray.groups`): :class:`~rlightning_ray.GymEnvGroup` (SB3's ``DummyVecEnv``)
 by default, ``rlightning_pettingzoo.ParallelEnvGroup`` for
 :class:`rlightning_ray.pettingzoo.ParallelEnvRunner`.
+
+In the local mode (``policy=``, :mod:`rlightning_ray.local`) the runner asks no server: its own
+:class:`~rlightning_ray.LocalPolicy` answers each step, stamped and versioned as a server's, and
+loads newer weights before each fragment; everything else above is the same.
 """
 
 from __future__ import annotations
