@@ -5,8 +5,11 @@ One run measures, on this machine and under its current load:
 * steps per second of the same total number of envs (``--envs``, default 8) stepped with the
   same policy (an SB3 PPO ``MlpPolicy`` answering through ``SB3PolicyAdapter.act``, one batched
   forward pass per step) by SB3's ``DummyVecEnv`` (one process), SB3's ``SubprocVecEnv`` (one
-  process per env, the policy in the driver), rlightning-ray (1, 2 and 4 ``EnvRunner`` actors and
-  one ``PolicyServer``), and RLlib's ``SingleAgentEnvRunner`` actors (1, 2 and 4, its own PPO
+  process per env, the policy in the driver), rlightning-ray in the server mode (1, 2 and 4
+  ``EnvRunner`` actors and one ``PolicyServer``) and in the local mode (the same runners, each
+  acting with its own replica of the model: ``start_runners(..., policy=...)``; and its floor,
+  the same actors running a bare loop of ``env.step`` and ``SB3PolicyAdapter.act``), and RLlib's
+  ``SingleAgentEnvRunner`` actors (1, 2 and 4, its own PPO
   module with the same 64x64 tanh MLP), for CartPole-v1 and a costly env (CartPole-v1 spending
   ``--busy-ms`` of CPU per step in a busy loop);
 * the batch size vs latency trade-off of the server's ``max_wait_us`` (4 runners x 2 envs);
@@ -132,6 +135,68 @@ def bench_ours(
     return {"rate": rate, "batch": float(np.mean(rows)), "report": report}
 
 
+def bench_local(
+    env_fn: Callable[[], Any], n_runners: int, k: int, seconds: float, *, chunk: int
+) -> float:
+    """Steps per second of ``n_runners`` EnvRunners x ``k`` envs, each with its own policy."""
+    n_envs = n_runners * k
+    runners = rlightning_ray.start_runners(
+        env_fn,
+        n_runners=n_runners,
+        envs_per_runner=k,
+        seed=0,
+        num_cpus=0,
+        policy=partial(SB3BatchPolicy, partial(make_model, k)),
+    )
+    collector = rlightning_ray.Collector(runners)
+    collector.sample(8)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        collector.sample(chunk)
+        steps += chunk * n_envs
+    rate = steps / (time.perf_counter() - start)
+    for actor in runners:
+        ray.kill(actor)
+    return rate
+
+
+class FloorRunner:
+    """The local mode's floor: a bare loop of ``venv.step`` and ``SB3PolicyAdapter.act``.
+
+    A Ray actor holding ``k`` envs (SB3's ``DummyVecEnv``) and the same policy, with no
+    fragments, stamps, checks or weights: what any runner-local design costs at least.
+    """
+
+    def __init__(self, env_fn: Callable[[], Any], k: int) -> None:
+        self.venv = DummyVecEnv([env_fn] * k)
+        self.adapter = SB3PolicyAdapter(make_model(k))
+        self.ids = [f"env-{i}" for i in range(k)]
+        self.obs, self.starts = self.venv.reset(), np.ones(k, dtype=bool)
+
+    def run(self, n_steps: int) -> int:
+        """Step every env ``n_steps`` times; return the steps (``n_steps * k``)."""
+        for _ in range(n_steps):
+            answer = self.adapter.act(self.obs, self.ids, episode_start=self.starts)
+            self.obs, _, self.starts, _ = self.venv.step(answer.stacked.action)
+        return n_steps * len(self.ids)
+
+
+def bench_floor(
+    env_fn: Callable[[], Any], n_runners: int, k: int, seconds: float, *, chunk: int
+) -> float:
+    """Steps per second of ``n_runners`` :class:`FloorRunner` actors, ``chunk`` steps a call."""
+    actor = ray.remote(num_cpus=0)(FloorRunner)
+    runners = [actor.remote(env_fn, k) for _ in range(n_runners)]
+    ray.get([r.run.remote(8) for r in runners])
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        steps += sum(ray.get([r.run.remote(chunk) for r in runners]))
+    rate = steps / (time.perf_counter() - start)
+    for r in runners:
+        ray.kill(r)
+    return rate
+
+
 def bench_rllib(env_name: str, n_runners: int, k: int, seconds: float, chunk: int) -> float:
     """Steps per second of RLlib's SingleAgentEnvRunner actors sampling ``chunk`` steps per env."""
     from ray.rllib.algorithms.ppo import PPOConfig
@@ -222,18 +287,23 @@ def main() -> None:
         for n_runners in args.runners:
             k = args.envs // n_runners
             ours = bench_ours(env_fn, n_runners, k, args.seconds, chunk=chunk)
+            local = bench_local(env_fn, n_runners, k, args.seconds, chunk=chunk)
+            floor = bench_floor(env_fn, n_runners, k, args.seconds, chunk=chunk)
             rllib = float("nan")
             if rllib_reason is None:
                 rllib = bench_rllib(rllib_name, n_runners, k, args.seconds, chunk)
             print(
                 f"{name}: {n_runners} runners x {k}: ours {ours['rate']:,.0f}/s "
-                f"(mean batch {ours['batch']:.1f} rows), RLlib {rllib:,.0f}/s",
+                f"(mean batch {ours['batch']:.1f} rows), local {local:,.0f}/s, "
+                f"floor {floor:,.0f}/s, "
+                f"RLlib {rllib:,.0f}/s",
                 flush=True,
             )
             rows.append(
-                f"| {name} | {n_runners} x {k} | {ours['rate']:,.0f} | {dummy:,.0f} | "
-                f"{subproc:,.0f} | {rllib:,.0f} | {ours['rate'] / subproc:.2f} | "
-                f"{ours['rate'] / dummy:.2f} | {ours['rate'] / rllib:.2f} |"
+                f"| {name} | {n_runners} x {k} | {ours['rate']:,.0f} | {local:,.0f} | "
+                f"{floor:,.0f} | {dummy:,.0f} | {subproc:,.0f} | {rllib:,.0f} | "
+                f"{ours['rate'] / subproc:.2f} | {local / subproc:.2f} | {local / dummy:.2f} | "
+                f"{local / rllib:.2f} | {local / floor:.2f} |"
             )
             if n_runners == 2 and name == "CartPole-v1":
                 latency_run = (ours["report"], f"{name}, {n_runners} runners x {k} envs")
@@ -258,9 +328,10 @@ def main() -> None:
     )
     table = "\n".join(
         [
-            "| env | runners x envs | ours steps/s | DummyVecEnv | SubprocVecEnv | RLlib | "
-            "ours / Subproc | ours / Dummy | ours / RLlib |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| env | runners x envs | server mode steps/s | local mode steps/s | floor | "
+            "DummyVecEnv | SubprocVecEnv | RLlib | server / Subproc | local / Subproc | "
+            "local / Dummy | local / RLlib | local / floor |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
             *rows,
         ]
     )

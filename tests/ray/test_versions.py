@@ -85,6 +85,7 @@ def test_all_is_complete() -> None:
         "collector",
         "groups",
         "latency",
+        "local",
         "runner",
         "server",
         "weights",

@@ -20,9 +20,16 @@ What keeps torch's own pickling: tensors on other devices (CUDA, ...), sparse, q
 tensors and tensor subclasses (``nn.Parameter``). A non-contiguous tensor is copied by numpy into
 the pickle (in band), as any non-contiguous array is.
 
-When the out-of-band buffers are read-only (Ray's object store), the loaded tensors alias that
-read-only memory: torch has no read-only tensors and warns once per process ("The given NumPy
-array is not writable"). Do not write into such tensors in place; ``clone()`` them first.
+When the out-of-band buffers are read-only (Ray's object store), the loaded tensors still alias
+that memory (the zero-copy ``ray.get`` of issue 6), and are read-only **by contract**: torch has
+no read-only tensors, so nothing stops an in-place write (``add_``, ``t[0] = ...``), which would
+change the stored object under every other reader on the node (every later ``ray.get`` of it,
+every task given it). rlightning never writes into a received tensor; a user who must write in
+place calls ``clone()`` first. torch's own warning ("The given NumPy array is not writable ...
+undefined behavior", once per process, pointing here) is not raised: the tensor is built on a
+writable view of the same memory (:func:`_alias`), since the decision it asks for is taken and
+documented (docs/decisions.md, "Tensors from read-only buffers alias them, read-only by
+contract"). numpy arrays stay read-only views, as numpy enforces.
 """
 
 from __future__ import annotations
@@ -95,9 +102,35 @@ _INT_BY_SIZE: dict[int, str] = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 
 
 def _rebuild_tensor(array: np.ndarray[Any, Any]) -> Any:
-    """Rebuild a pickled CPU tensor on the memory of ``array`` (no copy)."""
+    """Rebuild a pickled CPU tensor on the memory of ``array`` (no copy; see the module doc)."""
     torch = torch_if_imported() or require_torch("unpickling a torch tensor")
-    return torch.from_numpy(array)
+    return torch.from_numpy(array if array.flags.writeable else _alias(array))
+
+
+class _WritableInterface:
+    """``array``'s ``__array_interface__`` with its data marked writable (keeps ``array`` alive)."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray[Any, Any]) -> None:
+        self.array = array
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        interface = dict(self.array.__array_interface__)
+        interface["data"] = (interface["data"][0], False)  # (address, read-only flag)
+        return interface
+
+
+def _alias(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """A writable array on the memory of the read-only ``array``, no copy (module docstring).
+
+    The result's base is a :class:`_WritableInterface` holding ``array``, so the memory (Ray's
+    buffer) lives as long as the tensor built on it. An empty array is returned as a new one.
+    """
+    if array.size == 0:
+        return np.empty(array.shape, array.dtype)
+    return np.asarray(_WritableInterface(array))
 
 
 def _rebuild_tensor_ex(array: np.ndarray[Any, Any], dtype: Any, requires_grad: bool) -> Any:

@@ -8,10 +8,13 @@ Public names:
 * :class:`EnvGroup`, :class:`GroupObservation` -- the env-group protocol (``reset``,
   ``observe``, ``step``, ``fragment``); :class:`GymEnvGroup` -- gymnasium envs exactly as SB3's
   ``make_vec_env`` + ``DummyVecEnv`` (the runner's default), whose fragments are
-  :class:`Fragment` s; :class:`EnvStepError`;
+  :class:`Fragment` s; :class:`EnvStepError`, :class:`EnvContractError`;
 * :class:`PolicyServer` -- a Ray actor batching every runner's requests (``max_batch`` rows or
   ``max_wait_us``; a fixed ``order`` in the deterministic mode) into one forward pass of a
   :class:`BatchPolicy`, answering each runner with its own rows, stamped and versioned;
+* :class:`LocalPolicy` -- the local mode: a runner's own policy replica, called with its whole
+  env group at each step, answers stamped and versioned as the server's, newer weights loaded
+  between fragments (``start_runners(..., policy=factory)``, :meth:`Collector.publish`);
 * :class:`WeightsRegistry`, :func:`publish_weights` -- weights through the object store, switched
   between batches, recovered by a restarted server;
 * :class:`Collector` -- the driver's side: fragments in runner order, checked, with per-hop
@@ -45,12 +48,14 @@ from rlightning_ray.actors import UnschedulableWarning, start_runners, start_ser
 from rlightning_ray.checks import POLICY_VERSION_FIELD, check_answer  # noqa: E402
 from rlightning_ray.collector import DEFAULT_TIMEOUT_S, Collector  # noqa: E402
 from rlightning_ray.groups import (  # noqa: E402
+    EnvContractError,
     EnvGroup,
     EnvStepError,
     GroupObservation,
     GymEnvGroup,
 )
 from rlightning_ray.latency import HOPS, HopStats, LatencyReport, latency_report  # noqa: E402
+from rlightning_ray.local import LocalPolicy  # noqa: E402
 from rlightning_ray.runner import EnvRunner, Fragment, stack_observations  # noqa: E402
 from rlightning_ray.server import BatchPolicy, LockstepError, PolicyServer  # noqa: E402
 from rlightning_ray.weights import WeightsRegistry, publish_weights  # noqa: E402
@@ -68,6 +73,7 @@ __all__ = [
     "RAY_SUPPORTED",
     "BatchPolicy",
     "Collector",
+    "EnvContractError",
     "EnvGroup",
     "EnvRunner",
     "EnvStepError",
@@ -76,6 +82,7 @@ __all__ = [
     "GymEnvGroup",
     "HopStats",
     "LatencyReport",
+    "LocalPolicy",
     "LockstepError",
     "PolicyServer",
     "UnschedulableWarning",

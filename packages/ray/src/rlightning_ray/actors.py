@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rlightning.rules import check_count
 from rlightning_ray.runner import EnvRunner
 from rlightning_ray.server import BatchPolicy, PolicyServer
 from rlightning_ray.weights import WeightsRegistry
@@ -49,8 +50,20 @@ def start_server(
 
     Returns:
         ``(server, registry)`` actor handles.
+
+    Raises:
+        TypeError: ``max_batch`` or ``max_wait_us`` is not an int (a bool, float or str
+            included), or ``num_cpus``/``num_gpus`` not a number
+            (:func:`rlightning.rules.check_count`).
+        ValueError: ``max_batch`` < 1, ``max_wait_us`` < 0, or ``num_cpus``/``num_gpus``
+            negative or NaN.
     """
     import ray
+
+    check_count(max_batch, "start_server max_batch", minimum=1)
+    check_count(max_wait_us, "start_server max_wait_us", minimum=0)
+    check_count(num_cpus, "start_server num_cpus", minimum=0, integer=False)
+    check_count(num_gpus, "start_server num_gpus", minimum=0, integer=False)
 
     registry = ray.remote(WeightsRegistry).options(num_cpus=0).remote()
     server = (
@@ -75,7 +88,7 @@ def start_server(
 
 def start_runners(
     env_fn: Callable[[], Any] | Sequence[Callable[[], Any]],
-    server: Any,
+    server: Any = None,
     *,
     n_runners: int,
     envs_per_runner: int,
@@ -85,6 +98,7 @@ def start_runners(
     max_restarts: int = -1,
     runner_class: type = EnvRunner,
     env_group: Callable[[Sequence[Callable[[], Any]]], Any] | None = None,
+    policy: Callable[[], Any] | Sequence[Callable[[], Any]] | None = None,
 ) -> list[Any]:
     """Start ``n_runners`` :class:`~rlightning_ray.EnvRunner` actors of ``envs_per_runner`` envs.
 
@@ -93,10 +107,17 @@ def start_runners(
     ``seed + i``, as ``make_vec_env(..., seed=seed)`` seeds its ``i``-th env (gymnasium envs:
     its first reset and its action space).
 
+    Two modes (docs/ray.md, "Local or server mode"): with ``server``, each step's observations
+    go to that :class:`~rlightning_ray.PolicyServer`; with ``policy`` (the local mode,
+    :mod:`rlightning_ray.local`), each runner builds its own policy replica in its process and
+    acts with it, loading newer weights between fragments from one
+    :class:`~rlightning_ray.WeightsRegistry` started here, which
+    :meth:`Collector.publish <rlightning_ray.Collector.publish>` publishes to.
+
     Args:
         env_fn: Returns a fresh ``gymnasium.Env`` (called once per env, in the runner), or a
             sequence of ``n_runners * envs_per_runner`` such callables, one per env in env order.
-        server: The policy server handle.
+        server: The policy server handle (server mode), or None with ``policy``.
         n_runners: Number of runners, >= 1.
         envs_per_runner: Envs per runner (``k``), >= 1.
         seed: Base seed (None: unseeded).
@@ -109,19 +130,42 @@ def start_runners(
             (an ``EnvRunner`` whose default group is ``rlightning_pettingzoo.ParallelEnvGroup``).
         env_group: Builds each runner's :class:`~rlightning_ray.EnvGroup` from its env
             callables (None: the runner class's ``default_env_group``).
+        policy: The local mode: a factory of the :class:`~rlightning_ray.BatchPolicy` each
+            runner acts with (e.g. ``partial(rlightning_ray.sb3.SB3BatchPolicy, make_model,
+            seed=s)``, whose model is built for ``envs_per_runner`` envs), or one factory per
+            runner (distinct seeds: a seeded factory seeds every runner's replica alike).
 
     Returns:
         The runner handles, in runner order.
 
     Raises:
-        ValueError: ``n_runners`` or ``envs_per_runner`` < 1, or a sequence ``env_fn`` of
-            another length than ``n_runners * envs_per_runner``.
+        ValueError: ``n_runners`` or ``envs_per_runner`` < 1, a sequence ``env_fn`` (or
+            ``policy``) of another length than ``n_runners * envs_per_runner`` (``n_runners``),
+            or both or neither of ``server`` and ``policy``.
+        TypeError: ``n_runners`` or ``envs_per_runner`` is not an int (a bool, float or str
+            included; :func:`rlightning.rules.check_count`), or ``num_cpus`` not a number.
     """
     import ray
 
-    if n_runners < 1 or envs_per_runner < 1:
+    check_count(n_runners, "start_runners n_runners", minimum=1)
+    check_count(envs_per_runner, "start_runners envs_per_runner", minimum=1)
+    check_count(num_cpus, "start_runners num_cpus", minimum=0, integer=False)
+    if (server is None) == (policy is None):
         raise ValueError(
-            f"n_runners and envs_per_runner must be >= 1, got {n_runners} and {envs_per_runner}"
+            "start_runners needs a server (server mode) or a policy factory (local mode), "
+            f"exactly one; got server={server!r} and policy={policy!r}"
+        )
+    factories: list[Any] = (
+        [None] * n_runners
+        if policy is None
+        else list(policy)
+        if isinstance(policy, Sequence)
+        else [policy] * n_runners
+    )
+    if len(factories) != n_runners:
+        raise ValueError(
+            f"policy holds {len(factories)} factories for {n_runners} runners: give one "
+            "factory, or one per runner"
         )
     total = n_runners * envs_per_runner
     fns = list(env_fn) if isinstance(env_fn, Sequence) else [env_fn] * total
@@ -130,6 +174,9 @@ def start_runners(
             f"env_fn holds {len(fns)} callables for {n_runners} runners x {envs_per_runner} envs"
             f" = {total} envs: give one callable, or one per env"
         )
+    registry = None
+    if policy is not None:
+        registry = ray.remote(WeightsRegistry).options(num_cpus=0).remote()
     _warn_if_unschedulable(ray, server, n_runners, num_cpus)
     actor: Any = ray.remote(runner_class).options(
         num_cpus=num_cpus,
@@ -149,6 +196,7 @@ def start_runners(
                 env_ids=[f"env-{i}" for i in indices],
                 seeds=None if seed is None else [seed + i for i in indices],
                 **({} if env_group is None else {"env_group": env_group}),
+                **({} if policy is None else {"policy": factories[r], "registry": registry}),
             )
         )
     return runners
@@ -171,7 +219,7 @@ def _warn_if_unschedulable(ray: Any, server: Any, n_runners: int, num_cpus: floa
 
     Args:
         ray: The ``ray`` module.
-        server: The policy server handle.
+        server: The policy server handle (None in the local mode).
         n_runners: Runners to start.
         num_cpus: CPUs each reserves.
 
@@ -184,7 +232,8 @@ def _warn_if_unschedulable(ray: Any, server: Any, n_runners: int, num_cpus: floa
 
     # Not started within 30 s (or failing): judge what is free now.
     with contextlib.suppress(Exception):
-        ray.get(server.info.remote(), timeout=30)
+        if server is not None:
+            ray.get(server.info.remote(), timeout=30)
     free = float(ray.available_resources().get("CPU", 0.0))
     need = n_runners * num_cpus
     if need > free:

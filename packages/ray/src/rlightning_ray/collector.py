@@ -70,6 +70,8 @@ class Collector:
         restarts: How many fragments came from a restarted runner so far.
         deterministic: Whether the runners' servers all batch in the deterministic mode
             (``order=``: every batch holds every runner's rows, in that order).
+        local: Whether every runner acts with its own policy (the local mode,
+            :mod:`rlightning_ray.local`: every call of a runner's policy holds all its envs).
         timeout_s: The default of :meth:`sample`'s ``timeout_s``.
     """
 
@@ -99,6 +101,13 @@ class Collector:
                     f"{ids}: pass each runner once, and start all the runners in one "
                     f"start_runners call (separate calls name theirs alike: runner-0, env-0, ...)"
                 )
+        modes = [d.get("mode", "server") for d in described]
+        self.local = all(m == "local" for m in modes)
+        self._registries: list[Any] = []  # the local runners' registries, one per actor
+        for d in described:
+            handle = d.get("registry")
+            if handle is not None and all(handle != h for h in self._registries):
+                self._registries.append(handle)
         self.restarts = 0
         self._hops: list[Any] = []
         served = [(d["runner_id"], d["server"]) for d in described if d.get("server") is not None]
@@ -347,6 +356,43 @@ class Collector:
                 own = [e for j, e in failures if j == i]
                 return i, own[0] if own else exc
         return failures[0]
+
+    def publish(self, version: int, weights: Any) -> int:
+        """Publish ``weights`` as ``version`` to the local-mode runners, once.
+
+        The weights are put in the object store once (``ray.put``) and each runner's
+        :class:`~rlightning_ray.WeightsRegistry` gets the reference; every runner loads them at
+        the start of its next fragment (:meth:`LocalPolicy.refresh
+        <rlightning_ray.local.LocalPolicy.refresh>`), never inside one. Runners Ray restarts
+        read them the same way. For runners of a server, use
+        :func:`~rlightning_ray.publish_weights` with the server and its registry.
+
+        Args:
+            version: A new int version, larger than every earlier one.
+            weights: What the runners' policies' ``set_weights`` take (for SB3:
+                :func:`rlightning_ray.sb3.acting_state` or ``policy_weights``).
+
+        Returns:
+            ``version``.
+
+        Raises:
+            TypeError: ``version`` is not an int.
+            ValueError: the runners are not all in the local mode (names the mode), or
+                ``version`` is not newer than the last published.
+        """
+        import ray
+
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise TypeError(f"version must be an int, got {type(version).__name__} {version!r}")
+        if not self.local:
+            raise ValueError(
+                f"Collector.publish publishes to local-mode runners (start_runners(..., "
+                f"policy=...)), but runners {self.runner_ids} ask a server: publish with "
+                "rlightning_ray.publish_weights(server, registry, version, weights)"
+            )
+        ref = ray.put(weights)
+        ray.get([r.publish.remote(version, [ref]) for r in self._registries])
+        return version
 
     def latency(self, *, reset: bool = False) -> LatencyReport:
         """p50/p99 of each hop over the fragments sampled so far (since the last ``reset``)."""

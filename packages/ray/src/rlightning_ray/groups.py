@@ -28,9 +28,11 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import numpy as np
 from gymnasium import spaces
 
+from rlightning_ray._contract import reset_problem, step_problem
 from rlightning_ray.latency import HOPS
 
 __all__ = [
+    "EnvContractError",
     "EnvGroup",
     "EnvStepError",
     "Fragment",
@@ -138,6 +140,20 @@ class EnvStepError(RuntimeError):
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle as ``EnvStepError(env_index, message)`` (it crosses Ray)."""
         return (type(self), (self.env_index, str(self)))
+
+
+class EnvContractError(EnvStepError):
+    """An env broke gymnasium's API in :class:`GymEnvGroup`: refused before its value is kept.
+
+    Raised for a ``reset`` that does not return ``(observation, info)`` (an old-gym ``reset``
+    returning the observation alone), a ``step`` that does not return the 5-tuple
+    ``(observation, reward, terminated, truncated, info)`` (an old-gym 4-tuple with ``done``),
+    and an observation whose shape (or ``Dict`` keys) is not the observation space's: SB3's
+    ``DummyVecEnv`` would store it with numpy's broadcasting (a ``(1,)`` observation fills a
+    ``(4,)`` row with copies), a silent wrong value in the buffer. The message names the env's
+    index and the observation space; the runner adds its id and the env id. Not chained: the
+    env raised nothing.
+    """
 
 
 @dataclass
@@ -297,6 +313,9 @@ class GymEnvGroup:
 
         Raises:
             ValueError: ``seeds`` has another length than the envs.
+            EnvStepError: env ``i``'s ``reset`` raised (its ``env_index``; the cause chained).
+            EnvContractError: an env's ``reset`` broke gymnasium's API (class
+                :class:`EnvContractError`).
         """
         if len(seeds) != len(self._envs):
             raise ValueError(f"got {len(seeds)} seeds for {len(self._envs)} envs")
@@ -304,8 +323,14 @@ class GymEnvGroup:
         for i, (env, seed) in enumerate(zip(self._envs, seeds, strict=True)):
             if seed is not None:
                 env.action_space.seed(seed)
-            obs, _ = env.reset(seed=seed)
-            _save(batch, i, obs)
+            try:
+                result = env.reset(seed=seed)
+            except Exception as exc:
+                raise EnvStepError(i, f"{type(exc).__name__}: {exc}") from exc
+            problem = reset_problem(i, result, self._space)
+            if problem is not None:
+                raise EnvContractError(i, problem)
+            _save(batch, i, result[0])
         self._obs = batch
         self._starts = np.ones(len(self._envs), dtype=bool)
         self._masks = self._read_masks()
@@ -328,6 +353,8 @@ class GymEnvGroup:
         Raises:
             EnvStepError: env ``i``'s ``step`` or ``reset`` raised (its ``env_index``; the env's
                 exception is the cause).
+            EnvContractError: env ``i`` broke gymnasium's API (:class:`EnvContractError`);
+                nothing of the step is kept.
         """
         actions = answer.action
         k = len(self._envs)
@@ -337,12 +364,22 @@ class GymEnvGroup:
         batch = _new_batch(self._space, k)
         for i, env in enumerate(self._envs):
             try:
-                obs, rewards[i], terminated, truncated, info = env.step(actions[i])
+                result = env.step(actions[i])
+                problem = step_problem(i, result, self._space)
+                if problem is not None:
+                    raise EnvContractError(i, problem)
+                obs, rewards[i], terminated, truncated, info = result
                 dones[i] = terminated or truncated
                 info["TimeLimit.truncated"] = truncated and not terminated
                 if dones[i]:
                     info["terminal_observation"] = obs
-                    obs, _ = env.reset()
+                    reset = env.reset()
+                    problem = reset_problem(i, reset, self._space)
+                    if problem is not None:
+                        raise EnvContractError(i, problem)
+                    obs = reset[0]
+            except EnvContractError:
+                raise
             except Exception as exc:
                 raise EnvStepError(i, f"{type(exc).__name__}: {exc}") from exc
             _save(batch, i, obs)

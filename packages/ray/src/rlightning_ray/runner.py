@@ -10,6 +10,10 @@ and ``ping``. The envs and their framework's semantics are the env group's
 (:mod:`rlightning_ray.groups`): :class:`~rlightning_ray.GymEnvGroup` (SB3's ``DummyVecEnv``)
 by default, ``rlightning_pettingzoo.ParallelEnvGroup`` for
 :class:`rlightning_ray.pettingzoo.ParallelEnvRunner`.
+
+In the local mode (``policy=``, :mod:`rlightning_ray.local`) the runner asks no server: its own
+:class:`~rlightning_ray.LocalPolicy` answers each step, stamped and versioned as a server's, and
+loads newer weights before each fragment; everything else above is the same.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy as np
 from rlightning.rules import check_env_ids, check_stamp
 from rlightning_ray.checks import check_answer
 from rlightning_ray.groups import (
+    EnvContractError,
     EnvGroup,
     Fragment,
     GroupObservation,
@@ -31,6 +36,7 @@ from rlightning_ray.groups import (
     stack_observations,
 )
 from rlightning_ray.latency import HOPS
+from rlightning_ray.local import LocalPolicy
 
 __all__ = ["EnvRunner", "Fragment", "StepTag", "checked_env_ids", "stack_observations"]
 
@@ -53,17 +59,27 @@ class EnvRunner:
         runner_id: This runner's name (in answers, messages and fragments).
         env_fns: One callable per env returning a fresh env of the group's kind (gymnasium by
             default: wrap it, e.g. in SB3's ``Monitor``, inside the callable).
-        server: The :class:`PolicyServer` actor handle to ask.
+        server: The :class:`PolicyServer` actor handle to ask (None in the local mode).
         env_ids: One str id per env (default ``f"{runner_id}-{i}"``).
         seeds: One seed (or None) per env for its first reset (and, in the gymnasium group, its
             action space), as ``make_vec_env(..., seed=s)`` seeds env ``i`` with ``s + i``.
         env_group: Builds the :class:`~rlightning_ray.EnvGroup` from ``env_fns`` (default:
             :attr:`default_env_group`, :class:`~rlightning_ray.GymEnvGroup`).
+        policy: The local mode (:mod:`rlightning_ray.local`): a factory of the
+            :class:`~rlightning_ray.BatchPolicy` this runner acts with in its own process (built
+            after its envs are reset; no server is asked). None: the server mode.
+        registry: In the local mode, the :class:`~rlightning_ray.WeightsRegistry` the runner
+            loads newer weights from before each fragment (None: the factory's weights).
 
     Raises:
         ValueError: no env, ``env_ids`` or ``seeds`` of another length than ``env_fns``, or
-            repeated env ids (:func:`checked_env_ids`); or what the group's constructor raises.
-        TypeError: the group built is no :class:`~rlightning_ray.EnvGroup`.
+            repeated env ids (:func:`checked_env_ids`); both or neither of ``server`` and
+            ``policy`` given; an env's first ``reset`` broke gymnasium's API (an old-gym
+            ``reset``, an observation of another shape: names the env, the runner and the
+            space); or what the group's constructor raises.
+        RuntimeError: an env raised in its first ``reset`` (names the env and the runner).
+        TypeError: the group built is no :class:`~rlightning_ray.EnvGroup`, or ``policy`` is
+            not callable.
     """
 
     #: The group a runner builds when ``env_group`` is not given.
@@ -78,8 +94,16 @@ class EnvRunner:
         env_ids: Sequence[str] | None = None,
         seeds: Sequence[int | None] | None = None,
         env_group: Callable[[Sequence[Callable[[], Any]]], Any] | None = None,
+        policy: Callable[[], Any] | None = None,
+        registry: Any = None,
     ) -> None:
         ids = checked_env_ids(runner_id, env_fns, env_ids, seeds)
+        if (server is None) == (policy is None):
+            raise ValueError(
+                f"runner {runner_id!r} needs a server to ask (server mode) or a policy factory "
+                f"to act with in its own process (local mode), exactly one; got server={server!r}"
+                f" and policy={policy!r}"
+            )
         import ray
 
         self.runner_id = runner_id
@@ -102,7 +126,16 @@ class EnvRunner:
         self.restarted = bool(context.was_current_actor_reconstructed)
         self._incarnation = f"{context.get_worker_id()}:{os.getpid()}"
         first = [None] * len(ids) if seeds is None or self.restarted else list(seeds)
-        group.reset(first)
+        try:
+            group.reset(first)
+        except Exception as exc:
+            named = self._env_error(exc, "in its first reset")
+            if named is None:
+                raise
+            raise named from exc.__cause__ or exc
+        self._local: LocalPolicy | None = None
+        if policy is not None:  # built last: its seeding is not consumed by the envs
+            self._local = LocalPolicy(policy, registry=registry, runner_id=runner_id)
 
     @property
     def group(self) -> EnvGroup:
@@ -113,8 +146,10 @@ class EnvRunner:
         """Where this runner lives, and what it asks.
 
         Keys: ``runner_id``, ``env_ids``, Ray ``node_id``, ``restarted``, ``server`` (the handle
-        it asks) and ``env_group`` (its group's class name). ``restarted`` is True in a runner
-        Ray re-created after a crash.
+        it asks; None in the local mode), ``env_group`` (its group's class name), ``mode``
+        (``"server"`` or ``"local"``), ``registry`` (the local mode's weights registry, else
+        None) and ``policy_version`` (the local policy's version, else None). ``restarted`` is
+        True in a runner Ray re-created after a crash.
         """
         import ray
 
@@ -126,6 +161,9 @@ class EnvRunner:
             "restarted": bool(context.was_current_actor_reconstructed),
             "server": self._server,
             "env_group": type(self._group).__name__,
+            "mode": "server" if self._local is None else "local",
+            "registry": None if self._local is None else self._local._registry,
+            "policy_version": None if self._local is None else self._local.version,
         }
 
     def sample(
@@ -143,7 +181,11 @@ class EnvRunner:
         ``(call_id, t, restarted, incarnation)`` to the server, wait for its answer (this
         runner's rows), check it (:func:`~rlightning_ray.check_answer`: env ids in order,
         policy version; every row's ``ts_env_sent_ns`` is the one sent; the server's three
-        stamps are valid) and ``step`` the group with it.
+        stamps are valid) and ``step`` the group with it. In the local mode the runner first
+        loads the newest published weights (:meth:`LocalPolicy.refresh
+        <rlightning_ray.local.LocalPolicy.refresh>`; never inside a fragment) and each step's
+        answer comes from its own policy, stamped and versioned as a server's, and checked the
+        same way.
 
         Args:
             n_steps: Steps per env, > 0.
@@ -158,8 +200,10 @@ class EnvRunner:
             for gymnasium envs). The runner keeps its envs' state for the next call.
 
         Raises:
-            ValueError: ``n_steps`` is not positive, or an answer breaks a rule of
-                :func:`~rlightning_ray.check_answer` or lost its stamps.
+            ValueError: ``n_steps`` is not positive, an answer breaks a rule of
+                :func:`~rlightning_ray.check_answer` or lost its stamps, or an env broke
+                gymnasium's API (a 4-tuple ``step``, an observation of another shape than the
+                observation space's: names the env, the runner and the space).
             RuntimeError: an env raised in ``step`` or ``reset`` (names the env, the runner and
                 the step; the cause is chained), or the server failed this runner's request
                 (e.g. ``LockstepError`` in the deterministic mode).
@@ -169,6 +213,9 @@ class EnvRunner:
         if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps <= 0:
             raise ValueError(f"n_steps must be a positive int, got {n_steps!r}")
         group = self._group
+        local = self._local
+        if local is not None:
+            local.refresh()
         observed: list[GroupObservation] = []
         answers: list[Any] = []
         records: list[Any] = []
@@ -179,17 +226,26 @@ class EnvRunner:
                 None if call_id is None else (call_id, t, self.restarted, self._incarnation)
             )
             sent = time.time_ns()
-            answer = ray.get(
-                self._server.act.remote(
-                    self.runner_id,
+            if local is not None:
+                answer = local.act(
                     seen.observation,
                     self.env_ids,
                     seen.episode_start,
                     sent,
                     action_masks=seen.action_masks,
-                    step=tag,
                 )
-            )
+            else:
+                answer = ray.get(
+                    self._server.act.remote(
+                        self.runner_id,
+                        seen.observation,
+                        self.env_ids,
+                        seen.episode_start,
+                        sent,
+                        action_masks=seen.action_masks,
+                        step=tag,
+                    )
+                )
             received = time.time_ns()
             check_answer(
                 answer,
@@ -202,14 +258,10 @@ class EnvRunner:
             try:
                 records.append(group.step(answer))
             except Exception as exc:
-                index = getattr(exc, "env_index", None)
-                if isinstance(index, int) and 0 <= index < len(self.env_ids):
-                    cause = exc.__cause__ or exc
-                    raise RuntimeError(
-                        f"env {self.env_ids[index]!r} of runner {self.runner_id!r} raised in "
-                        f"step {t} of this fragment: {type(cause).__name__}: {cause}"
-                    ) from cause
-                raise
+                named = self._env_error(exc, f"in step {t} of this fragment")
+                if named is None:
+                    raise
+                raise named from exc.__cause__ or exc
             observed.append(seen)
             answers.append(answer)
         frag = group.fragment(
@@ -224,6 +276,22 @@ class EnvRunner:
         )
         self.restarted = False  # the next fragment continues this one's episodes
         return frag
+
+    def _env_error(self, exc: BaseException, where: str) -> Exception | None:
+        """The error naming this runner and the env of ``exc`` (its ``env_index``), or None.
+
+        An :class:`~rlightning_ray.groups.EnvContractError` (gymnasium's API broken: an old-gym
+        ``reset`` or ``step``, an observation of another shape than the space's) becomes a
+        ``ValueError``; what an env raised, a ``RuntimeError`` with the env's message.
+        """
+        index = getattr(exc, "env_index", None)
+        if not isinstance(index, int) or not 0 <= index < len(self.env_ids):
+            return None
+        env = f"env {self.env_ids[index]!r} of runner {self.runner_id!r}"
+        if isinstance(exc, EnvContractError):
+            return ValueError(f"{env} broke gymnasium's API {where}: {exc}")
+        cause = exc.__cause__ or exc
+        return RuntimeError(f"{env} raised {where}: {type(cause).__name__}: {cause}")
 
     def _hops(self, answer: Any, sent: int, received: int) -> np.ndarray:
         """The four hop durations of one answer, ns (see :data:`rlightning_ray.HOPS`).

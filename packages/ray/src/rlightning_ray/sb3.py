@@ -285,13 +285,18 @@ def collect_replay(
             f"the model has n_envs={model.n_envs} but the runners host {len(env_ids)} envs "
             f"{env_ids}: build the model with a VecEnv of {len(env_ids)} envs"
         )
-    if model.action_noise is not None and len(env_ids) > 1 and not collector.deterministic:
+    if (
+        model.action_noise is not None
+        and len(env_ids) > 1
+        and not (collector.deterministic or collector.local)
+    ):
         raise ValueError(
             f"model.action_noise={model.action_noise} keeps one noise process per env, which "
             f"the server's SB3PolicyAdapter.act can only follow when every batch holds all "
             f"{len(env_ids)} envs {env_ids}; under dynamic batching a batch holds whichever "
             "runners asked: start the server in the deterministic mode "
-            "(start_server(..., order=[the runner ids])), or build the model without action noise"
+            "(start_server(..., order=[the runner ids])), run the runners in the local mode "
+            "(start_runners(..., policy=...)), or build the model without action noise"
         )
     if n_steps is None:
         try:

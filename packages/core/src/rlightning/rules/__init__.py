@@ -29,6 +29,7 @@ rule                              owner
                                   :data:`STAMP_EPOCH_FLOOR_NS`; :data:`SHARED_FIELDS`
                                   (with :data:`POLICY_VERSION_FIELD`)
 ``boolean``                       :func:`as_bools`
+``count``                         :func:`check_count`
 ``known-agent``                   :func:`check_known_agents`
 ``live-agents``                   :func:`check_live_agents`
 ``no-inactive-action``            :func:`check_live_agents`
@@ -58,6 +59,7 @@ from rlightning.rules._agents import (
     check_per_agent_field,
     check_per_agent_keys,
 )
+from rlightning.rules._counts import check_count
 from rlightning.rules._errors import RULES, describe, rule_error, rule_message
 from rlightning.rules._mask_actions import action_allowed, mask_violation
 from rlightning.rules._masks import (
@@ -119,6 +121,7 @@ __all__ = [
     "check_action_allowed",
     "check_action_mask",
     "check_buffer_action",
+    "check_count",
     "check_env_id",
     "check_env_id_matches",
     "check_env_ids",
@@ -154,6 +157,7 @@ for _function in (
     check_action_allowed,
     check_action_mask,
     check_buffer_action,
+    check_count,
     check_env_id,
     check_env_id_matches,
     check_env_ids,

@@ -76,6 +76,12 @@ RULES: dict[str, str] = {
         "or 1 (SB3's dones may be 0/1 floats); 0.5, 2, NaN, strings and objects are refused, "
         "never read by truthiness"
     ),
+    "count": (
+        "a count given as an argument (runners, envs per runner, max_batch rows, max_wait_us "
+        "microseconds) is an int (a Python int or numpy integer), never a bool, a float (4.0 "
+        "is refused, not truncated) or a str, and at least its minimum; an amount Ray takes "
+        "fractional (num_cpus, num_gpus) is a real number, not a bool, NaN or infinite"
+    ),
     "known-agent": "every agent with an action has an action space",
     "live-agents": (
         "every live agent has an action (PettingZoo parallel API: step() takes an action for "

@@ -1,0 +1,69 @@
+"""Counts and sizes given as arguments (private).
+
+Import these names from :mod:`rlightning.rules`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+from rlightning.rules._errors import rule_error
+
+
+def check_count(
+    value: object,
+    name: str,
+    *,
+    minimum: float = 0,
+    integer: bool = True,
+) -> int | float:
+    """Return ``value`` as a count (an int) or, with ``integer=False``, a finite real amount.
+
+    The owner of rule ``count``: a count (runners, envs per runner, ``max_batch`` rows,
+    ``max_wait_us`` microseconds) is an int -- a Python int or a numpy integer, never a bool
+    (``True`` is no count of 1), a float (``4.0`` is refused, not truncated: a float where a
+    count is expected is a unit or arithmetic mistake) or a str (``"4"`` is not parsed). An
+    amount (``num_cpus``, ``num_gpus``, which Ray takes fractional) is a real number that is not
+    a bool, NaN or infinite. Both are at least ``minimum``.
+
+    Args:
+        value: The argument given.
+        name: The argument, as the caller names it (``"start_runners n_runners"``).
+        minimum: The smallest value allowed.
+        integer: True for a count, False for an amount.
+
+    Returns:
+        ``int(value)`` for a count, ``float(value)`` for an amount.
+
+    Raises:
+        TypeError: ``value`` is of the wrong kind (named, with what was given).
+        ValueError: ``value`` is NaN, infinite (amounts) or below ``minimum``.
+
+    Examples:
+        >>> check_count(4, "n_runners", minimum=1)
+        4
+        >>> check_count(2.0, "n_runners", minimum=1)
+        Traceback (most recent call last):
+        ...
+        TypeError: n_runners must be an int count; got 2.0; expected an int >= 1 (not a bool, float or str) [rule count]
+    """  # noqa: E501  (doctest output is one line)
+    kind = "an int" if integer else "a finite number"
+    expected = f"{kind} >= {minimum:g} (not a bool{', float' if integer else ''} or str)"
+    if integer:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise rule_error(
+                TypeError, "count", name, "must be an int count", value, expected=expected
+            )
+        result: int | float = int(value)
+    else:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise rule_error(TypeError, "count", name, "must be a number", value, expected=expected)
+        result = float(value)
+        if not math.isfinite(result):
+            raise rule_error(ValueError, "count", name, "must be finite", value, expected=expected)
+    if result < minimum:
+        raise rule_error(
+            ValueError, "count", name, f"must be >= {minimum:g}", value, expected=expected
+        )
+    return result
