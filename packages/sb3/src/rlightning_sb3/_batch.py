@@ -15,6 +15,8 @@ import numpy as np
 from rlightning import PolicyResponse, ResponseBatch
 from rlightning.rules import as_bools, check_env_ids, check_stamp
 
+_BOOL = np.dtype(np.bool_)
+
 __all__ = [
     "order_responses",
     "per_env_bools",
@@ -112,6 +114,8 @@ def per_env_bools(
         return default
     given: Any = value
     if type(given) is np.ndarray:
+        if given.dtype is _BOOL and given.shape == (len(ids),):
+            return given  # as_bools' own fast path, without its call (every step of a loop)
         if given.ndim == 0 and len(ids) == 1:
             given = given.reshape(1)
     elif len(ids) == 1 and type(given) not in (list, tuple) and np.shape(given) == ():

@@ -16,6 +16,8 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 
 from rlightning.rules import as_bools
 
+_BOOL = np.dtype(np.bool_)
+
 __all__ = [
     "check_buffer_observation",
     "check_rewards",
@@ -55,7 +57,11 @@ def check_step(
             f"(env ids {ids})"
         )
     rewards_arr = check_rewards(rewards, ids)
-    dones_arr = as_bools(dones, "dones", shape=(len(ids),), labels=ids)
+    dones_arr = (
+        dones  # as_bools' own fast path, without its call (a VecEnv's dones, every step)
+        if type(dones) is np.ndarray and dones.dtype is _BOOL and dones.shape == (n_envs,)
+        else as_bools(dones, "dones", shape=(n_envs,), labels=ids)
+    )
     if (type(infos) is not list and not isinstance(infos, Sequence)) or len(infos) != n_envs:
         raise ValueError(
             f"infos must be a list of {n_envs} dicts (one per env, as VecEnv.step returns), "

@@ -72,7 +72,8 @@ def rollout_inputs(model: Any, observation: Any, episode_starts: np.ndarray, sta
         states: RecurrentPPO's ``RNNStates`` of ``(n_layers, n_envs, hidden)`` tensors the step
             started from (the buffer's ``lstm_states``), or None.
     """
-    model._last_obs = last_observation(observation)
+    if observation is not model._last_obs:  # the loop's usual step: the last one's new_obs
+        model._last_obs = last_observation(observation)
     model._last_episode_starts = episode_starts
     if states is not None:
         model._last_lstm_states = states
