@@ -294,3 +294,68 @@ class ImageEnv(gym.Env[np.ndarray, np.int64]):
         image = self._image()
         reward = float(image[0, 0, 1]) / 255.0 + float(action)
         return image, reward, bool(image[0, 0, 0] > 240), self.t >= self.length, {}
+
+
+def dict_parallel(length: int = 4) -> Any:
+    """A PettingZoo parallel env with ``Dict(observation, action_mask)`` observations.
+
+    The classic games' layout in parallel form: agents ``a0``, ``a1``; ``observation`` is
+    ``[agent index, t]`` (float32), ``action_mask`` (int8) forbids action ``t % 3`` of
+    ``Discrete(3)`` (an illegal action raises); every agent is truncated after ``length`` steps.
+    """
+    from pettingzoo import ParallelEnv
+
+    obs_space = spaces.Dict(
+        {
+            "observation": spaces.Box(0.0, 100.0, (2,), np.float32),
+            "action_mask": spaces.Box(0, 1, (3,), np.int8),
+        }
+    )
+    act_space = spaces.Discrete(3)
+
+    class DictParallel(ParallelEnv):  # type: ignore[misc]
+        metadata: ClassVar[dict[str, Any]] = {"name": "dict_parallel_v0", "render_modes": []}
+        render_mode = None
+        possible_agents: ClassVar[list[str]] = ["a0", "a1"]
+
+        def __init__(self) -> None:
+            self.agents: list[str] = []
+            self.t = 0
+
+        def observation_space(self, agent: str) -> spaces.Space[Any]:
+            return obs_space
+
+        def action_space(self, agent: str) -> spaces.Space[Any]:
+            return act_space
+
+        def _observations(self) -> dict[str, Any]:
+            mask = np.ones(3, np.int8)
+            mask[self.t % 3] = 0
+            return {
+                a: {"observation": np.array([i, self.t], np.float32), "action_mask": mask.copy()}
+                for i, a in enumerate(self.agents)
+            }
+
+        def reset(self, seed: int | None = None, options: Any = None) -> Any:
+            self.t, self.agents = 0, list(self.possible_agents)
+            return self._observations(), {a: {} for a in self.agents}
+
+        def step(self, actions: dict[str, Any]) -> Any:
+            for agent, action in actions.items():
+                if int(action) == self.t % 3:
+                    raise ValueError(f"illegal action {action} for {agent}")
+            self.t += 1
+            acting = list(self.agents)
+            observations = self._observations()
+            if self.t >= length:
+                self.agents = []
+            done = self.t >= length
+            return (
+                observations,
+                {a: float(self.t) for a in acting},
+                {a: False for a in acting},
+                {a: done for a in acting},
+                {a: {} for a in acting},
+            )
+
+    return DictParallel()

@@ -17,6 +17,7 @@ from rlightning_ray_test_envs import (  # noqa: F401  (EchoPolicy... re-exported
     FailingEnv,
     ImageEnv,
     SwappingPolicy,
+    dict_parallel,
     fuzz_env,
     reusing_parallel,
 )
@@ -86,7 +87,10 @@ class AgentSlot(gym.Env[Any, Any]):
 
     def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[Any, dict[str, Any]]:
         super().reset(seed=seed)
-        return self.observation_space.sample() * 0, {}
+        sample = self.observation_space.sample()
+        if isinstance(sample, dict):
+            return {key: value * 0 for key, value in sample.items()}, {}
+        return sample * 0, {}
 
     def step(self, action: Any) -> Any:
         raise RuntimeError("AgentSlot only sizes a shared model's buffer; it is never stepped")
@@ -349,4 +353,22 @@ def make_image_model(algo: str, n_envs: int, n_steps: int, seed: int) -> Any:
         train_freq=n_steps,
         exploration_fraction=0.5,
         **common,
+    )
+
+
+def dict_slots_ppo(n_slots: int = 1, n_steps: int = 6) -> Any:
+    """A shared MaskablePPO("MultiInputPolicy") for ``ray_envs.dict_parallel`` (``n_slots``)."""
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    env = dict_parallel()
+    obs_space, act_space = env.observation_space("a0"), env.action_space("a0")
+    venv = DummyVecEnv([lambda: AgentSlot(obs_space, act_space)] * n_slots)
+    return MaskablePPO(
+        "MultiInputPolicy",
+        venv,
+        n_steps=n_steps,
+        batch_size=n_slots * n_steps,
+        seed=0,
+        device="cpu",
     )

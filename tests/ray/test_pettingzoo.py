@@ -243,3 +243,40 @@ def test_runners_with_and_without_info_masks_share_a_batch_and_callbacks_see_new
     np.testing.assert_array_equal(model._last_obs, last)
     for actor in [server, registry, *runners]:
         ray.kill(actor)
+
+
+def test_dict_observations_are_stacked_key_by_key(
+    local_ray: None, helpers: ModuleType, envs: ModuleType
+) -> None:
+    # Dict(observation, action_mask) observations and a shared MaskablePPO("MultiInputPolicy"),
+    # the layout docs/pettingzoo.md recommends: the slots' observations (and the terminal and
+    # last ones) are stacked key by key, as DummyVecEnv stacks a Dict space.
+    server, registry = rlightning_ray.start_server(
+        partial(SharedBatchPolicy, helpers.dict_slots_ppo, envs.dict_parallel), num_cpus=0.25
+    )
+    (runner,) = rlightning_ray.start_runners(
+        envs.dict_parallel,
+        server,
+        n_runners=1,
+        envs_per_runner=1,
+        seed=0,
+        num_cpus=0.25,
+        runner_class=ParallelEnvRunner,
+    )
+    model = helpers.dict_slots_ppo(2, 6)
+    start_training(model, 1_000)
+    rlightning_ray.publish_weights(server, registry, 0, policy_weights(model))
+    collect_shared_rollout(
+        model, rlightning_ray.Collector([runner], timeout_s=60), ["a0", "a1"], current_version=0
+    )
+    buffer = model.rollout_buffer
+    assert buffer.full
+    for t in range(6):
+        legal = [a != t % 4 % 3 for a in range(3)]
+        for j in range(2):
+            np.testing.assert_array_equal(buffer.observations["observation"][t, j], [j, t % 4])
+            np.testing.assert_array_equal(buffer.observations["action_mask"][t, j], legal)
+            assert buffer.action_masks[t, j].astype(bool).tolist() == legal
+    np.testing.assert_array_equal(model._last_obs["observation"], [[0, 2], [1, 2]])
+    for actor in [server, registry, runner]:
+        ray.kill(actor)

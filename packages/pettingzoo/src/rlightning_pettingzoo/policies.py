@@ -477,13 +477,25 @@ class SharedPolicyAdapter:
         Raises:
             TypeError: ``env`` is not a ``ParallelEnv``, ``observations`` is not a mapping, or
                 the model's policy is recurrent.
-            ValueError: a live agent has no observation, its action mask breaks the
+            ValueError: the model has ``action_noise`` and ``deterministic`` is False (the
+                adapter keys noise processes by agent only, not by (env, agent) slot, and
+                never resets them at an episode end as SB3 does), a live agent has no
+                observation, its action mask breaks the
                 ``action-mask`` rule (as in :func:`sample_response`), the agents are not
                 homogeneous or an agent's spaces do not fit the model's (names the agent and
                 both spaces), or an observation does not fit its agent's observation space
                 (names the agent).
         """
         env = require_parallel(env, "SharedPolicyAdapter.act()")
+        if not deterministic and getattr(self.model, "action_noise", None) is not None:
+            raise ValueError(
+                f"SharedPolicyAdapter.act() cannot draw {type(self.model).__name__}'s action "
+                f"noise ({type(self.model.action_noise).__name__}): its rows are keyed by agent "
+                "only, so the same agent in two envs would share one noise process, and no "
+                "process is reset when its episode ends (SB3 keeps one process per (env, agent) "
+                "slot and resets it at that slot's episode end); build the model with "
+                "action_noise=None or act with deterministic=True"
+            )
         agents = self.agent_order(env)
         if not agents:
             return MultiAgentPolicyResponse(env_id, action={})

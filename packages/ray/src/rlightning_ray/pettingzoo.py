@@ -257,7 +257,7 @@ def collect_shared_rollout(
                     dones.append(done)
                     info: dict[str, Any] = {}
                     if done and final is not None and agent in final:
-                        info["terminal_observation"] = np.asarray(final[agent])
+                        info["terminal_observation"] = _terminal_observation(final[agent])
                         info["TimeLimit.truncated"] = bool(
                             frag.truncations[t][i].get(agent, False)
                             and not frag.terminations[t][i].get(agent, False)
@@ -279,14 +279,25 @@ def collect_shared_rollout(
     return fragments
 
 
-def _slot_observations(steps: list[list[dict[Any, Any]]], agents: list[Any]) -> np.ndarray:
+def _slot_observations(steps: list[list[dict[Any, Any]]], agents: list[Any]) -> Any:
     """One step of every runner's envs as the slots' ``(n_slots, *obs_shape)`` array.
 
     ``steps[r][i]`` is runner ``r``'s env ``i``'s ``{agent: observation}``; slot ``e *
     len(agents) + j`` is agent ``agents[j]`` of env ``e`` (a new array: the fragments are not
-    changed).
+    changed). Dict observations are stacked key by key into ``{key: (n_slots, *shape)}``, as
+    SB3's ``DummyVecEnv`` stacks a Dict space (and ``rlightning_pettingzoo`` batches them).
     """
-    return np.stack([np.asarray(env[agent]) for step in steps for env in step for agent in agents])
+    rows = [env[agent] for step in steps for env in step for agent in agents]
+    if rows and isinstance(rows[0], dict):
+        return {key: np.stack([np.asarray(row[key]) for row in rows]) for key in rows[0]}
+    return np.stack([np.asarray(row) for row in rows])
+
+
+def _terminal_observation(observation: Any) -> Any:
+    """A copy of one agent's final observation (a dict of arrays for a Dict space)."""
+    if isinstance(observation, dict):
+        return {key: np.array(value) for key, value in observation.items()}
+    return np.array(observation)
 
 
 def _check_agents(observations: dict[Any, Any], agents: list[Any], env_id: str, t: int) -> None:

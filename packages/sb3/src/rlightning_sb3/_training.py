@@ -26,7 +26,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
-from stable_baselines3.common.type_aliases import MaybeCallback
+from stable_baselines3.common.type_aliases import MaybeCallback, TrainFrequencyUnit
 from stable_baselines3.common.utils import obs_as_tensor
 
 from rlightning_sb3._recurrent import stack_rnn_states
@@ -118,6 +118,32 @@ def _learn_globals(model: BaseAlgorithm) -> dict[str, Any]:
     return {}
 
 
+def _check_episodic_train_freq(model: BaseAlgorithm) -> None:
+    """Refuse per-episode training with several envs, as SB3's ``collect_rollouts`` asserts.
+
+    Args:
+        model: The SB3 model; only an ``OffPolicyAlgorithm`` is checked.
+
+    Raises:
+        ValueError: ``model.train_freq`` counts episodes and ``model.get_env()`` has more than
+            one env.
+    """
+    if not isinstance(model, OffPolicyAlgorithm):
+        return
+    env = model.get_env()
+    # _setup_model converted the argument to a TrainFreq (SB3 annotates the attribute with the
+    # argument's type)
+    train_freq: Any = model.train_freq
+    unit = getattr(train_freq, "unit", None)
+    if env is not None and env.num_envs > 1 and unit == TrainFrequencyUnit.EPISODE:
+        raise ValueError(
+            f"{type(model).__name__} has train_freq=({train_freq.frequency}, 'episode') "
+            f"with {env.num_envs} envs: SB3 trains per episode only with one env "
+            "(OffPolicyAlgorithm.collect_rollouts asserts 'You must use only one env when "
+            "doing episodic training.'); use train_freq=(n, 'step') or a single env"
+        )
+
+
 def start_training(
     model: BaseAlgorithm,
     total_timesteps: int,
@@ -172,8 +198,11 @@ def start_training(
 
     Raises:
         TypeError: ``total_timesteps`` is not an int (a bool is refused too).
-        ValueError: ``total_timesteps`` is not positive, the model has no env, or a run with a
-            callback was started on this model and not finished (:func:`finish_training`).
+        ValueError: ``total_timesteps`` is not positive, the model has no env, an off-policy
+            model trains per episode (``train_freq=(n, "episode")``) with more than one env
+            (SB3 refuses it: ``OffPolicyAlgorithm.collect_rollouts`` asserts "You must use only
+            one env when doing episodic training."), or a run with a callback was started on
+            this model and not finished (:func:`finish_training`).
         ImportError: ``progress_bar`` without ``tqdm`` and ``rich`` (raised by SB3).
     """
     if isinstance(total_timesteps, bool) or not isinstance(total_timesteps, int):
@@ -187,6 +216,7 @@ def start_training(
         raise ValueError(
             f"{type(model).__name__} has no env: build it with one or call model.set_env(env)"
         )
+    _check_episodic_train_freq(model)
     previous = _RUNS.get(model)
     if previous is not None and previous.callback is not None:
         raise ValueError(
