@@ -253,3 +253,29 @@ def test_runner_env_ids_follow_the_core_env_id_rule(
     fns = [lambda: None, lambda: None]
     with pytest.raises(error, match=re.escape(message)):
         checked_env_ids("r0", fns, env_ids, None)
+
+
+def test_a_model_with_a_vec_env_wrapper_the_runners_lack_is_refused_up_front(
+    local_ray: None, helpers: ModuleType
+) -> None:
+    from stable_baselines3 import PPO, SAC
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecFrameStack, VecNormalize
+
+    from rlightning_ray.sb3 import collect_rollout
+
+    server, _ = rlightning_ray.start_server(helpers.EchoPolicy, max_batch=4, num_cpus=0.25)
+    runners = rlightning_ray.start_runners(
+        helpers.pendulum, server, n_runners=1, envs_per_runner=1, num_cpus=0.25
+    )
+    collector = rlightning_ray.Collector(runners, timeout_s=TIMEOUT_S)
+    ppo = PPO("MlpPolicy", VecFrameStack(make_vec_env(helpers.pendulum, 1), 2), n_steps=2)
+    sac = SAC("MlpPolicy", VecNormalize(make_vec_env(helpers.pendulum, 1)), device="cpu")
+    for model in (ppo, sac):
+        start_training(model, 100)
+    with pytest.raises(ValueError, match=r"wrapped in VecFrameStack: .*Ray runners step raw envs"):
+        collect_rollout(ppo, collector, current_version=0)
+    with pytest.raises(ValueError, match=r"wrapped in VecNormalize: .*inside env_fn"):
+        collect_replay(sac, collector, n_steps=2)
+    assert ppo.num_timesteps == 0 and sac.num_timesteps == 0  # refused before any step
+    _kill(server, *runners)
