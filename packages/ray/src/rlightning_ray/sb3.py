@@ -104,6 +104,8 @@ class SB3BatchPolicy:
         self.replica = ActingReplica(model, explore=explore, use_masking=use_masking, seed=seed)
         #: SB3's VecTransposeImage of the model's env (image envs), or None.
         self._transpose = image_transpose(model)
+        #: Whether a publish was loaded (before one, the factory's weights are not the learner's).
+        self.published = False
 
     @property
     def model(self) -> BaseAlgorithm:
@@ -135,7 +137,18 @@ class SB3BatchPolicy:
         ``VecTransposeImage`` transposes them for the model (:func:`rlightning_sb3.vec_env
         .image_transpose`). Mutates the model (counters, noise) and the adapter, as that method
         documents.
+
+        Raises:
+            RuntimeError: no weights were published yet (the factory model's own weights are
+                not the learner's: acting on them would fill the buffer with another policy's
+                values and log-probs, stamped version 0).
         """
+        if not self.published:
+            raise RuntimeError(
+                "no weights published yet: call publish_weights(server, registry, version, "
+                "acting_state(model)) / Collector.publish(...) first (SB3BatchPolicy does not "
+                "act on its factory model's own weights)"
+            )
         return self.replica.act(
             _transposed(self._transpose, observation),
             env_ids,
@@ -147,6 +160,7 @@ class SB3BatchPolicy:
     def set_weights(self, weights: Mapping[str, torch.Tensor] | ActingState) -> None:
         """Load a publish: :meth:`rlightning_sb3.ActingReplica.load` (its docstring, errors)."""
         self.replica.load(weights)
+        self.published = True
 
 
 def collect_rollout(
