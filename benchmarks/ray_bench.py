@@ -40,7 +40,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 import rlightning_ray
-from rlightning_ray.sb3 import SB3BatchPolicy
+from rlightning_ray.sb3 import SB3BatchPolicy, policy_weights
 from rlightning_sb3 import SB3PolicyAdapter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,6 +119,7 @@ def bench_ours(
     runners = rlightning_ray.start_runners(
         env_fn, server, n_runners=n_runners, envs_per_runner=k, seed=0, num_cpus=0
     )
+    rlightning_ray.publish_weights(server, registry, 0, policy_weights(make_model(n_envs)))
     collector = rlightning_ray.Collector(runners)
     collector.sample(8)
     collector.latency(reset=True)
@@ -149,6 +150,7 @@ def bench_local(
         policy=partial(SB3BatchPolicy, partial(make_model, k)),
     )
     collector = rlightning_ray.Collector(runners)
+    collector.publish(0, policy_weights(make_model(k)))
     collector.sample(8)
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:

@@ -22,7 +22,7 @@ import ray
 import torch
 
 import rlightning_ray
-from rlightning_ray.sb3 import SB3BatchPolicy, collect_replay, policy_weights
+from rlightning_ray.sb3 import SB3BatchPolicy, acting_state, collect_replay, policy_weights
 from rlightning_sb3 import start_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
@@ -224,12 +224,15 @@ def test_maskable_ppo_served_to_envs_without_action_masks_is_refused(
 ) -> None:
     config = {"obs": "box", "act": "discrete", "masks": True}
     make_model = partial(helpers.fuzz_model, "maskable", config, 2, 0)
-    server, _ = rlightning_ray.start_server(
+    server, registry = rlightning_ray.start_server(
         partial(SB3BatchPolicy, make_model), order=["runner-0"], num_cpus=0.25
     )
     runners = rlightning_ray.start_runners(
         partial(envs.fuzz_env, masks=False), server, n_runners=1, envs_per_runner=2, num_cpus=0.25
     )
+    learner = make_model()
+    start_training(learner, 100)
+    rlightning_ray.publish_weights(server, registry, 1, acting_state(learner))
     message = "MaskablePPO acts with action masks but the envs ['env-0', 'env-1'] sent none"
     with pytest.raises(RuntimeError, match=re.escape(message)):
         rlightning_ray.Collector(runners).sample(1, timeout_s=TIMEOUT_S)
@@ -253,3 +256,47 @@ def test_runner_env_ids_follow_the_core_env_id_rule(
     fns = [lambda: None, lambda: None]
     with pytest.raises(error, match=re.escape(message)):
         checked_env_ids("r0", fns, env_ids, None)
+
+
+def test_a_model_with_a_vec_env_wrapper_the_runners_lack_is_refused_up_front(
+    local_ray: None, helpers: ModuleType
+) -> None:
+    from stable_baselines3 import PPO, SAC
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecFrameStack, VecNormalize
+
+    from rlightning_ray.sb3 import collect_rollout
+
+    server, _ = rlightning_ray.start_server(helpers.EchoPolicy, max_batch=4, num_cpus=0.25)
+    runners = rlightning_ray.start_runners(
+        helpers.pendulum, server, n_runners=1, envs_per_runner=1, num_cpus=0.25
+    )
+    collector = rlightning_ray.Collector(runners, timeout_s=TIMEOUT_S)
+    ppo = PPO("MlpPolicy", VecFrameStack(make_vec_env(helpers.pendulum, 1), 2), n_steps=2)
+    sac = SAC("MlpPolicy", VecNormalize(make_vec_env(helpers.pendulum, 1)), device="cpu")
+    for model in (ppo, sac):
+        start_training(model, 100)
+    with pytest.raises(ValueError, match=r"wrapped in VecFrameStack: .*Ray runners step raw envs"):
+        collect_rollout(ppo, collector, current_version=0)
+    with pytest.raises(ValueError, match=r"wrapped in VecNormalize: .*inside env_fn"):
+        collect_replay(sac, collector, n_steps=2)
+    assert ppo.num_timesteps == 0 and sac.num_timesteps == 0  # refused before any step
+    _kill(server, *runners)
+
+
+def test_collecting_before_any_publish_is_refused(local_ray: None, helpers: ModuleType) -> None:
+    from rlightning_ray.sb3 import collect_rollout
+
+    server, registry = rlightning_ray.start_server(
+        partial(SB3BatchPolicy, partial(helpers.counter_ppo, 1, 2)), num_cpus=0.25
+    )
+    runners = rlightning_ray.start_runners(
+        partial(helpers.CounterEnv, 0), server, n_runners=1, envs_per_runner=1, num_cpus=0.25
+    )
+    learner = helpers.counter_ppo(1, 2)
+    start_training(learner, 100)
+    collector = rlightning_ray.Collector(runners, timeout_s=TIMEOUT_S)
+    with pytest.raises(RuntimeError, match=re.escape("no weights published yet")):
+        collect_rollout(learner, collector, current_version=0)
+    assert learner.num_timesteps == 0
+    _kill(server, registry, *runners)

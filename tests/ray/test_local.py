@@ -17,6 +17,7 @@ newest weights, and the two modes are exclusive.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from functools import partial
@@ -31,7 +32,7 @@ from stable_baselines3.common.utils import set_random_seed
 
 import rlightning_ray
 from rlightning_ray.sb3 import SB3BatchPolicy, acting_state, collect_replay, collect_rollout
-from rlightning_sb3 import start_training
+from rlightning_sb3 import SB3PolicyAdapter, start_training
 
 ROLLOUT_FIELDS = ("observations", "actions", "rewards", "episode_starts", "values", "log_probs")
 ROLLOUT_FIELDS += ("advantages", "returns")
@@ -326,3 +327,28 @@ def test_each_local_runner_is_sb3_over_its_own_envs(local_ray: None, helpers: Mo
     finally:
         for runner in runners:
             ray.kill(runner)
+
+
+def test_local_runners_refuse_to_act_before_a_publish_and_load_version_0(
+    local_ray: None, helpers: ModuleType
+) -> None:
+    """The factory's weights are not the learner's: no acting before a publish, even of 0."""
+    model = helpers.make_ppo(1, 4, 0)
+    start_training(model, 100)
+    runners = rlightning_ray.start_runners(
+        helpers.cartpole,
+        n_runners=1,
+        envs_per_runner=1,
+        seed=0,
+        num_cpus=0.25,
+        policy=partial(SB3BatchPolicy, partial(helpers.make_ppo, 1, 4, 1)),
+    )
+    collector = rlightning_ray.Collector(runners, timeout_s=60)
+    with pytest.raises(RuntimeError, match=re.escape("no weights published yet")):
+        collect_rollout(model, collector, current_version=0)
+    collector.publish(0, acting_state(model))
+    collect_rollout(model, collector, current_version=0)
+    values = SB3PolicyAdapter(model).predict_values(model.rollout_buffer.observations[:, 0])
+    np.testing.assert_allclose(values, model.rollout_buffer.values[:, 0], atol=1e-5)
+    for runner in runners:
+        ray.kill(runner)

@@ -64,3 +64,29 @@ def test_weights_of_another_architecture_leave_the_model_as_it_was() -> None:
     for name, tensor in policy.model.policy.state_dict().items():
         assert bool((tensor == before[name]).all()), name
     assert policy.model.num_timesteps == 0
+
+
+def test_a_model_with_a_vec_env_wrapper_the_runners_lack_is_refused_by_the_server() -> None:
+    from stable_baselines3.common.vec_env import VecFrameStack, VecNormalize
+
+    def normalized() -> DQN:
+        return DQN("MlpPolicy", VecNormalize(make_vec_env("CartPole-v1", n_envs=2, seed=0)))
+
+    def stacked() -> DQN:
+        return DQN("MlpPolicy", VecFrameStack(make_vec_env("CartPole-v1", n_envs=2, seed=0), 2))
+
+    for make, name in ((normalized, "VecNormalize"), (stacked, "VecFrameStack")):
+        with pytest.raises(ValueError, match=rf"wrapped in {name}: .*Ray runners step raw envs"):
+            SB3BatchPolicy(make)
+
+
+def test_the_server_policy_refuses_to_act_before_the_first_publish() -> None:
+    policy = SB3BatchPolicy(make_dqn)
+    observation = np.zeros((2, 4), np.float32)
+    start = np.ones(2, bool)
+    with pytest.raises(RuntimeError, match=re.escape("no weights published yet")):
+        policy(observation, ["e0", "e1"], start, [0, 0])
+    learner = make_dqn()
+    start_training(learner, 100)
+    policy.set_weights(acting_state(learner))
+    assert len(policy(observation, ["e0", "e1"], start, [0, 0])) == 2

@@ -111,3 +111,27 @@ def _assert_same(got: Any, want: Any) -> None:
             np.testing.assert_array_equal(got[key], want[key], err_msg=key, strict=True)
     else:
         np.testing.assert_array_equal(got, want, strict=True)
+
+
+def test_unapplied_wrappers_lists_the_wrappers_envs_stepped_elsewhere_lack() -> None:
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import (
+        VecCheckNan,
+        VecFrameStack,
+        VecMonitor,
+        VecNormalize,
+    )
+
+    from rlightning_sb3.vec_env import unapplied_wrappers
+
+    def ppo(env: Any) -> PPO:
+        return PPO("MlpPolicy", env, n_steps=4, batch_size=4, device="cpu")
+
+    base = make_vec_env("CartPole-v1", n_envs=1, seed=0)
+    assert unapplied_wrappers(ppo(base)) == []
+    assert unapplied_wrappers(ppo(VecCheckNan(VecMonitor(base)))) == []
+    stacked = VecFrameStack(VecNormalize(make_vec_env("CartPole-v1", n_envs=1, seed=0)), 2)
+    assert unapplied_wrappers(ppo(stacked)) == ["VecFrameStack", "VecNormalize"]
+    image = ppo(_venv(SPACES["hwc"]))
+    assert isinstance(image.get_env(), VecTransposeImage)
+    assert unapplied_wrappers(image) == []

@@ -68,11 +68,15 @@ class LocalPolicy:
             )
         self.policy: Any = factory()
         self.version = 0
+        self._loaded = False  # whether a publish was loaded (version 0 may be published too)
         self._registry = registry
         self._runner_id = runner_id
 
     def refresh(self) -> int:
         """Load the registry's newest weights if they are newer than :attr:`version`.
+
+        The first publish is loaded whatever its version (also 0: the factory's weights are
+        not the learner's).
 
         The runner calls it before each fragment (never inside one). Reads the registry (one
         actor call) and, when it holds a newer version, the weights' object (``ray.get``) and
@@ -91,7 +95,7 @@ class LocalPolicy:
         import ray
 
         latest = ray.get(self._registry.latest.remote())
-        if latest is None or latest[0] <= self.version:
+        if latest is None or (self._loaded and latest[0] <= self.version):
             return self.version
         version, refs = latest
         set_weights = getattr(self.policy, "set_weights", None)
@@ -111,6 +115,7 @@ class LocalPolicy:
                 "architecture under a newer version)"
             ) from exc
         self.version = int(version)
+        self._loaded = True
         return self.version
 
     def act(

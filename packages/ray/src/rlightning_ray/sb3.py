@@ -38,7 +38,7 @@ try:
         policy_weights,
         rollout_steps,
     )
-    from rlightning_sb3.vec_env import ImageTranspose, image_transpose
+    from rlightning_sb3.vec_env import ImageTranspose, image_transpose, unapplied_wrappers
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         f'rlightning_ray.sb3 needs the [sb3] extra: pip install "rlightning-ray[sb3]" ({exc})'
@@ -84,6 +84,11 @@ class SB3BatchPolicy:
 
     Attributes:
         replica: The :class:`rlightning_sb3.ActingReplica` that acts.
+
+    Raises:
+        ValueError: the model's env has VecEnv wrappers the runners do not apply
+            (``VecNormalize``, ``VecFrameStack``, ...: :func:`rlightning_sb3.vec_env
+            .unapplied_wrappers`); wrap each env inside the runners' ``env_fn`` instead.
     """
 
     def __init__(
@@ -95,9 +100,12 @@ class SB3BatchPolicy:
         use_masking: bool = True,
     ) -> None:
         model = make_model()
+        _refuse_unapplied_wrappers(model, "the SB3BatchPolicy factory's model")
         self.replica = ActingReplica(model, explore=explore, use_masking=use_masking, seed=seed)
         #: SB3's VecTransposeImage of the model's env (image envs), or None.
         self._transpose = image_transpose(model)
+        #: Whether a publish was loaded (before one, the factory's weights are not the learner's).
+        self.published = False
 
     @property
     def model(self) -> BaseAlgorithm:
@@ -129,7 +137,18 @@ class SB3BatchPolicy:
         ``VecTransposeImage`` transposes them for the model (:func:`rlightning_sb3.vec_env
         .image_transpose`). Mutates the model (counters, noise) and the adapter, as that method
         documents.
+
+        Raises:
+            RuntimeError: no weights were published yet (the factory model's own weights are
+                not the learner's: acting on them would fill the buffer with another policy's
+                values and log-probs, stamped version 0).
         """
+        if not self.published:
+            raise RuntimeError(
+                "no weights published yet: call publish_weights(server, registry, version, "
+                "acting_state(model)) / Collector.publish(...) first (SB3BatchPolicy does not "
+                "act on its factory model's own weights)"
+            )
         return self.replica.act(
             _transposed(self._transpose, observation),
             env_ids,
@@ -141,6 +160,7 @@ class SB3BatchPolicy:
     def set_weights(self, weights: Mapping[str, torch.Tensor] | ActingState) -> None:
         """Load a publish: :meth:`rlightning_sb3.ActingReplica.load` (its docstring, errors)."""
         self.replica.load(weights)
+        self.published = True
 
 
 def collect_rollout(
@@ -182,11 +202,14 @@ def collect_rollout(
         ``action_masks()``, carried by the answers).
 
     Raises:
-        ValueError: the model's ``n_envs`` is not the runners' env count, or a helper refuses a
-            step (its message names the env).
+        ValueError: the model's env has VecEnv wrappers the runners do not apply
+            (``VecNormalize``, ``VecFrameStack``, ...: :func:`rlightning_sb3.vec_env
+            .unapplied_wrappers`), the model's ``n_envs`` is not the runners' env count, or a
+            helper refuses a step (its message names the env).
         RuntimeError, TimeoutError: what :meth:`Collector.sample` raises (the buffer is then
             not changed).
     """
+    _refuse_unapplied_wrappers(model, "collect_rollout's model")
     env_ids = collector.env_ids
     if model.n_envs != len(env_ids):
         raise ValueError(
@@ -272,13 +295,16 @@ def collect_replay(
         documents.
 
     Raises:
-        ValueError: the model's ``n_envs`` is not the runners' env count, ``n_steps`` is None
+        ValueError: the model's env has VecEnv wrappers the runners do not apply (as
+            :func:`collect_rollout`), the model's ``n_envs`` is not the runners' env count,
+            ``n_steps`` is None
             and ``model.train_freq`` counts episodes, the model has action noise and several
             envs but the server batches dynamically (no ``order``: a batch would not hold every
             env's noise process), or a helper refuses a step (its message names the env).
         RuntimeError, TimeoutError: what :meth:`Collector.sample` raises (the buffer is then
             not changed).
     """
+    _refuse_unapplied_wrappers(model, "collect_replay's model")
     env_ids = collector.env_ids
     if model.n_envs != len(env_ids):
         raise ValueError(
@@ -323,6 +349,25 @@ def collect_replay(
             env_ids=env_ids,
         )
     return done, fragments
+
+
+def _refuse_unapplied_wrappers(model: BaseAlgorithm, which: str) -> None:
+    """Raise when ``model``'s env has VecEnv wrappers the runners do not apply.
+
+    Raises:
+        ValueError: :func:`rlightning_sb3.vec_env.unapplied_wrappers` lists any (e.g.
+            ``VecNormalize``, ``VecFrameStack``): the buffers would hold raw values.
+    """
+    wrappers = unapplied_wrappers(model)
+    if wrappers:
+        raise ValueError(
+            f"{which} has its env wrapped in {', '.join(wrappers)}: SB3's learn() acts on and "
+            "stores what that wrapper returns, but Ray runners step raw envs (only "
+            "VecTransposeImage is applied to their outputs), so the buffer would hold raw "
+            "observations/rewards. Wrap each env inside env_fn instead (e.g. gymnasium's "
+            "FrameStackObservation, NormalizeObservation, NormalizeReward) and build the model "
+            "with a VecEnv of such envs, without the VecEnv wrapper"
+        )
 
 
 def _transposed(transpose: ImageTranspose | None, observation: Any) -> Any:

@@ -17,7 +17,8 @@ Public names:
   replica of the model that acts away from its learner (:mod:`rlightning_sb3.acting`);
 * :func:`transposes_images`, :class:`ImageTranspose`, :func:`image_transpose` -- SB3's
   automatic ``VecTransposeImage`` (channel-last images), for envs stepped outside the model's
-  VecEnv (:mod:`rlightning_sb3.vec_env`);
+  VecEnv, and :func:`unapplied_wrappers` -- the model's VecEnv wrappers such envs do not apply
+  (:mod:`rlightning_sb3.vec_env`);
 * :data:`SB3_SUPPORTED` -- the supported stable-baselines3 range, checked at import.
 
 Importing this package with a stable-baselines3 older than :data:`SB3_SUPPORTED` raises
@@ -66,6 +67,7 @@ from rlightning_sb3.vec_env import (  # noqa: E402
     ImageTranspose,
     image_transpose,
     transposes_images,
+    unapplied_wrappers,
 )
 
 try:
@@ -97,4 +99,5 @@ __all__ = [
     "set_acting_seed",
     "start_training",
     "transposes_images",
+    "unapplied_wrappers",
 ]

@@ -12,7 +12,9 @@ returned, with SB3's own ``VecTransposeImage.transpose_image``.
   observation space in ``VecTransposeImage``;
 * :class:`ImageTranspose` -- the transpose for a raw observation space
   (:meth:`ImageTranspose.for_space`) or the one SB3 applied to a model's env
-  (:func:`image_transpose`).
+  (:func:`image_transpose`);
+* :func:`unapplied_wrappers` -- the model's other VecEnv wrappers (``VecNormalize``,
+  ``VecFrameStack``, ...), which envs stepped elsewhere do not apply.
 """
 
 from __future__ import annotations
@@ -24,9 +26,19 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.preprocessing import is_image_space, is_image_space_channels_first
-from stable_baselines3.common.vec_env import VecTransposeImage, unwrap_vec_wrapper
+from stable_baselines3.common.vec_env import (
+    VecCheckNan,
+    VecEnvWrapper,
+    VecMonitor,
+    VecTransposeImage,
+    unwrap_vec_wrapper,
+)
 
-__all__ = ["ImageTranspose", "image_transpose", "transposes_images"]
+__all__ = ["ImageTranspose", "image_transpose", "transposes_images", "unapplied_wrappers"]
+
+#: VecEnv wrappers that change nothing a buffer stores (VecMonitor, VecCheckNan) or that
+#: :class:`ImageTranspose` applies (VecTransposeImage).
+_APPLIED_OR_NEUTRAL: tuple[type[VecEnvWrapper], ...] = (VecTransposeImage, VecMonitor, VecCheckNan)
 
 
 def transposes_images(observation_space: spaces.Space[Any]) -> bool:
@@ -159,6 +171,37 @@ def image_transpose(model: BaseAlgorithm) -> ImageTranspose | None:
     if not isinstance(wrapper, VecTransposeImage) or wrapper.skip:
         return None
     return ImageTranspose(wrapper.venv.observation_space)
+
+
+def unapplied_wrappers(model: BaseAlgorithm) -> list[str]:
+    """The VecEnv wrappers of ``model``'s env that envs stepped elsewhere do not apply.
+
+    ``learn()`` acts on and stores what ``model.get_env()`` returns, i.e. after every
+    ``VecEnvWrapper`` around the base VecEnv: ``VecNormalize`` normalizes observations and
+    rewards, ``VecFrameStack`` stacks frames, and so on. Envs stepped outside that VecEnv (Ray
+    runners, a loop over raw gymnasium envs) return the raw outputs; of the wrappers, only
+    ``VecTransposeImage`` is applied to them (:class:`ImageTranspose`), and ``VecMonitor`` and
+    ``VecCheckNan`` change no value a buffer stores. Every other wrapper of the chain (walked
+    from ``model.get_env()`` down its ``.venv`` attributes), and the ``VecNormalize`` that
+    ``model.get_vec_normalize_env()`` returns, is listed.
+
+    Args:
+        model: An SB3 model (not modified).
+
+    Returns:
+        The wrapper class names, outermost first, without duplicates; empty when there are none
+        (also for a model without an env).
+    """
+    names: list[str] = []
+    env: Any = model.get_env()
+    while isinstance(env, VecEnvWrapper):
+        if not isinstance(env, _APPLIED_OR_NEUTRAL):
+            names.append(type(env).__name__)
+        env = env.venv
+    normalize = model.get_vec_normalize_env()
+    if normalize is not None and type(normalize).__name__ not in names:
+        names.append(type(normalize).__name__)
+    return names
 
 
 def _transpose_space(space: spaces.Space[Any], key: str) -> spaces.Box:
