@@ -562,6 +562,7 @@ def test_every_rule_is_documented() -> None:
         "no-inactive-action",
         "per-agent-keys",
         "framework-version",
+        "count",
     }
     assert all(isinstance(text, str) and text for text in RULES.values())
 
