@@ -351,6 +351,33 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
+def callgrind_command(out_file: Path, command: list[str]) -> list[str]:
+    """``command`` (a worker's) run under callgrind with this module's region markers.
+
+    Collection is off at the start and toggled by ``TOGGLE``; each ``DUMP`` call writes a region
+    file ``out_file.N``; the worker switches instrumentation on itself (``--instr-on``).
+
+    Raises:
+        RuntimeError: valgrind is not installed.
+    """
+    valgrind = valgrind_path()
+    if valgrind is None:
+        raise RuntimeError(VALGRIND_MISSING)
+    return [
+        valgrind,
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        "--collect-atstart=no",
+        f"--toggle-collect={TOGGLE}",
+        f"--dump-before={DUMP}",
+        "--compress-strings=no",  # each region's file readable alone (callgrind_annotate)
+        "--compress-pos=no",
+        f"--callgrind-out-file={out_file}",
+        *command,
+        "--instr-on",
+    ]
+
+
 def run_one(
     n_envs: int, calls: int, profile_steps: int, use_valgrind: bool, keep: Path | None = None
 ) -> dict[str, Any]:
@@ -362,22 +389,7 @@ def run_one(
         command += ["--n-envs", str(n_envs), "--calls", str(calls), "--regions", str(names)]
         command += ["--profile-steps", str(profile_steps)]
         if use_valgrind:
-            valgrind = valgrind_path()
-            if valgrind is None:
-                raise RuntimeError(VALGRIND_MISSING)
-            command = [
-                valgrind,
-                "--tool=callgrind",
-                "--instr-atstart=no",
-                "--collect-atstart=no",
-                f"--toggle-collect={TOGGLE}",
-                f"--dump-before={DUMP}",
-                "--compress-strings=no",  # each region's file readable alone (callgrind_annotate)
-                "--compress-pos=no",
-                f"--callgrind-out-file={folder / 'cg.out'}",
-                *command,
-                "--instr-on",
-            ]
+            command = callgrind_command(folder / "cg.out", command)
         started = time.time()
         proc = subprocess.run(
             command, cwd=ROOT, env=_worker_env(), capture_output=True, text=True, check=False

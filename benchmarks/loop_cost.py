@@ -48,14 +48,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.callgrind import (
-    DUMP,
     ROOT,
-    TOGGLE,
     VALGRIND_MISSING,
     _dump,
     _instrumentation_on,
     _summary,
     _worker_env,
+    callgrind_command,
     valgrind_path,
 )
 
@@ -197,20 +196,7 @@ def run_one(n_envs: int, n_steps: int, calls: int, use_valgrind: bool) -> dict[s
         command += ["--n-envs", str(n_envs), "--n-steps", str(n_steps), "--calls", str(calls)]
         command += ["--regions", str(names)]
         if use_valgrind:
-            valgrind = valgrind_path()
-            if valgrind is None:
-                raise RuntimeError(VALGRIND_MISSING)
-            command = [
-                valgrind,
-                "--tool=callgrind",
-                "--instr-atstart=no",
-                "--collect-atstart=no",
-                f"--toggle-collect={TOGGLE}",
-                f"--dump-before={DUMP}",
-                f"--callgrind-out-file={folder / 'cg.out'}",
-                *command,
-                "--instr-on",
-            ]
+            command = callgrind_command(folder / "cg.out", command)
         started = time.time()
         proc = subprocess.run(
             command, cwd=ROOT, env=_worker_env(), capture_output=True, text=True, check=False
