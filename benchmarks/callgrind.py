@@ -378,16 +378,31 @@ def callgrind_command(out_file: Path, command: list[str]) -> list[str]:
     ]
 
 
-def run_one(
-    n_envs: int, calls: int, profile_steps: int, use_valgrind: bool, keep: Path | None = None
+def run_worker(
+    module: str,
+    worker_args: list[str],
+    n_envs: int,
+    use_valgrind: bool,
+    on_dump: Callable[[dict[str, Any], Path], None] | None = None,
 ) -> dict[str, Any]:
-    """Run the worker for ``n_envs`` (under callgrind when ``use_valgrind``); regions + counts."""
+    """Run ``python -m module --worker ...`` (under callgrind when ``use_valgrind``).
+
+    The worker writes its regions' names to the file given as ``--regions``; under callgrind
+    each region's dump file gives it ``"ir"`` (its instruction count), and ``on_dump(region,
+    dump_path)`` is called while the dump file still exists.
+
+    Returns:
+        The worker's payload (``regions``, ...) plus ``wall_s``.
+
+    Raises:
+        RuntimeError: valgrind is missing (with ``use_valgrind``), the worker failed, or the
+            dump files do not match the regions.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         names = folder / "regions.json"
-        command = [sys.executable, "-m", "benchmarks.callgrind", "--worker"]
-        command += ["--n-envs", str(n_envs), "--calls", str(calls), "--regions", str(names)]
-        command += ["--profile-steps", str(profile_steps)]
+        command = [sys.executable, "-m", module, "--worker", *worker_args]
+        command += ["--regions", str(names)]
         if use_valgrind:
             command = callgrind_command(folder / "cg.out", command)
         started = time.time()
@@ -396,11 +411,11 @@ def run_one(
         )
         if proc.returncode != 0:
             raise RuntimeError(
-                f"the callgrind worker for n_envs={n_envs} failed ({proc.returncode}):\n"
+                f"the {module} worker for n_envs={n_envs} failed ({proc.returncode}):\n"
                 + proc.stdout[-2000:]
                 + proc.stderr[-4000:]
             )
-        payload = json.loads(names.read_text())
+        payload: dict[str, Any] = json.loads(names.read_text())
         payload["wall_s"] = round(time.time() - started, 1)
         if use_valgrind:
             dumps = sorted(folder.glob("cg.out.*"), key=lambda p: int(p.name.rsplit(".", 1)[1]))
@@ -412,11 +427,25 @@ def run_one(
                 )
             for region, dump in zip(payload["regions"], dumps, strict=True):
                 region["ir"] = _summary(dump)
-                if keep is not None and region.get("role") == "count" and region["round"] == 0:
-                    keep.mkdir(parents=True, exist_ok=True)
-                    name = f"n{n_envs}_{region['kind']}_{region['impl']}_{region['calls']}.out"
-                    shutil.copy(dump, keep / name)
+                if on_dump is not None:
+                    on_dump(region, dump)
     return payload
+
+
+def run_one(
+    n_envs: int, calls: int, profile_steps: int, use_valgrind: bool, keep: Path | None = None
+) -> dict[str, Any]:
+    """Run the worker for ``n_envs`` (under callgrind when ``use_valgrind``); regions + counts."""
+
+    def kept(region: dict[str, Any], dump: Path) -> None:
+        if keep is not None and region.get("role") == "count" and region["round"] == 0:
+            keep.mkdir(parents=True, exist_ok=True)
+            name = f"n{n_envs}_{region['kind']}_{region['impl']}_{region['calls']}.out"
+            shutil.copy(dump, keep / name)
+
+    args = ["--n-envs", str(n_envs), "--calls", str(calls)]
+    args += ["--profile-steps", str(profile_steps)]
+    return run_worker("benchmarks.callgrind", args, n_envs, use_valgrind, kept)
 
 
 def _per_call(regions: list[dict[str, Any]], kind: str, impl: str, calls: int) -> list[float]:

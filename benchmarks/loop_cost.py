@@ -39,9 +39,7 @@ import argparse
 import gc
 import json
 import operator
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -52,9 +50,7 @@ from benchmarks.callgrind import (
     VALGRIND_MISSING,
     _dump,
     _instrumentation_on,
-    _summary,
-    _worker_env,
-    callgrind_command,
+    run_worker,
     valgrind_path,
 )
 
@@ -189,36 +185,8 @@ def run_one(n_envs: int, n_steps: int, calls: int, use_valgrind: bool) -> dict[s
     Raises:
         RuntimeError: valgrind is missing (with ``use_valgrind``) or the worker failed.
     """
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        names = folder / "regions.json"
-        command = [sys.executable, "-m", "benchmarks.loop_cost", "--worker"]
-        command += ["--n-envs", str(n_envs), "--n-steps", str(n_steps), "--calls", str(calls)]
-        command += ["--regions", str(names)]
-        if use_valgrind:
-            command = callgrind_command(folder / "cg.out", command)
-        started = time.time()
-        proc = subprocess.run(
-            command, cwd=ROOT, env=_worker_env(), capture_output=True, text=True, check=False
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(
-                f"the loop-cost worker for n_envs={n_envs} failed ({proc.returncode}):\n"
-                + proc.stdout[-2000:]
-                + proc.stderr[-4000:]
-            )
-        payload: dict[str, Any] = json.loads(names.read_text())
-        payload["wall_s"] = round(time.time() - started, 1)
-        if use_valgrind:
-            dumps = sorted(folder.glob("cg.out.*"), key=lambda p: int(p.name.rsplit(".", 1)[1]))
-            if len(dumps) != len(payload["regions"]):
-                raise RuntimeError(
-                    f"callgrind wrote {len(dumps)} region files for {len(payload['regions'])} "
-                    f"regions (n_envs={n_envs})"
-                )
-            for region, dump in zip(payload["regions"], dumps, strict=True):
-                region["ir"] = _summary(dump)
-    return payload
+    args = ["--n-envs", str(n_envs), "--n-steps", str(n_steps), "--calls", str(calls)]
+    return run_worker("benchmarks.loop_cost", args, n_envs, use_valgrind)
 
 
 def summarise(payload: dict[str, Any]) -> list[dict[str, Any]]:
