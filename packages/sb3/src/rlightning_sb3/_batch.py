@@ -15,9 +15,11 @@ import numpy as np
 from rlightning import PolicyResponse, ResponseBatch
 from rlightning.rules import as_bools, check_env_ids, check_stamp
 
-_BOOL = np.dtype(np.bool_)
+#: numpy's bool dtype (a singleton): the fast paths of per-step checks test ``dtype is``.
+BOOL_DTYPE = np.dtype(np.bool_)
 
 __all__ = [
+    "BOOL_DTYPE",
     "order_responses",
     "per_env_bools",
     "per_env_stamps",
@@ -114,7 +116,7 @@ def per_env_bools(
         return default
     given: Any = value
     if type(given) is np.ndarray:
-        if given.dtype is _BOOL and given.shape == (len(ids),):
+        if given.dtype is BOOL_DTYPE and given.shape == (len(ids),):
             return given  # as_bools' own fast path, without its call (every step of a loop)
         if given.ndim == 0 and len(ids) == 1:
             given = given.reshape(1)

@@ -15,8 +15,7 @@ from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
 
 from rlightning.rules import as_bools
-
-_BOOL = np.dtype(np.bool_)
+from rlightning_sb3._batch import BOOL_DTYPE
 
 __all__ = [
     "check_buffer_observation",
@@ -59,7 +58,7 @@ def check_step(
     rewards_arr = check_rewards(rewards, ids)
     dones_arr = (
         dones  # as_bools' own fast path, without its call (a VecEnv's dones, every step)
-        if type(dones) is np.ndarray and dones.dtype is _BOOL and dones.shape == (n_envs,)
+        if type(dones) is np.ndarray and dones.dtype is BOOL_DTYPE and dones.shape == (n_envs,)
         else as_bools(dones, "dones", shape=(n_envs,), labels=ids)
     )
     if (type(infos) is not list and not isinstance(infos, Sequence)) or len(infos) != n_envs:
