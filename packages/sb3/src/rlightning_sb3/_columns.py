@@ -62,13 +62,15 @@ class StepColumns:
     def array(self, name: str) -> np.ndarray:
         """The field as one ``(n_envs, ...)`` array (``np.stack`` of the per-env values)."""
         if self.stacked is not None:
-            return np.asarray(self._stacked_field(name))
+            fields = self.fields  # the look-up inline, without a call (every step of a loop)
+            return np.asarray(fields[name] if name in fields else self._stacked_field(name))
         return np.stack(_field(self.ordered, name, self.producer))
 
     def tensor(self, name: str) -> th.Tensor:
         """The field as one ``(n_envs, ...)`` tensor (``torch.stack`` of the per-env values)."""
         if self.stacked is not None:
-            value = self._stacked_field(name)
+            fields = self.fields
+            value = fields[name] if name in fields else self._stacked_field(name)
             if isinstance(value, th.Tensor):
                 return value
             return th.stack(list(value))
@@ -84,7 +86,8 @@ class StepColumns:
         for the check.
         """
         if self.stacked is not None:
-            value = self._stacked_field(name)
+            fields = self.fields
+            value = fields[name] if name in fields else self._stacked_field(name)
             return np.array([*value]) if type(value) is PerEnv else value
         return _field(self.ordered, name, self.producer)
 

@@ -221,9 +221,10 @@ def add_rollout_step(
     # anything is changed; added to the rewards after the callbacks, as collect_rollouts does.
     bootstrap: list[tuple[int, Any]] = []
     policy: Any = model.policy
-    for idx, done in enumerate(dones_arr):
+    done_flags = dones_arr.tolist()  # Python bools: no numpy scalar per env on every step
+    for idx in range(len(done_flags)) if True in done_flags else ():
         if (
-            done
+            done_flags[idx]
             and infos[idx].get("terminal_observation") is not None
             and infos[idx].get("TimeLimit.truncated", False)
         ):
@@ -263,7 +264,8 @@ def add_rollout_step(
         if not callback.on_step():
             stop(run)
     if update_model:
-        model._update_info_buffer(list(infos), dones_arr)
+        # check_step accepted infos: a list (VecEnv.step's) or another Sequence
+        model._update_info_buffer(infos if type(infos) is list else list(infos), dones_arr)
     for idx, terminal_value in bootstrap:
         rewards_arr[idx] += model.gamma * terminal_value
     buf.add(observation, actions, rewards_arr, episode_starts, values, log_probs, **extra)
