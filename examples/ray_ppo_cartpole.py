@@ -1,15 +1,19 @@
 """PPO on CartPole-v1 with rollouts from Ray env runners (2 runners x 4 envs by default).
 
-The learner (this process) holds the SB3 model and trains it; a PolicyServer actor answers the
-runners' observations in batches with the last published weights; the runners step their envs.
-Each iteration: publish the weights (one ray.put), collect one rollout into the model's
-RolloutBuffer (rlightning_ray.sb3.collect_rollout, SB3's exact semantics), model.train().
+The learner (this process) holds the SB3 model and trains it; the runners step their envs. In
+the local mode (``--mode local``, the default for a CPU policy) each runner acts with its own
+replica of the policy, loading the newest published weights between fragments; in the server
+mode (``--mode server``) a PolicyServer actor answers the runners' observations in batches with
+the last published weights. Each iteration: publish the weights (one ray.put), collect one
+rollout into the model's RolloutBuffer (rlightning_ray.sb3.collect_rollout, SB3's exact
+semantics), model.train().
 Prints the mean episode return and the per-hop latency; stops at --target (default 475) and
 exits with an error when --steps run out before the target is reached. Writes the learning curve
 (mean return of the last 100 episodes vs steps) to --out (default
 docs/_static/ray/learning_curve.png; --out "" writes none).
 
     python examples/ray_ppo_cartpole.py --runners 2 --envs-per-runner 4 --steps 200000
+    python examples/ray_ppo_cartpole.py --mode server    # a central PolicyServer instead
     python examples/ray_ppo_cartpole.py --address auto   # an existing cluster (ray start)
     python examples/ray_ppo_cartpole.py --smoke          # 512 steps, no target: the wiring
 """
@@ -88,6 +92,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--address", default=None, help="ray.init address (default: local)")
     parser.add_argument(
+        "--mode",
+        choices=("local", "server"),
+        default="local",
+        help="local: a policy replica in each runner (default); server: one PolicyServer",
+    )
+    parser.add_argument(
         "--out",
         default=str(Path(__file__).resolve().parents[1] / "docs/_static/ray/learning_curve.png"),
         help='learning-curve PNG (needs matplotlib; "" writes none)',
@@ -107,25 +117,37 @@ def main() -> None:
     n_envs = args.runners * args.envs_per_runner
     model = make_model(n_envs, args.seed)
     start_training(model, args.steps)
-    server, registry = rlightning_ray.start_server(
-        partial(SB3BatchPolicy, partial(make_model, n_envs, args.seed)),
-        max_batch=n_envs,
-        max_wait_us=2000,
-        num_cpus=0.5,
-    )
-    runners = rlightning_ray.start_runners(
-        cartpole,
-        server,
-        n_runners=args.runners,
-        envs_per_runner=args.envs_per_runner,
-        seed=args.seed,
-        num_cpus=0.5,
-    )
+    factory = partial(SB3BatchPolicy, partial(make_model, n_envs, args.seed))
+    if args.mode == "local":
+        server = registry = None
+        runners = rlightning_ray.start_runners(
+            cartpole,
+            policy=factory,
+            n_runners=args.runners,
+            envs_per_runner=args.envs_per_runner,
+            seed=args.seed,
+            num_cpus=0.5,
+        )
+    else:
+        server, registry = rlightning_ray.start_server(
+            factory, max_batch=n_envs, max_wait_us=2000, num_cpus=0.5
+        )
+        runners = rlightning_ray.start_runners(
+            cartpole,
+            server,
+            n_runners=args.runners,
+            envs_per_runner=args.envs_per_runner,
+            seed=args.seed,
+            num_cpus=0.5,
+        )
     collector = rlightning_ray.Collector(runners)
     version, start, mean = 0, time.perf_counter(), float("nan")
     curve: list[tuple[int, float]] = []
     while model.num_timesteps < args.steps:
-        rlightning_ray.publish_weights(server, registry, version, policy_weights(model))
+        if server is None:
+            collector.publish(version, policy_weights(model))
+        else:
+            rlightning_ray.publish_weights(server, registry, version, policy_weights(model))
         collect_rollout(model, collector, current_version=version)
         model.train()
         version += 1
