@@ -372,3 +372,79 @@ def dict_slots_ppo(n_slots: int = 1, n_steps: int = 6) -> Any:
         seed=0,
         device="cpu",
     )
+
+
+def learn_reference(make_model: Callable[[], Any], total: int) -> tuple[Any, Any]:
+    """An SB3 model prepared as ``learn(total)`` prepares it, and its callback (the oracle side).
+
+    ``make_model()`` builds it (which seeds the global RNGs: build the learner's model first),
+    then ``_setup_learn`` and ``callback.on_training_start``, as ``BaseAlgorithm.learn`` runs
+    them before its first ``collect_rollouts``.
+    """
+    reference = make_model()
+    _, callback = reference._setup_learn(total, callback=None)
+    callback.on_training_start(locals(), globals())
+    return reference, callback
+
+
+def sb3_collect(reference: Any, callback: Any, n_steps: int) -> Any:
+    """One ``collect_rollouts`` of SB3 as ``learn()`` calls it, on- or off-policy.
+
+    On-policy: ``n_steps`` steps into ``rollout_buffer`` (asserted to finish: no callback stops
+    it). Off-policy: one ``train_freq`` of steps into ``replay_buffer`` with the model's noise and
+    ``learning_starts``. Returns what ``collect_rollouts`` returned.
+    """
+    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+
+    if isinstance(reference, OnPolicyAlgorithm):
+        done = reference.collect_rollouts(
+            reference.get_env(), callback, reference.rollout_buffer, n_steps
+        )
+        assert done
+        return done
+    return reference.collect_rollouts(
+        reference.get_env(),
+        callback,
+        reference.train_freq,
+        reference.replay_buffer,
+        reference.action_noise,
+        reference.learning_starts,
+    )
+
+
+def ordered_collector(
+    make_model: Callable[[], Any],
+    env_fn: Callable[[], Any],
+    *,
+    n_runners: int,
+    k: int,
+    seed: int,
+    rng_seed: int,
+) -> tuple[Any, Any, Any]:
+    """A server in the deterministic mode, ``n_runners`` runners of ``k`` envs, their Collector.
+
+    The server acts with ``SB3BatchPolicy(make_model, seed=rng_seed)`` and ``order`` the runner
+    ids; this process's global RNGs are seeded ``rng_seed`` first, as the server seeds its own
+    after building its model (the reference then draws what the server draws). Runner ``r``'s
+    env ``i`` is seeded ``seed + r * k + i`` (``make_vec_env(n_runners * k, seed=seed)``).
+
+    Returns:
+        ``(server, registry, collector)``.
+    """
+    from functools import partial
+
+    from stable_baselines3.common.utils import set_random_seed
+
+    import rlightning_ray
+    from rlightning_ray.sb3 import SB3BatchPolicy
+
+    set_random_seed(rng_seed)
+    server, registry = rlightning_ray.start_server(
+        partial(SB3BatchPolicy, make_model, seed=rng_seed),
+        order=[f"runner-{r}" for r in range(n_runners)],
+        num_cpus=0.5,
+    )
+    runners = rlightning_ray.start_runners(
+        env_fn, server, n_runners=n_runners, envs_per_runner=k, seed=seed, num_cpus=0.5
+    )
+    return server, registry, rlightning_ray.Collector(runners)

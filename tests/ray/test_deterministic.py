@@ -19,10 +19,9 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from stable_baselines3.common.utils import set_random_seed
 
 import rlightning_ray
-from rlightning_ray.sb3 import SB3BatchPolicy, collect_rollout, policy_weights
+from rlightning_ray.sb3 import collect_rollout, policy_weights
 from rlightning_sb3 import start_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
@@ -47,28 +46,17 @@ def test_deterministic_rollouts_equal_collect_rollouts(
 
     model = make_model()  # building a model seeds torch's global RNG: build both first
     start_training(model, TOTAL)
-    reference = make_model()
-    _, callback = reference._setup_learn(TOTAL, callback=None)
-    callback.on_training_start(locals(), globals())
-    set_random_seed(RNG_SEED)  # what the server does after building its model
-    server, registry = rlightning_ray.start_server(
-        partial(SB3BatchPolicy, make_model, seed=RNG_SEED),
-        order=[f"runner-{r}" for r in range(N_RUNNERS)],
-        num_cpus=0.5,
-    )
-    runners = rlightning_ray.start_runners(
+    reference, callback = helpers.learn_reference(make_model, TOTAL)
+    server, registry, collector = helpers.ordered_collector(
+        make_model,
         partial(helpers.monitored_cartpole, LIMIT),
-        server,
         n_runners=N_RUNNERS,
-        envs_per_runner=K,
+        k=K,
         seed=SEED,
-        num_cpus=0.5,
+        rng_seed=RNG_SEED,
     )
-    collector = rlightning_ray.Collector(runners)
     for version in range(3):
-        assert reference.collect_rollouts(
-            reference.get_env(), callback, reference.rollout_buffer, N_STEPS
-        )
+        helpers.sb3_collect(reference, callback, N_STEPS)
         rlightning_ray.publish_weights(server, registry, version, policy_weights(model))
         collect_rollout(model, collector, current_version=version)
         ours, theirs = model.rollout_buffer, reference.rollout_buffer

@@ -170,9 +170,7 @@ def run_case(case: Case, servers: Servers, helpers: ModuleType, envs: ModuleType
     total = ROLLOUTS * steps * n_envs
     model = make_model()  # building a model seeds the global RNGs: build both first
     start_training(model, total)
-    reference = make_model()
-    _, callback = reference._setup_learn(total, callback=None)
-    callback.on_training_start(locals(), globals())
+    reference, callback = helpers.learn_reference(make_model, total)
     # The server draws in its own process from RNGs seeded RNG_SEED; SB3 draws in this one,
     # which both learners' train() draw from too: keep the streams apart as processes would.
     set_random_seed(RNG_SEED)
@@ -195,19 +193,7 @@ def run_case(case: Case, servers: Servers, helpers: ModuleType, envs: ModuleType
         for rollout in range(ROLLOUTS):
             np.random.set_state(acting[0])
             torch.set_rng_state(acting[1])
-            if on_policy:
-                assert reference.collect_rollouts(
-                    reference.get_env(), callback, reference.rollout_buffer, N_STEPS
-                )
-            else:
-                reference.collect_rollouts(
-                    reference.get_env(),
-                    callback,
-                    reference.train_freq,
-                    reference.replay_buffer,
-                    reference.action_noise,
-                    reference.learning_starts,
-                )
+            helpers.sb3_collect(reference, callback, N_STEPS)
             acting = (np.random.get_state(), torch.get_rng_state())
             if rollout:
                 version = servers.publish(case.n_runners, acting_state(model))

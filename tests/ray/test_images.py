@@ -15,11 +15,10 @@ from types import ModuleType
 import numpy as np
 import pytest
 import ray
-from stable_baselines3.common.utils import set_random_seed
 from stable_baselines3.common.vec_env import VecTransposeImage
 
 import rlightning_ray
-from rlightning_ray.sb3 import SB3BatchPolicy, acting_state, collect_replay, collect_rollout
+from rlightning_ray.sb3 import acting_state, collect_replay, collect_rollout
 from rlightning_sb3 import start_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
@@ -37,28 +36,17 @@ def test_image_rollouts_on_ray_hold_what_learn_stores(
     make_model = partial(helpers.make_image_model, algo, N_RUNNERS * K, N_STEPS, SEED)
     model = make_model()  # building a model seeds torch's global RNG: build both first
     start_training(model, TOTAL)
-    reference = make_model()
+    reference, callback = helpers.learn_reference(make_model, TOTAL)
     assert isinstance(reference.get_env(), VecTransposeImage)
     assert reference.observation_space.shape == (3, 8, 8)
-    _, callback = reference._setup_learn(TOTAL, callback=None)
-    callback.on_training_start(locals(), globals())
-    set_random_seed(RNG_SEED)  # what the server does after building its model
-    server, registry = rlightning_ray.start_server(
-        partial(SB3BatchPolicy, make_model, seed=RNG_SEED),
-        order=[f"runner-{r}" for r in range(N_RUNNERS)],
-        num_cpus=0.5,
+    server, registry, collector = helpers.ordered_collector(
+        make_model, envs.ImageEnv, n_runners=N_RUNNERS, k=K, seed=SEED, rng_seed=RNG_SEED
     )
-    runners = rlightning_ray.start_runners(
-        envs.ImageEnv, server, n_runners=N_RUNNERS, envs_per_runner=K, seed=SEED, num_cpus=0.5
-    )
-    collector = rlightning_ray.Collector(runners)
     try:
         for version in range(2):  # no training in between: both sides keep their weights
             rlightning_ray.publish_weights(server, registry, version, acting_state(model))
+            helpers.sb3_collect(reference, callback, N_STEPS)
             if algo == "ppo":
-                assert reference.collect_rollouts(
-                    reference.get_env(), callback, reference.rollout_buffer, N_STEPS
-                )
                 collect_rollout(model, collector, current_version=version)
                 ours, theirs, fields = (
                     model.rollout_buffer,
@@ -66,14 +54,6 @@ def test_image_rollouts_on_ray_hold_what_learn_stores(
                     ROLLOUT_FIELDS,
                 )
             else:
-                reference.collect_rollouts(
-                    reference.get_env(),
-                    callback,
-                    reference.train_freq,
-                    reference.replay_buffer,
-                    reference.action_noise,
-                    reference.learning_starts,
-                )
                 done, _ = collect_replay(model, collector, current_version=version)
                 assert done
                 ours, theirs = model.replay_buffer, reference.replay_buffer
@@ -90,6 +70,6 @@ def test_image_rollouts_on_ray_hold_what_learn_stores(
         else:
             assert reference.rollout_buffer.episode_starts[1:].any()
     finally:
-        for runner in runners:
+        for runner in collector.runners:
             ray.kill(runner)
         ray.kill(server)

@@ -40,15 +40,15 @@ REPLAY_FIELDS = ("observations", "next_observations", "actions", "rewards", "don
 ROLLOUTS, N_STEPS, TRAIN_FREQ, RNG_SEED = 2, 16, 4, 1234
 
 
-def _run(make_model: Any, env_fn: Any, k: int, seed: int, on_policy: bool) -> Any:
+def _run(
+    helpers: ModuleType, make_model: Any, env_fn: Any, k: int, seed: int, on_policy: bool
+) -> Any:
     """Collect ROLLOUTS rollouts both ways and compare every buffer array after each."""
     steps = N_STEPS if on_policy else TRAIN_FREQ
     total = ROLLOUTS * steps * k
     model = make_model()  # building a model seeds the global RNGs: build both first
     start_training(model, total)
-    reference = make_model()
-    _, callback = reference._setup_learn(total, callback=None)
-    callback.on_training_start(locals(), globals())
+    reference, callback = helpers.learn_reference(make_model, total)
     # The runner's replica draws in its process from RNGs seeded RNG_SEED (after its model is
     # built); SB3 draws in this one, which both learners' train() draw from too.
     set_random_seed(RNG_SEED)
@@ -68,19 +68,7 @@ def _run(make_model: Any, env_fn: Any, k: int, seed: int, on_policy: bool) -> An
         for rollout in range(ROLLOUTS):
             np.random.set_state(acting[0])
             torch.set_rng_state(acting[1])
-            if on_policy:
-                assert reference.collect_rollouts(
-                    reference.get_env(), callback, reference.rollout_buffer, N_STEPS
-                )
-            else:
-                reference.collect_rollouts(
-                    reference.get_env(),
-                    callback,
-                    reference.train_freq,
-                    reference.replay_buffer,
-                    reference.action_noise,
-                    reference.learning_starts,
-                )
+            helpers.sb3_collect(reference, callback, N_STEPS)
             acting = (np.random.get_state(), torch.get_rng_state())
             version = collector.publish(rollout + 1, acting_state(model))
             if on_policy:
@@ -132,7 +120,7 @@ def _run(make_model: Any, env_fn: Any, k: int, seed: int, on_policy: bool) -> An
 def test_local_ppo_rollouts_equal_collect_rollouts(local_ray: None, helpers: ModuleType) -> None:
     k, seed, limit = 4, 3, 12
     make_model = partial(helpers.make_ppo, k, N_STEPS, seed, limit)
-    collector = _run(make_model, partial(helpers.cartpole, limit), k, seed, on_policy=True)
+    collector = _run(helpers, make_model, partial(helpers.cartpole, limit), k, seed, on_policy=True)
     report = collector.latency()
     assert all(s.count == ROLLOUTS * N_STEPS for s in report.hops.values())
 
@@ -145,7 +133,7 @@ def test_local_maskable_ppo_rollouts_equal_collect_rollouts(
     k, seed = 2, 7
     config = {"act": "discrete", "limit": 5, "p_end": 0.15, "masks": True}
     make_model = partial(helpers.fuzz_model, "maskable", config, k, seed, n_steps=N_STEPS)
-    _run(make_model, partial(envs.fuzz_env, **config), k, seed, on_policy=True)
+    _run(helpers, make_model, partial(envs.fuzz_env, **config), k, seed, on_policy=True)
 
 
 @pytest.mark.parametrize(
@@ -174,7 +162,7 @@ def test_local_off_policy_steps_equal_collect_rollouts(
         noise=noise,
         train_freq=TRAIN_FREQ,
     )
-    _run(make_model, partial(envs.fuzz_env, **config), k, seed, on_policy=False)
+    _run(helpers, make_model, partial(envs.fuzz_env, **config), k, seed, on_policy=False)
 
 
 def test_local_runners_load_weights_between_fragments_only(

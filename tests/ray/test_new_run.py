@@ -16,10 +16,9 @@ from types import ModuleType
 import numpy as np
 import pytest
 import ray
-from stable_baselines3.common.utils import set_random_seed
 
 import rlightning_ray
-from rlightning_ray.sb3 import SB3BatchPolicy, acting_state, collect_replay
+from rlightning_ray.sb3 import acting_state, collect_replay
 from rlightning_sb3 import start_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
@@ -31,21 +30,14 @@ FIELDS = ("observations", "next_observations", "actions", "rewards", "dones", "t
 def test_a_new_run_resets_the_servers_noise_as_learn(local_ray: None, helpers: ModuleType) -> None:
     make_model = partial(helpers.make_td3, N_RUNNERS * K, SEED, LIMIT, 0, "ou")
     model, reference = make_model(), make_model()
-    set_random_seed(RNG_SEED)  # what the server does after building its model
-    server, registry = rlightning_ray.start_server(
-        partial(SB3BatchPolicy, make_model, seed=RNG_SEED),
-        order=[f"runner-{r}" for r in range(N_RUNNERS)],
-        num_cpus=0.5,
-    )
-    runners = rlightning_ray.start_runners(
+    server, registry, collector = helpers.ordered_collector(
+        make_model,
         partial(helpers.pendulum, LIMIT),
-        server,
         n_runners=N_RUNNERS,
-        envs_per_runner=K,
+        k=K,
         seed=SEED,
-        num_cpus=0.5,
+        rng_seed=RNG_SEED,
     )
-    collector = rlightning_ray.Collector(runners)
     try:
         for run in range(2):  # the second run continues the episodes (reset_num_timesteps=False)
             _, callback = reference._setup_learn(
@@ -71,6 +63,6 @@ def test_a_new_run_resets_the_servers_noise_as_learn(local_ray: None, helpers: M
                 )
         assert not theirs.dones[STEPS - 1].any(), "episodes must continue into the second run"
     finally:
-        for runner in runners:
+        for runner in collector.runners:
             ray.kill(runner)
         ray.kill(server)
