@@ -238,21 +238,18 @@ def test_each_group_buffer_equals_learn_over_a_vec_env_of_its_agents(
         venv: GroupVecEnv | None = None
         for g in order:  # built in the collector's order: the same seeds and RNG states
             if g == learner:
-                others = [
-                    (None, GROUPS[o], order.index(o) < at) for o in order if o != learner
-                ]
+                others = [(None, GROUPS[o], order.index(o) < at) for o in order if o != learner]
                 venv = GroupVecEnv(make, n_copies, GROUPS[g], others, n_steps)
                 built[g] = build(g, venv)
             else:
                 built[g] = build(g, _slots(spaces, GROUPS[g][0], columns[g]))
         assert venv is not None
         venv.others = [(built[o], GROUPS[o], order.index(o) < at) for o in order if o != learner]
-        venv.weights = [
-            [weights[o][k] for o in order if o != learner] for k in range(rollouts)
-        ]
+        venv.weights = [[weights[o][k] for o in order if o != learner] for k in range(rollouts)]
         reference = Reference(venv)
-        built[learner].learn(total_timesteps=rollouts * n_steps * columns[learner],
-                             callback=reference)
+        built[learner].learn(
+            total_timesteps=rollouts * n_steps * columns[learner], callback=reference
+        )
         assert built[learner].num_timesteps == models[learner].num_timesteps
         assert len(reference.rollouts) == rollouts
         for k in range(rollouts):
@@ -271,3 +268,237 @@ def test_each_group_buffer_equals_learn_over_a_vec_env_of_its_agents(
     # each group's buffer holds its own agents' observations (8 numbers vs 10)
     assert ours["adversary"][0]["observations"].shape == (n_steps, 2, 8)
     assert ours["good"][0]["observations"].shape == (n_steps, 4, 10)
+
+
+def _two_groups(
+    schedule: list[tuple[int, int, str]], waiting: frozenset[tuple[int, int]]
+) -> tuple[list[tuple[int, int, str]], frozenset[tuple[int, int]]]:
+    """Agent 1 lives as agent 0 does (so group "odd" always has an agent) and acts at its
+    episode's first step; the others as drawn."""
+    return [schedule[0], schedule[0], *schedule[1:]], waiting - {(1, 0)}
+
+
+def _odd_even(agent: str) -> str:
+    return "odd" if int(agent[1:]) % 2 else "even"
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    schedule=schedules(),
+    waiting=waits(),
+    n_copies=st.integers(1, 2),
+    n_steps=st.integers(2, 4),
+    n_columns=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    rollouts=st.integers(1, 2),
+    kind=st.sampled_from(["PPO", "MaskablePPO", "mixed"]),
+)
+def test_each_group_buffer_holds_its_agents_own_trajectories_and_gae(
+    schedule: list[tuple[int, int, str]],
+    waiting: frozenset[tuple[int, int]],
+    n_copies: int,
+    n_steps: int,
+    n_columns: tuple[int, int],
+    rollouts: int,
+    kind: str,
+) -> None:
+    from sb3_contrib import MaskablePPO
+
+    schedule, waiting = _two_groups(schedule, waiting)
+    th.manual_seed(0)
+    algorithms = {
+        "even": PPO if kind == "PPO" else MaskablePPO,
+        "odd": MaskablePPO if kind == "MaskablePPO" else PPO,
+    }
+    models = {
+        g: algorithms[g](
+            "MlpPolicy",
+            DummyVecEnv([ENVS.AgentSlot] * columns),
+            n_steps=n_steps,
+            batch_size=n_steps * columns,
+            seed=k,
+            device="cpu",
+            policy_kwargs={"net_arch": [8]},
+        )
+        for k, (g, columns) in enumerate(zip(["even", "odd"], n_columns, strict=True))
+    }
+    partial = kind == "MaskablePPO"  # a PPO would draw actions the mask forbids
+    envs = [ScheduleEnv(schedule, c, waiting, partial=partial) for c in range(n_copies)]
+    collector = GroupRolloutCollector(models, [lambda e=env: e for env in envs], group_of=_odd_even)
+    seen: set[tuple[int, str, int]] = set()
+    for _ in range(rollouts):
+        logged_before = [env.count for env in envs]
+        segments = collector.collect(update_model=False)
+        for group, model in models.items():
+            buf = model.rollout_buffer
+            rows = 0
+            for seg in segments[group]:
+                assert _odd_even(seg.agent_id) == group  # no other group's agent
+                env = envs[seg.env_index]
+                obs, rews, actions, masks = [], [], [], []
+                for t in seg.env_steps:
+                    assert t >= logged_before[seg.env_index]
+                    entry = env.log[t][seg.agent_id]  # live at that step ...
+                    assert entry[1] is not None  # ... and acted
+                    key = (seg.env_index, seg.agent_id, t)
+                    assert key not in seen
+                    seen.add(key)
+                    reward, last = span(env, seg.agent_id, t, env.count)
+                    obs.append(entry[0])
+                    actions.append(entry[1])
+                    masks.append(entry[5].astype(bool))
+                    rews.append(reward)
+                rows += seg.stop_row - seg.start_row
+                cells, col = slice(seg.start_row, seg.stop_row), seg.column
+                np.testing.assert_array_equal(buf.observations[cells, col], np.stack(obs))
+                np.testing.assert_array_equal(buf.actions[cells, col, 0], actions)
+                if algorithms[group] is MaskablePPO:
+                    np.testing.assert_array_equal(buf.action_masks[cells, col], np.stack(masks))
+                assert seg.end == (last[3] or "cut")
+                values = buf.values[cells, col].astype(np.float64)
+                adv, ret = reference_gae(model, rews, values, seg.end, last[4])
+                np.testing.assert_allclose(buf.advantages[cells, col], adv, rtol=1e-5, atol=1e-5)
+                np.testing.assert_allclose(buf.returns[cells, col], ret, rtol=1e-5, atol=1e-5)
+                if seg.start_row > 0:
+                    assert buf.episode_starts[seg.start_row, col] == 1.0
+                assert not buf.episode_starts[seg.start_row + 1 : seg.stop_row, col].any()
+            assert rows == n_steps * n_columns[group == "odd"]
+            # every step a group's agent acted in this rollout is in its buffer, or dropped
+            acted = sum(
+                e[1] is not None and _odd_even(agent) == group
+                for c, env in enumerate(envs)
+                for t in range(logged_before[c], env.count)
+                for agent, e in env.log[t].items()
+            )
+            assert acted == rows + collector.group_dropped[group]
+        assert collector.dropped == sum(collector.group_dropped.values())
+        event(f"dropped: {sorted(g for g, n in collector.group_dropped.items() if n)}")
+        event(f"kind: {kind}")
+
+
+def test_refuses_bad_groups_and_models(simple_adversary: ModuleType) -> None:
+    def make() -> Any:
+        return simple_adversary.parallel_env(max_cycles=5, continuous_actions=False)
+
+    spaces = make()
+
+    def ppo(agent: str, n: int = 1) -> Any:
+        return PPO("MlpPolicy", _slots(spaces, agent, n), n_steps=4, batch_size=4, device="cpu")
+
+    models = {"adversary": ppo("adversary_0"), "good": ppo("agent_0", 2)}
+    # an agent without a group
+    with pytest.raises(ValueError, match=r"agent 'agent_1' of simple_adversary_v3 .* no group"):
+        GroupRolloutCollector(
+            models, [make], group_of={"adversary_0": "adversary", "agent_0": "good"}
+        )
+    with pytest.raises(ValueError, match=r"the group 'bad', which is not a group of models"):
+        GroupRolloutCollector(models, [make], group_of=lambda a: "bad")
+    with pytest.raises(ValueError, match=r"group\(s\) \['spare'\] of models have no agent"):
+        GroupRolloutCollector({**models, "spare": ppo("agent_0")}, [make], group_of=GROUP_OF)
+    # a group whose agents do not share spaces (the adversary observes 8 numbers, agents 10)
+    collector = GroupRolloutCollector({"all": ppo("agent_0", 3)}, [make], group_of=lambda a: "all")
+    with pytest.raises(
+        ValueError,
+        match=r"agent 'agent_0' of simple_adversary_v3 \(copy 0\) is in group 'all', whose "
+        r"agents observe Box\(.*\(8,\).* \(as agent 'adversary_0'\), but it observes "
+        r"Box\(.*\(10,\)",
+    ):
+        collector.collect(update_model=False)
+    # a group's model that does not fit its agents
+    wrong = {"adversary": ppo("agent_0"), "good": ppo("agent_0", 2)}
+    collector = GroupRolloutCollector(wrong, [make], group_of=GROUP_OF)
+    with pytest.raises(ValueError, match=r"group 'adversary': .*adversary_0"):
+        collector.collect(update_model=False)
+    # models that are not the right kind
+    dqn = DQN("MlpPolicy", _slots(spaces, "agent_0", 2), device="cpu")
+    with pytest.raises(TypeError, match=r"on-policy SB3 model .* got DQN for group 'good'"):
+        GroupRolloutCollector({**models, "good": dqn}, [make], group_of=GROUP_OF)
+    with pytest.raises(TypeError, match=r"off-policy SB3 model .* got PPO for group 'adversary'"):
+        GroupReplayCollector({**models, "good": dqn}, [make], group_of=GROUP_OF)
+    with pytest.raises(ValueError, match="at least one group"):
+        GroupRolloutCollector({}, [make], group_of=GROUP_OF)
+
+
+def test_gives_up_when_a_groups_agents_never_act(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlightning_pettingzoo import groups
+
+    monkeypatch.setattr(groups, "_MAX_IDLE_ROUNDS", 50)
+    models = {
+        g: PPO("MlpPolicy", DummyVecEnv([ENVS.AgentSlot]), n_steps=2, batch_size=2, seed=0)
+        for g in ("even", "odd")
+    }
+    # a1 waits at every step of its 3-step episodes; a0 acts
+    env = ScheduleEnv(
+        [(0, 3, "truncated"), (0, 3, "truncated")], 0, frozenset({(1, 0), (1, 1), (1, 2)})
+    )
+    collector = GroupRolloutCollector(models, [lambda: env], group_of=_odd_even)
+    with pytest.raises(RuntimeError, match=r"no agent of group\(s\) \['odd'\]"):
+        collector.collect(update_model=False)
+    assert all(e["a1"][1] is None for e in env.log.values())  # it only ever waited
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    schedule=schedules(),
+    waiting=waits(),
+    n_copies=st.integers(1, 2),
+    n_columns=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    train_freq=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    rollouts=st.integers(1, 3),
+)
+def test_each_dqn_group_replay_buffer_holds_its_agents_complete_transitions(
+    schedule: list[tuple[int, int, str]],
+    waiting: frozenset[tuple[int, int]],
+    n_copies: int,
+    n_columns: tuple[int, int],
+    train_freq: tuple[int, int],
+    rollouts: int,
+) -> None:
+    schedule, waiting = _two_groups(schedule, waiting)
+    models = {
+        g: DQN(
+            "MlpPolicy",
+            DummyVecEnv([ENVS.AgentSlot] * n_columns[k]),
+            learning_starts=0,
+            train_freq=train_freq[k],
+            buffer_size=1000,
+            seed=k,
+            device="cpu",
+            policy_kwargs={"net_arch": [8]},
+        )
+        for k, g in enumerate(["even", "odd"])
+    }
+    envs = [ScheduleEnv(schedule, c, waiting) for c in range(n_copies)]
+    collector = GroupReplayCollector(models, [lambda e=env: e for env in envs], group_of=_odd_even)
+    for model in models.values():
+        start_training(model, 10**6)
+    stored = dict.fromkeys(models, 0)
+    for _ in range(rollouts):
+        for g, n in collector.collect().items():
+            stored[g] += n
+    steps: dict[tuple[int, ...], tuple[Any, str, int]] = {}
+    for env in envs:
+        for u, entry in env.log.items():
+            for agent, e in entry.items():
+                if e[1] is not None:
+                    steps[(*tuple(e[0][:3]), int(e[0][3]))] = (env, agent, u)
+    seen = set()
+    for k, (group, model) in enumerate(models.items()):
+        finish_training(model)
+        buf = model.replay_buffer
+        # each rollout is train_freq rows of n_envs agent-steps of the group's agents
+        assert stored[group] == buf.pos * n_columns[k] == model.num_timesteps
+        assert buf.pos == rollouts * train_freq[k]
+        for row in range(buf.pos):
+            for col in range(n_columns[k]):
+                observation = buf.observations[row, col]
+                key = (*tuple(observation[:3]), int(observation[3]))
+                assert key in steps and key not in seen  # a logged acting step, stored once
+                seen.add(key)
+                env, agent, u = steps[key]
+                assert _odd_even(agent) == group
+                reward, last = span(env, agent, u, env.count)
+                assert buf.actions[row, col, 0] == env.log[u][agent][1]
+                assert buf.rewards[row, col] == np.float32(reward)
+                np.testing.assert_array_equal(buf.next_observations[row, col], last[4])
+                assert buf.dones[row, col] == (last[3] is not None)
+                assert buf.timeouts[row, col] == (last[3] == "truncated")
