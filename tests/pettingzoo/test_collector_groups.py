@@ -502,3 +502,48 @@ def test_each_dqn_group_replay_buffer_holds_its_agents_complete_transitions(
                 np.testing.assert_array_equal(buf.next_observations[row, col], last[4])
                 assert buf.dones[row, col] == (last[3] is not None)
                 assert buf.timeouts[row, col] == (last[3] == "truncated")
+
+
+def test_each_model_has_its_own_callback_logger_and_agents_episodes() -> None:
+    from stable_baselines3.common.logger import Logger
+
+    # a0 ("even") acts 3 steps an episode (truncated); a1 ("odd") joins at 1, acts 2 steps and
+    # terminates at 3: two episodes fill both buffers (6 and 4 cells), nothing dropped
+    env = ScheduleEnv([(0, 3, "truncated"), (1, 3, "terminated")], 0)
+    n_steps = {"even": 6, "odd": 4}
+    models = {
+        g: PPO("MlpPolicy", DummyVecEnv([ENVS.AgentSlot]), n_steps=n, batch_size=n, seed=0)
+        for g, n in n_steps.items()
+    }
+    captures = {g: SCHEDULES.Capture() for g in models}
+    callbacks = {g: SCHEDULES.Counting() for g in models}
+    for g, model in models.items():
+        model.set_logger(Logger(None, [captures[g]]))
+        start_training(model, 2 * n_steps[g], callback=callbacks[g])
+    collector = GroupRolloutCollector(models, [lambda: env], group_of=_odd_even)
+    for _ in range(2):
+        collector.collect()
+        assert collector.group_dropped == {"even": 0, "odd": 0}
+        for model in models.values():
+            model.train()
+    for model in models.values():
+        finish_training(model)
+    returns: dict[str, list[float]] = {"a0": [], "a1": []}
+    totals: dict[str, float] = {}
+    for t in sorted(env.log):
+        for agent, entry in env.log[t].items():
+            totals[agent] = totals.get(agent, 0.0) + entry[2]
+            if entry[3] is not None:
+                returns[agent].append(totals.pop(agent))
+    for g, agent, other in (("even", "a0", "a1"), ("odd", "a1", "a0")):
+        model = models[g]
+        assert model.num_timesteps == 2 * n_steps[g]  # its own agents' steps only
+        steps = [f"step {k}" for k in range(1, n_steps[g] + 1)]
+        later = [f"step {n_steps[g] + k}" for k in range(1, n_steps[g] + 1)]
+        expected = ["rollout_start", *steps, "rollout_end", "rollout_start", *later]
+        assert callbacks[g].calls == [*expected, "rollout_end"]
+        dump = captures[g].dumps[-1]
+        assert dump["rollout/ep_rew_mean"] == pytest.approx(np.mean(returns[agent]))
+        assert dump[f"rollout/ep_rew_mean/{agent}"] == pytest.approx(np.mean(returns[agent]))
+        assert f"rollout/ep_rew_mean/{other}" not in dump
+        assert dump["time/iterations"] == 2
