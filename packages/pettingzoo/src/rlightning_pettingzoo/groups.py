@@ -257,7 +257,7 @@ class GroupRolloutCollector(_GroupStepper):
                 stored = dict.fromkeys(self.models, 0)
                 for g, ags in per_group(best).items():
                     best.kept_agents.update(ags[: left[g]])  # the rest is dropped
-                    stored[g] += min(len(ags), remaining[g])
+                    stored[g] += min(len(ags), left[g])
                 plan = [best]
         for copy in plan:
             for agent in copy.acting:
