@@ -39,11 +39,16 @@ from rlightning_pettingzoo.replay import _add_replay_row
 
 __all__ = ["GroupReplayCollector", "GroupRolloutCollector"]
 
+#: What ``group_of`` may be: agent id -> group name, as a mapping or a function.
 GroupOf = Mapping[Any, str] | Callable[[Any], str]
 
 
 class _GroupStepper(AgentStepper):
-    """The stepper with a model per group: group lookup, space checks, one forward per group."""
+    """The stepper with a model per group: group lookup, space checks, one forward per group.
+
+    ``models`` (group -> model, in acting order) is what the collectors use; the base's
+    ``model`` is the first group's, used only for the base's agent order (no model's).
+    """
 
     def __init__(
         self,
@@ -80,6 +85,14 @@ class _GroupStepper(AgentStepper):
 
     def group(self, agent: Any, env: Any = None, i: int | None = None) -> str:
         """The group of ``agent`` (``group_of``'s answer, remembered).
+
+        Args:
+            agent: An agent id.
+            env: The env copy it lives in (for the error message only).
+            i: The copy's index (for the error message only).
+
+        Returns:
+            The group's name, a key of :attr:`models`.
 
         Raises:
             ValueError: ``group_of`` has no group for the agent, or names a group that is not
