@@ -32,6 +32,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from stable_baselines3 import A2C, DQN, PPO
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
@@ -134,9 +135,12 @@ class GroupVecEnv(AgentsVecEnv):  # type: ignore[misc,valid-type]
             if is_before != before:
                 continue
             batch = np.stack([env.last[a] for env in self.envs for a in agents])
-            with th.no_grad():
-                actions, _, _ = model.policy(obs_as_tensor(batch, model.device))
-            actions = actions.cpu().numpy()
+            if isinstance(model, OffPolicyAlgorithm):  # _sample_action before learning_starts
+                actions = np.array([model.action_space.sample() for _ in range(len(batch))])
+            else:
+                with th.no_grad():
+                    actions, _, _ = model.policy(obs_as_tensor(batch, model.device))
+                actions = actions.cpu().numpy()
             for c, env in enumerate(self.envs):
                 for j, a in enumerate(agents):
                     env.pending[a] = actions[c * len(agents) + j]
@@ -579,3 +583,78 @@ def test_each_model_has_its_own_callback_logger_and_agents_episodes() -> None:
         assert dump[f"rollout/ep_rew_mean/{agent}"] == pytest.approx(np.mean(returns[agent]))
         assert f"rollout/ep_rew_mean/{other}" not in dump
         assert dump["time/iterations"] == 2
+
+
+class _ActFirst(BaseCallback):
+    """The groups acting before the learner act on the first observations (off-policy: one
+    rollout of ``learn()`` is not one of the VecEnv's ``n_steps``)."""
+
+    def __init__(self, venv: GroupVecEnv) -> None:
+        super().__init__()
+        self.venv = venv
+
+    def _on_training_start(self) -> None:
+        self.venv._act_others(before=True)
+
+    def _on_step(self) -> bool:
+        return True
+
+
+def test_each_dqn_group_replay_buffer_equals_learn_over_a_vec_env_of_its_agents(
+    simple_adversary: ModuleType,
+) -> None:
+    # before learning_starts every action is the model's own action_space.sample() (SB3's
+    # _sample_action), so each group's draws are its own: the cells, their order and the
+    # counters must be DQN.learn()'s over a VecEnv of the group's agents
+    def make() -> Any:
+        return simple_adversary.parallel_env(max_cycles=5, continuous_actions=False)
+
+    n_copies, rollouts, train_freq = 2, 6, 4
+    order = list(GROUPS)
+    columns = {g: n_copies * len(GROUPS[g]) for g in order}
+    total = {g: rollouts * train_freq * columns[g] for g in order}
+    spaces = make()
+
+    def build(group: str, env: Any) -> Any:
+        return DQN(
+            "MlpPolicy",
+            env,
+            learning_starts=10**6,
+            train_freq=train_freq,
+            buffer_size=1000,
+            seed=order.index(group),
+            device="cpu",
+            policy_kwargs={"net_arch": [16]},
+        )
+
+    models = {g: build(g, _slots(spaces, GROUPS[g][0], columns[g])) for g in order}
+    collector = GroupReplayCollector(
+        models, [make] * n_copies, group_of=GROUP_OF, seeds=list(range(n_copies))
+    )
+    for g, model in models.items():
+        start_training(model, total[g])
+    for _ in range(rollouts):
+        assert collector.collect() == {g: train_freq * columns[g] for g in order}
+    for model in models.values():
+        finish_training(model)
+    for learner in order:
+        at = order.index(learner)
+        others = [(None, GROUPS[o], order.index(o) < at) for o in order if o != learner]
+        venv = GroupVecEnv(make, n_copies, GROUPS[learner], others, rollouts * train_freq)
+        built = {
+            g: build(g, venv if g == learner else _slots(spaces, GROUPS[g][0], columns[g]))
+            for g in order
+        }
+        venv.others = [(built[o], GROUPS[o], order.index(o) < at) for o in order if o != learner]
+        built[learner].learn(total_timesteps=total[learner], callback=_ActFirst(venv))
+        ours, theirs = models[learner], built[learner]
+        assert ours.num_timesteps == theirs.num_timesteps == total[learner]
+        assert ours.exploration_rate == theirs.exploration_rate
+        assert ours.replay_buffer.pos == theirs.replay_buffer.pos == rollouts * train_freq
+        for name in ("observations", "next_observations", "actions", "rewards", "dones"):
+            np.testing.assert_array_equal(
+                getattr(ours.replay_buffer, name),
+                getattr(theirs.replay_buffer, name),
+                err_msg=f"group {learner} {name}",
+            )
+        np.testing.assert_array_equal(ours.replay_buffer.timeouts, theirs.replay_buffer.timeouts)
