@@ -5,9 +5,18 @@ from __future__ import annotations
 import inspect
 
 import rlightning_pettingzoo
-from rlightning_pettingzoo import aec, collector, env_group, masks, parallel, policies, replay
+from rlightning_pettingzoo import (
+    aec,
+    collector,
+    env_group,
+    groups,
+    masks,
+    parallel,
+    policies,
+    replay,
+)
 
-MODULES = [aec, collector, env_group, masks, parallel, policies, replay]
+MODULES = [aec, collector, env_group, groups, masks, parallel, policies, replay]
 
 
 def test_all_lists_every_public_name_of_the_modules() -> None:

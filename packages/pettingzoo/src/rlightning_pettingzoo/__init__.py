@@ -10,7 +10,9 @@
   a parallel env whose agents die and join, filling SB3's own ``RolloutBuffer`` with each
   agent's own trajectory, nothing fabricated) and its :class:`Segment` records;
   :class:`SharedReplayCollector` (the same for an off-policy model's ``ReplayBuffer``); with
-  the ``[sb3]`` extra, imported on first use.
+  the ``[sb3]`` extra, imported on first use. :class:`GroupRolloutCollector` and
+  :class:`GroupReplayCollector`: the same with one model per group of agents that share spaces
+  (or per agent), each filling its own buffer.
 * Env groups: :class:`ParallelEnvGroup` (``k`` parallel envs stepped together: observe, step,
   reset with this package's rules, copies of everything kept), its :class:`ParallelStep`,
   :class:`ParallelFragment` and :class:`ParallelEnvError` (what ``rlightning_ray``'s runners
@@ -59,6 +61,8 @@ _SB3_NAMES = {
     "Segment": "collector",
     "SharedRolloutCollector": "collector",
     "SharedReplayCollector": "replay",
+    "GroupRolloutCollector": "groups",
+    "GroupReplayCollector": "groups",
 }
 
 
@@ -74,6 +78,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "PETTINGZOO_SUPPORTED",
     "PETTINGZOO_TESTED",
+    "GroupReplayCollector",
+    "GroupRolloutCollector",
     "InactiveAgentActionWarning",
     "ParallelEnvError",
     "ParallelEnvGroup",

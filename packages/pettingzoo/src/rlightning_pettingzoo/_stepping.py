@@ -39,6 +39,7 @@ class _Copy:
     kept: int
     checked: dict[Any, Any]  # acting agent -> its checked mask (None: no mask)
     found: dict[Any, Any] | None  # live agent -> its mask as the env gave it (None: no masks)
+    kept_agents: set[Any] | None = None  # the acting agents stored (None: the first ``kept``)
 
 
 class AgentStepper:
@@ -110,8 +111,12 @@ class AgentStepper:
             )
         return ranks[agent]
 
-    def _plan(self, remaining: int) -> list[_Copy]:
-        """The copies to step this round, with the agents that act and are stored."""
+    def _check_agents(self, i: int, env: Any, agents: list[Any]) -> None:
+        """Refuse live agents the model cannot act for (one shared model: homogeneous)."""
+        self._shared[i]._check_homogeneous(env, agents)
+
+    def _candidates(self) -> list[_Copy]:
+        """Every copy (reset where its agents are all gone), with its acting agents and masks."""
         candidates: list[_Copy] = []
         for i, env in enumerate(self._envs):
             if self._observations[i] is None:
@@ -126,7 +131,7 @@ class AgentStepper:
                         f"live agent(s) {missing} of {describe_env(env)} (copy {i}) have no "
                         "observation"
                     )
-                self._shared[i]._check_homogeneous(env, agents)
+                self._check_agents(i, env, agents)
             found = [find_action_mask(a, observations, self._infos[i]) for a in agents]
             checked = _checked_masks(agents, found, env)
             acting = [a for a, m in zip(agents, checked, strict=True) if m is not _WAITS]
@@ -135,6 +140,11 @@ class AgentStepper:
                 dict(zip(agents, found, strict=True)) if any(m is not None for m in found) else None
             )
             candidates.append(_Copy(i, acting, len(acting), masks, given))
+        return candidates
+
+    def _plan(self, remaining: int) -> list[_Copy]:
+        """The copies to step this round, with the agents that act and are stored."""
+        candidates = self._candidates()
         plan: list[_Copy] = []
         for copy in candidates:
             if copy.kept <= remaining:
@@ -192,16 +202,16 @@ class AgentStepper:
         actions = to_parallel_actions(_assemble(f"copy-{i}", live, per_agent), env)
         env_step = self._steps[i]
         stored = 0
-        action_space: Any = env.action_space(acting[0]) if acting else None
         for k, agent in enumerate(acting):
             slot = (i, agent)
-            if k >= kept:
+            if (k >= kept) if copy.kept_agents is None else (agent not in copy.kept_agents):
                 self._open[slot] = None  # dropped: its previous transition is cut here
                 self.dropped += 1
                 continue
             fields = dict(rows[slot])
             if maskable:  # what MaskableRolloutBuffer stores for this row
                 mask = masks.get(agent)
+                action_space = env.action_space(agent)
                 fields["action_mask"] = (
                     np.ones(rules.mask_size(action_space), dtype=bool)
                     if mask is None

@@ -133,29 +133,38 @@ class SharedReplayCollector(AgentStepper):
 
     def _add(self, row: list[Transition]) -> bool:
         """One row of complete transitions, through ``add_replay_step``."""
-        env_ids = [f"column-{c}" for c in range(len(row))]
-        infos: list[dict[str, Any]] = []
-        for t in row:
-            info: dict[str, Any] = {}
-            if t.end is not None:
-                info["terminal_observation"] = t.next_observation
-                info["TimeLimit.truncated"] = t.end == "truncated"
-            if t.episode is not None:
-                info["episode"] = dict(t.episode)
-            infos.append(info)
-        responses = [
-            PolicyResponse(
-                env_ids[c], action=t.fields["action"], buffer_action=t.fields["buffer_action"]
-            )
-            for c, t in enumerate(row)
-        ]
-        return add_replay_step(
-            self.model,
-            stack_observations([t.observation for t in row]),
-            responses,
-            stack_observations([t.next_observation for t in row]),
-            np.asarray([t.reward for t in row], dtype=np.float32),
-            np.asarray([t.end is not None for t in row], dtype=bool),
-            infos,
-            env_ids=env_ids,
+        return _add_replay_row(self.model, row)
+
+
+def _add_replay_row(model: Any, row: list[Transition]) -> bool:
+    """One row of complete transitions into ``model``'s replay buffer (``add_replay_step``).
+
+    Returns what :func:`rlightning_sb3.add_replay_step` returns: True where the row ends a
+    rollout of ``model.train_freq``.
+    """
+    env_ids = [f"column-{c}" for c in range(len(row))]
+    infos: list[dict[str, Any]] = []
+    for t in row:
+        info: dict[str, Any] = {}
+        if t.end is not None:
+            info["terminal_observation"] = t.next_observation
+            info["TimeLimit.truncated"] = t.end == "truncated"
+        if t.episode is not None:
+            info["episode"] = dict(t.episode)
+        infos.append(info)
+    responses = [
+        PolicyResponse(
+            env_ids[c], action=t.fields["action"], buffer_action=t.fields["buffer_action"]
         )
+        for c, t in enumerate(row)
+    ]
+    return add_replay_step(
+        model,
+        stack_observations([t.observation for t in row]),
+        responses,
+        stack_observations([t.next_observation for t in row]),
+        np.asarray([t.reward for t in row], dtype=np.float32),
+        np.asarray([t.end is not None for t in row], dtype=bool),
+        infos,
+        env_ids=env_ids,
+    )
