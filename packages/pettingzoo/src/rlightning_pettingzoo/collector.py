@@ -17,7 +17,7 @@ column's last row).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,51 +164,62 @@ class SharedRolloutCollector(AgentStepper):
 
     def _fill(self, placed: list[list[Placed]], update_model: bool) -> None:
         """Hand the rows to ``add_rollout_step``, then ``finish_rollout``."""
-        model: Any = self.model
-        n_columns = len(placed[0])
-        env_ids = [f"column-{c}" for c in range(n_columns)]
-        dones = np.zeros(n_columns, dtype=bool)
-        new_observation: Any = None
-        for row in placed:
-            observation = stack_observations([p.transition.observation for p in row])
-            new_observation = stack_observations([p.transition.next_observation for p in row])
-            responses = [
-                PolicyResponse(
-                    env_ids[p.column],
-                    action=p.transition.fields["action"],
-                    buffer_action=p.transition.fields["buffer_action"],
-                    value=th.as_tensor(p.transition.fields["value"]),
-                    log_prob=th.as_tensor(p.transition.fields["log_prob"]),
-                    episode_start=p.episode_start,
-                    **(
-                        {"action_mask": p.transition.fields["action_mask"]}
-                        if "action_mask" in p.transition.fields
-                        else {}
-                    ),
-                )
-                for p in row
-            ]
-            rewards = np.asarray([p.transition.reward for p in row], dtype=np.float32)
-            dones = np.asarray([p.done for p in row], dtype=bool)
-            add_rollout_step(
-                model,
-                observation,
-                responses,
-                rewards,
-                dones,
-                [p.info for p in row],
-                env_ids=env_ids,
-                update_model=update_model,
-                new_observation=new_observation,
+        fill_rollout(self.model, placed, self.agent_returns, update_model)
+
+
+def fill_rollout(
+    model: Any,
+    placed: list[list[Placed]],
+    agent_returns: Mapping[Any, Sequence[float]],
+    update_model: bool,
+) -> None:
+    """Hand packed rows to ``add_rollout_step``, then ``finish_rollout`` (also the AEC one's).
+
+    ``agent_returns`` maps each agent id to its last episode returns, logged as
+    ``rollout/ep_rew_mean/<agent_id>`` before the dump when ``update_model``.
+    """
+    n_columns = len(placed[0])
+    env_ids = [f"column-{c}" for c in range(n_columns)]
+    dones = np.zeros(n_columns, dtype=bool)
+    new_observation: Any = None
+    for row in placed:
+        observation = stack_observations([p.transition.observation for p in row])
+        new_observation = stack_observations([p.transition.next_observation for p in row])
+        responses = [
+            PolicyResponse(
+                env_ids[p.column],
+                action=p.transition.fields["action"],
+                buffer_action=p.transition.fields["buffer_action"],
+                value=th.as_tensor(p.transition.fields["value"]),
+                log_prob=th.as_tensor(p.transition.fields["log_prob"]),
+                episode_start=p.episode_start,
+                **(
+                    {"action_mask": p.transition.fields["action_mask"]}
+                    if "action_mask" in p.transition.fields
+                    else {}
+                ),
             )
-        last_dones = np.asarray([p.transition.end is not None for p in placed[-1]], dtype=bool)
-        if update_model:
-            for agent, returns in self.agent_returns.items():
-                if returns:
-                    model.logger.record(f"rollout/ep_rew_mean/{agent}", float(np.mean(returns)))
-        finish_rollout(
-            model, new_observation, last_dones, env_ids=env_ids, update_model=update_model
+            for p in row
+        ]
+        rewards = np.asarray([p.transition.reward for p in row], dtype=np.float32)
+        dones = np.asarray([p.done for p in row], dtype=bool)
+        add_rollout_step(
+            model,
+            observation,
+            responses,
+            rewards,
+            dones,
+            [p.info for p in row],
+            env_ids=env_ids,
+            update_model=update_model,
+            new_observation=new_observation,
         )
+    last_dones = np.asarray([p.transition.end is not None for p in placed[-1]], dtype=bool)
+    if update_model:
+        for agent, returns in agent_returns.items():
+            if returns:
+                model.logger.record(f"rollout/ep_rew_mean/{agent}", float(np.mean(returns)))
+    finish_rollout(model, new_observation, last_dones, env_ids=env_ids, update_model=update_model)
 
 
 def _segments(placed: list[list[Placed]], n_rows: int, n_columns: int) -> list[Segment]:
