@@ -5,9 +5,9 @@ from __future__ import annotations
 import inspect
 
 import rlightning_pettingzoo
-from rlightning_pettingzoo import aec, collector, env_group, masks, parallel, policies, replay
+from rlightning_pettingzoo import aec, aec_collector, collector, env_group, masks, parallel, policies, replay
 
-MODULES = [aec, collector, env_group, masks, parallel, policies, replay]
+MODULES = [aec, aec_collector, collector, env_group, masks, parallel, policies, replay]
 
 
 def test_all_lists_every_public_name_of_the_modules() -> None:

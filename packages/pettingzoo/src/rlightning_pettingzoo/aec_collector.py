@@ -41,11 +41,11 @@ from rlightning import rules
 from rlightning_pettingzoo._columns import Transition, pack
 from rlightning_pettingzoo._envs import describe_env, require_aec
 from rlightning_pettingzoo._sb3 import adapter_for, is_sb3_model, sb3_rows
-from rlightning_pettingzoo.collector import Segment, _segments, fill_rollout
+from rlightning_pettingzoo.collector import Segment, _fill_rollout, _segments
 from rlightning_pettingzoo.masks import find_action_mask
 from rlightning_pettingzoo.policies import _WAITS, _checked_masks
 
-__all__ = ["AECRolloutCollector", "Opponent"]
+__all__ = ["AECRolloutCollector"]
 
 #: What an agent of ``opponents`` is acted by: a frozen SB3 model, or ``"random"``.
 Opponent = Any
@@ -399,5 +399,5 @@ class AECRolloutCollector:
         self._open.clear()
         order = sorted(streams, key=lambda s: (s[0], self._agent_rank(*s)))
         placed = pack([streams[s] for s in order], n_rows, n_columns)
-        fill_rollout(model, placed, self.agent_returns, update_model)
+        _fill_rollout(model, placed, self.agent_returns, update_model)
         return _segments(placed, n_rows, n_columns)

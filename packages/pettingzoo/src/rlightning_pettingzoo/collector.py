@@ -164,10 +164,10 @@ class SharedRolloutCollector(AgentStepper):
 
     def _fill(self, placed: list[list[Placed]], update_model: bool) -> None:
         """Hand the rows to ``add_rollout_step``, then ``finish_rollout``."""
-        fill_rollout(self.model, placed, self.agent_returns, update_model)
+        _fill_rollout(self.model, placed, self.agent_returns, update_model)
 
 
-def fill_rollout(
+def _fill_rollout(
     model: Any,
     placed: list[list[Placed]],
     agent_returns: Mapping[Any, Sequence[float]],
