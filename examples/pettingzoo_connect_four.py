@@ -26,10 +26,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from pettingzoo.classic import connect_four_v3
 from sb3_contrib import MaskablePPO
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from pettingzoo.classic import connect_four_v3
 from rlightning_pettingzoo import AECRolloutCollector, find_action_mask
 from rlightning_sb3 import finish_training, start_training
 

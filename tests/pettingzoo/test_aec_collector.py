@@ -23,12 +23,12 @@ import pytest
 import torch as th
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from pettingzoo.classic import connect_four_v3, rps_v2, tictactoe_v3
+from pettingzoo.utils import BaseWrapper
 from sb3_contrib import MaskablePPO
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from pettingzoo.classic import connect_four_v3, rps_v2, tictactoe_v3
-from pettingzoo.utils import BaseWrapper
 from rlightning_pettingzoo import AECRolloutCollector, Segment
 from rlightning_sb3 import finish_training, start_training
 
@@ -185,9 +185,9 @@ def check_rollout(
         np.testing.assert_allclose(
             buf.returns[rows, seg.column], advantages + values, rtol=1e-5, atol=1e-5
         )
-        if last["end"] == "terminated" and log[seg.env_steps[-1]]["rewards"][seg.agent_id] == 0:
-            if last["reward"] == -1.0:  # lost on the other agent's turn: the -1 closes it
-                seen["lost_on_other_turn"] += 1
+        own_move = log[seg.env_steps[-1]]["rewards"][seg.agent_id]
+        if last["end"] == "terminated" and own_move == 0 and last["reward"] == -1.0:
+            seen["lost_on_other_turn"] += 1  # lost on the other agent's turn: its -1 closes it
         seen["cut"] += seg.end == "cut"
         seen["rows"] += len(refs)
     assert (covered == 1).all()  # every cell once

@@ -5,7 +5,16 @@ from __future__ import annotations
 import inspect
 
 import rlightning_pettingzoo
-from rlightning_pettingzoo import aec, aec_collector, collector, env_group, masks, parallel, policies, replay
+from rlightning_pettingzoo import (
+    aec,
+    aec_collector,
+    collector,
+    env_group,
+    masks,
+    parallel,
+    policies,
+    replay,
+)
 
 MODULES = [aec, aec_collector, collector, env_group, masks, parallel, policies, replay]
 
