@@ -33,7 +33,7 @@ from rlightning_pettingzoo import AECRolloutCollector, Segment
 from rlightning_sb3 import finish_training, start_training
 
 
-class Logged(BaseWrapper[Any, Any, Any]):
+class Logged(BaseWrapper[Any, Any, Any]):  # type: ignore[misc]
     """A real AEC env that logs every step (index = the collector's ``env_steps``)."""
 
     def __init__(self, env: Any) -> None:
@@ -306,7 +306,7 @@ def test_refuses_an_off_policy_model() -> None:
 
     slot = DummyVecEnv([lambda: gym.make("CartPole-v1")])
     with pytest.raises(TypeError, match=r"needs an on-policy SB3 model .* got DQN"):
-        AECRolloutCollector(DQN("MlpPolicy", slot), [tictactoe_v3.env])  # type: ignore[arg-type]
+        AECRolloutCollector(DQN("MlpPolicy", slot), [tictactoe_v3.env])
 
 
 def test_refuses_an_unknown_opponent_agent() -> None:
