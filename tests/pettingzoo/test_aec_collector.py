@@ -119,7 +119,10 @@ def _trajectory(env: Logged, agent: str, t: int) -> dict[str, Any]:
 
 
 def _values(model: Any, observations: list[Any]) -> np.ndarray:
-    batch = {k: np.stack([o[k] for o in observations]) for k in observations[0]}
+    if isinstance(observations[0], dict):
+        batch: Any = {k: np.stack([o[k] for o in observations]) for k in observations[0]}
+    else:
+        batch = np.stack([np.asarray(o) for o in observations])
     with th.no_grad():
         obs, _ = model.policy.obs_to_tensor(batch)
         return np.asarray(model.policy.predict_values(obs).cpu().numpy().reshape(-1))
@@ -132,7 +135,7 @@ def check_rollout(
     buf = model.rollout_buffer
     gamma, lam = model.gamma, model.gae_lambda
     n_rows = buf.buffer_size
-    seen = {"rows": 0, "lost_on_other_turn": 0, "cut": 0}
+    seen = {"rows": 0, "lost_on_other_turn": 0, "cut": 0, "truncated": 0}
     covered = np.zeros((n_rows, buf.n_envs), dtype=int)
     for seg in segments:
         assert seg.agent_id not in opponents  # no row for an opponent's turn
@@ -157,24 +160,32 @@ def check_rollout(
         stored = rewards.copy()
         if last["end"] == "truncated" or (last["end"] is None and seg.stop_row < n_rows):
             stored[-1] += np.float32(gamma * bootstrap)  # collect_rollouts' time-limit bootstrap
-        # SB3's GAE on this segment alone
+        # SB3's GAE on this segment alone: a truncation ends it with reward + gamma * V(final)
         advantages = np.zeros(len(refs), dtype=np.float64)
+        gae_rewards = rewards.astype(np.float64)
+        if last["end"] == "truncated":
+            gae_rewards[-1] += gamma * bootstrap
         gae, next_value, non_terminal = 0.0, bootstrap, 0.0 if last["end"] else 1.0
         for k in reversed(range(len(refs))):
-            delta = rewards[k] + gamma * next_value * non_terminal - values[k]
+            delta = gae_rewards[k] + gamma * next_value * non_terminal - values[k]
             gae = delta + gamma * lam * non_terminal * gae
             advantages[k] = gae
             next_value, non_terminal = values[k], 1.0
         for k, (row, ref) in enumerate(zip(rows, refs, strict=True)):
             covered[row, seg.column] += 1
-            for key in ("observation", "action_mask"):
-                np.testing.assert_array_equal(
-                    buf.observations[key][row, seg.column], ref["observation"][key]
-                )
+            observation = ref["observation"]
+            if isinstance(observation, dict):
+                for key in ("observation", "action_mask"):
+                    np.testing.assert_array_equal(
+                        buf.observations[key][row, seg.column], observation[key]
+                    )
+            else:  # a Discrete observation: SB3 stores it as shape (1,)
+                assert buf.observations[row, seg.column].tolist() == [observation]
             assert int(buf.actions[row, seg.column, 0]) == ref["action"]
-            np.testing.assert_array_equal(
-                buf.action_masks[row, seg.column], ref["observation"]["action_mask"].astype(bool)
-            )
+            if hasattr(buf, "action_masks"):
+                np.testing.assert_array_equal(
+                    buf.action_masks[row, seg.column], observation["action_mask"].astype(bool)
+                )
             if k < len(refs) - 1 or stored[-1] == rewards[-1]:
                 assert buf.rewards[row, seg.column] == ref["reward"]
             else:
@@ -189,6 +200,7 @@ def check_rollout(
         if last["end"] == "terminated" and own_move == 0 and last["reward"] == -1.0:
             seen["lost_on_other_turn"] += 1  # lost on the other agent's turn: its -1 closes it
         seen["cut"] += seg.end == "cut"
+        seen["truncated"] += seg.end == "truncated"
         seen["rows"] += len(refs)
     assert (covered == 1).all()  # every cell once
     return seen
@@ -215,7 +227,7 @@ def _collect(
     collector = AECRolloutCollector(
         model, [lambda e=e: e for e in envs], opponents=opponents, seeds=seeds
     )
-    totals = {"rows": 0, "lost_on_other_turn": 0, "cut": 0, "dropped": 0}
+    totals = {"rows": 0, "lost_on_other_turn": 0, "cut": 0, "truncated": 0, "dropped": 0}
     for _ in range(rollouts):
         segments = collector.collect(update_model=False)
         for key, value in check_rollout(model, envs, segments, opponents).items():
@@ -255,6 +267,27 @@ def test_reference_holds_over_seeds_steps_and_copies(
     assert totals["rows"] == 2 * n_steps * copies
     event(f"cut segments: {totals['cut'] > 0}")
     event(f"lost on the other's turn: {totals['lost_on_other_turn'] > 0}")
+
+
+@pytest.mark.parametrize("opponents", [{}, {"player_1": "random"}], ids=["self-play", "random"])
+def test_rewards_of_every_round_and_truncation_follow_last(opponents: dict[str, Any]) -> None:
+    # rps_v2 rewards both players after the second one's move (the first one's reward comes on
+    # the other's turn), zeroes the mover's _cumulative_rewards, and truncates after max_cycles
+    copies, n_steps = 2, 12
+    slots = DummyVecEnv([lambda: Slot(rps_v2)] * copies)
+    model = PPO("MlpPolicy", slots, n_steps=n_steps, batch_size=n_steps * copies, seed=0)
+    envs = [Logged(rps_v2.env(max_cycles=4)) for _ in range(copies)]
+    collector = AECRolloutCollector(
+        model, [lambda e=e: e for e in envs], opponents=opponents, seeds=[0, 1]
+    )
+    truncated, rewarded = 0, 0
+    for _ in range(3):
+        segments = collector.collect(update_model=False)
+        seen = check_rollout(model, envs, segments, opponents)
+        truncated += seen["truncated"]
+        rewarded += int(np.count_nonzero(model.rollout_buffer.rewards))
+    assert truncated > 0  # truncated segments, bootstrapped gamma * V(final observation)
+    assert rewarded > 0
 
 
 def test_a_frozen_model_opponent_is_acted_and_never_stored() -> None:
