@@ -396,6 +396,11 @@ class AECRolloutCollector:
             if not turns:
                 break
             self._act(turns, None, maskable)
+        else:
+            raise RuntimeError(
+                f"the open transitions were not closed in {_MAX_STEPS_WITHOUT_TURN} rounds "
+                "after the rollout's end (their agents were never selected again)"
+            )
         self._open.clear()
         order = sorted(streams, key=lambda s: (s[0], self._agent_rank(*s)))
         placed = pack([streams[s] for s in order], n_rows, n_columns)
