@@ -30,6 +30,7 @@ SMOKE: dict[str, tuple[list[str], str]] = {
         ["--smoke", "--plot", "{tmp}/shared.png"],
         "mean per-agent episode return over 2 episodes",
     ),
+    "pettingzoo_connect_four.py": (["--smoke", "--no-progress"], "vs random over 10 games"),
     "ray_pettingzoo_shared.py": (["--smoke"], "mean per-agent episode return over 2 episodes"),
     "ray_ppo_cartpole.py": (["--smoke"], "finished at 512 steps"),
     "ray_rollout.py": (["--smoke"], "2 env actors x 20 steps done"),

@@ -62,3 +62,16 @@ def test_shared_policy_beats_random(tmp_path: Path) -> None:
     pytest.importorskip("stable_baselines3")
     results = _load("pettingzoo_shared_policy").main(["--plot", str(tmp_path / "curve.png")])
     assert results["trained"] > results["random"] + 3.0
+
+
+@pytest.mark.torch
+def test_connect_four_smoke(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("sb3_contrib")
+    results = _load("pettingzoo_connect_four").main(["--smoke", "--no-progress"])
+    assert results["games"] == 10
+    assert results["wins"] + results["draws"] + results["losses"] == 10
+    assert results["illegal"] == 0  # masked actions: never an illegal move
+    assert results["timesteps"] >= 256
+    out = capsys.readouterr().out
+    assert "vs random over 10 games:" in out
+    assert "0 illegal moves" in out

@@ -7,6 +7,7 @@ import inspect
 import rlightning_pettingzoo
 from rlightning_pettingzoo import (
     aec,
+    aec_collector,
     collector,
     env_group,
     groups,
@@ -16,7 +17,7 @@ from rlightning_pettingzoo import (
     replay,
 )
 
-MODULES = [aec, collector, env_group, groups, masks, parallel, policies, replay]
+MODULES = [aec, aec_collector, collector, env_group, groups, masks, parallel, policies, replay]
 
 
 def test_all_lists_every_public_name_of_the_modules() -> None:

@@ -9,10 +9,11 @@
 * Training: :class:`SharedRolloutCollector` (one shared on-policy SB3 model over ``n`` copies of
   a parallel env whose agents die and join, filling SB3's own ``RolloutBuffer`` with each
   agent's own trajectory, nothing fabricated) and its :class:`Segment` records;
-  :class:`SharedReplayCollector` (the same for an off-policy model's ``ReplayBuffer``); with
-  the ``[sb3]`` extra, imported on first use. :class:`GroupRolloutCollector` and
-  :class:`GroupReplayCollector`: the same with one model per group of agents that share spaces
-  (or per agent), each filling its own buffer.
+  :class:`SharedReplayCollector` (the same for an off-policy model's ``ReplayBuffer``);
+  :class:`GroupRolloutCollector` and :class:`GroupReplayCollector` (the same with one model per
+  group of agents that share spaces, or per agent, each filling its own buffer);
+  :class:`AECRolloutCollector` (turn-based AEC envs: self-play, or against frozen or random
+  opponents); with the ``[sb3]`` extra, imported on first use.
 * Env groups: :class:`ParallelEnvGroup` (``k`` parallel envs stepped together: observe, step,
   reset with this package's rules, copies of everything kept), its :class:`ParallelStep`,
   :class:`ParallelFragment` and :class:`ParallelEnvError` (what ``rlightning_ray``'s runners
@@ -58,6 +59,7 @@ except PackageNotFoundError:  # running from a source tree that was not installe
     __version__ = "0.0.0+unknown"
 
 _SB3_NAMES = {
+    "AECRolloutCollector": "aec_collector",
     "Segment": "collector",
     "SharedRolloutCollector": "collector",
     "SharedReplayCollector": "replay",
@@ -78,6 +80,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "PETTINGZOO_SUPPORTED",
     "PETTINGZOO_TESTED",
+    "AECRolloutCollector",
     "GroupReplayCollector",
     "GroupRolloutCollector",
     "InactiveAgentActionWarning",

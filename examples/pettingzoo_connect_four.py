@@ -1,0 +1,142 @@
+"""Train a MaskablePPO by self-play on PettingZoo's connect_four_v3; beat a random opponent.
+
+One shared policy plays both seats (parameter sharing, self-play): ``AECRolloutCollector``
+steps copies of the turn-based env, acts every turn in one batched forward pass with the mask
+of ``observe(agent)["action_mask"]``, and fills the model's own ``MaskableRolloutBuffer`` with
+each seat's own trajectory (a transition runs from one of the seat's turns to its next; the
+-1 of a game lost on the other seat's turn closes the loser's last transition). Then
+``model.train()``, as in ``learn()``. The model's VecEnv (``AgentSlot``) only sizes the buffer.
+
+Evaluation: the trained policy (deterministic, masked) against a uniformly random legal move,
+half the games as ``player_0`` (moves first) and half as ``player_1``, counting wins, draws,
+losses and illegal moves (a move its mask forbids). The full run's target: at least 90% wins
+of 200 games and no illegal move; it exits with status 1 otherwise.
+
+    python examples/pettingzoo_connect_four.py           # minutes (examples/README.md)
+    python examples/pettingzoo_connect_four.py --smoke   # seconds (used by the tests)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from pettingzoo.classic import connect_four_v3
+from sb3_contrib import MaskablePPO
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from rlightning_pettingzoo import AECRolloutCollector, find_action_mask
+from rlightning_sb3 import finish_training, start_training
+
+
+class AgentSlot(gym.Env[Any, Any]):
+    """One seat's spaces, for the shared model's VecEnv: it sizes the buffer, never stepped."""
+
+    def __init__(self, observation_space: Any, action_space: Any) -> None:
+        self.observation_space, self.action_space = observation_space, action_space
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action: Any) -> Any:
+        raise RuntimeError("AgentSlot only sizes the shared model's buffer; it is never stepped")
+
+
+def evaluate(model: MaskablePPO, games: int, seed: int) -> dict[str, int]:
+    """Play ``games`` games of the model (deterministic) against random legal moves."""
+    env = connect_four_v3.env()
+    rng = np.random.default_rng(seed)
+    counts = {"wins": 0, "draws": 0, "losses": 0, "illegal": 0, "games": games}
+    for game in range(games):
+        env.reset(seed=seed + game)
+        trained = env.possible_agents[game % 2]  # alternate who moves first
+        result = 0.0
+        for agent in env.agent_iter():
+            observation, reward, terminated, truncated, info = env.last()
+            if agent == trained:
+                result += float(reward)
+            if terminated or truncated:
+                env.step(None)
+                continue
+            mask = np.asarray(find_action_mask(agent, {agent: observation}, {agent: info}))
+            if agent == trained:
+                action, _ = model.predict(
+                    {k: v[None] for k, v in observation.items()},
+                    action_masks=mask[None].astype(bool),
+                    deterministic=True,
+                )
+                move = int(action[0])
+                counts["illegal"] += int(not mask[move])
+            else:
+                move = int(rng.choice(np.flatnonzero(mask)))
+            env.step(move)
+        counts["wins" if result > 0 else "losses" if result < 0 else "draws"] += 1
+    env.close()
+    return counts
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--timesteps", type=int, default=2_500_000, help="stored turns")
+    parser.add_argument("--copies", type=int, default=8, help="env copies (= buffer columns)")
+    parser.add_argument("--games", type=int, default=200, help="evaluation games vs random")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--smoke", action="store_true", help="a tiny run to check the wiring")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (SB3's, needs tqdm and rich)"
+    )
+    args = parser.parse_args(argv)
+    n_steps = 128
+    if args.smoke:
+        args.timesteps, args.copies, args.games, n_steps = 256, 2, 10, 64
+    torch.set_num_threads(1)  # small MLPs: one thread is fastest on a small shared CPU
+
+    spaces = connect_four_v3.env()
+    seat = spaces.possible_agents[0]
+    obs_space, act_space = spaces.observation_space(seat), spaces.action_space(seat)
+    slots = DummyVecEnv([lambda: AgentSlot(obs_space, act_space)] * args.copies)
+    model = MaskablePPO(
+        "MultiInputPolicy",
+        slots,
+        n_steps=n_steps,
+        batch_size=256,
+        n_epochs=4,
+        learning_rate=3e-4,
+        gamma=0.99,
+        ent_coef=0.01,
+        policy_kwargs={"net_arch": [256, 256]},
+        seed=args.seed,
+        device="cpu",
+        verbose=0,
+    )
+    seeds = [args.seed + c for c in range(args.copies)]
+    collector = AECRolloutCollector(model, [connect_four_v3.env] * args.copies, seeds=seeds)
+    start = time.perf_counter()
+    start_training(model, args.timesteps, progress_bar=not args.no_progress)
+    while model.num_timesteps < args.timesteps:  # learn()'s loop
+        collector.collect()
+        model.train()
+    finish_training(model)
+    train_s = time.perf_counter() - start
+
+    counts = evaluate(model, args.games, seed=10_000)
+    rate = counts["wins"] / counts["games"]
+    print(f"trained {model.num_timesteps} stored turns (self-play) in {train_s:.1f} s")
+    print(
+        f"vs random over {counts['games']} games: {counts['wins']} wins ({rate:.1%}), "
+        f"{counts['draws']} draws, {counts['losses']} losses, {counts['illegal']} illegal moves"
+    )
+    return {**counts, "win_rate": rate, "timesteps": model.num_timesteps, "train_s": train_s}
+
+
+if __name__ == "__main__":
+    figures = main()
+    target = figures["win_rate"] >= 0.9 and figures["illegal"] == 0
+    if not target and "--smoke" not in sys.argv:
+        sys.exit(1)  # the target: >= 90% wins against random, no illegal move

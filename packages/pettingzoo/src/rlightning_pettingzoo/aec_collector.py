@@ -1,0 +1,408 @@
+"""Train one shared SB3 on-policy model on turn-based (AEC) PettingZoo envs: self-play, opponents.
+
+:class:`AECRolloutCollector` steps ``n`` copies of a PettingZoo ``AECEnv`` (``tictactoe_v3``,
+``connect_four_v3``, ...) and fills the model's own ``RolloutBuffer`` (``MaskableRolloutBuffer``
+for a MaskablePPO) through the parallel collector's layout (:mod:`rlightning_pettingzoo.
+_columns`) and ``rlightning_sb3``'s public helpers (:func:`rlightning_sb3.add_rollout_step`,
+:func:`rlightning_sb3.finish_rollout`): SB3's rules are applied there, never copied here.
+
+The semantics (``docs/pettingzoo.md``, "Training", "AEC environments"; ``docs/decisions.md``):
+
+* A trained agent's transition runs from one of its turns to its next. Its reward is what
+  PettingZoo's ``env.last()`` reports at that next turn (``AECEnv._cumulative_rewards``: the
+  rewards the env accumulated for the agent since it acted, the other agents' turns included).
+* An agent whose game ends on another agent's turn is still selected once more (PettingZoo's
+  dead step, ``AECEnv._was_dead_step``): ``last()`` then gives its final observation, reward and
+  flags, which close its last transition (terminated: no bootstrap; truncated: SB3's time-limit
+  bootstrap ``gamma * V(final observation)``).
+* Agents in ``opponents`` are acted by a frozen SB3 model or uniformly at random, never stored;
+  every other agent is acted by the trained model and stored (self-play: no opponents, one
+  stream per seat).
+* Rollout end: the transitions still open are closed by stepping on to their agents' next turn.
+  Opponents' turns and dead steps are stepped as usual; a trained agent's turn that comes first
+  (self-play) is acted by the model but not stored (counted in :attr:`AECRolloutCollector.
+  dropped`). A copy then pauses at the turn where its last open transition closed, and the next
+  rollout acts that turn: no value is made up, no row bootstraps from a guess.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+
+from rlightning import rules
+from rlightning_pettingzoo._columns import Transition, pack
+from rlightning_pettingzoo._envs import describe_env, require_aec
+from rlightning_pettingzoo._sb3 import adapter_for, is_sb3_model, sb3_rows
+from rlightning_pettingzoo.collector import Segment, _fill_rollout, _segments
+from rlightning_pettingzoo.masks import find_action_mask
+from rlightning_pettingzoo.policies import _WAITS, _checked_masks
+
+__all__ = ["AECRolloutCollector"]
+
+#: What an agent of ``opponents`` is acted by: a frozen SB3 model, or ``"random"``.
+Opponent = Any
+
+#: Env steps in a row without a trained agent's turn before the collector gives up.
+_MAX_STEPS_WITHOUT_TURN = 100_000
+
+
+@dataclass
+class _Turn:
+    """A trained agent's turn, waiting for the batched forward pass."""
+
+    index: int
+    agent: Any
+    observation: Any
+    mask: Any  # the checked mask in gymnasium's format, or None
+
+
+class AECRolloutCollector:
+    """Fill one shared on-policy model's ``RolloutBuffer`` from copies of a turn-based env.
+
+    Each call to :meth:`collect` is one rollout of ``OnPolicyAlgorithm.collect_rollouts``: it
+    steps the copies until ``n_steps * n_envs`` turns of trained agents are taken and stored
+    (``model.n_steps`` and the model's ``n_envs``, the buffer's rows and columns). In each round
+    every copy is stepped (opponents' turns, dead steps) up to a trained agent's turn, and those
+    turns are acted in one batched forward pass (copy order), as many copies as still fit.
+    Each (copy, agent) is one stream of the layout of :class:`SharedRolloutCollector`: the
+    agent's transitions in time order, cut into segments in the buffer's columns. A copy whose
+    game is over (``env.agents`` empty) is reset (``seeds`` at its first reset, then no seed).
+
+    Build the model with a VecEnv of ``n_envs`` slots of one agent's spaces (it sizes the
+    buffer; it is never stepped here), call :func:`rlightning_sb3.start_training` first (its
+    ``callback``, ``log_interval`` and ``progress_bar`` then act as in ``learn()``), and
+    ``model.train()`` after each :meth:`collect`.
+
+    Args:
+        model: A PPO, A2C, MaskablePPO or other feed-forward ``OnPolicyAlgorithm``. A
+            MaskablePPO gets each turn's mask (``observe(agent)["action_mask"]`` or
+            ``infos[agent]["action_mask"]``, see :func:`find_action_mask`) and stores it.
+        env_fns: One function per env copy, each returning a PettingZoo ``AECEnv``.
+        opponents: ``{agent_id: opponent}`` for the agents that are not trained: a frozen SB3
+            model (pass a copy, e.g. ``MaskablePPO.load(path)``; it acts through its own
+            adapter, sampling as ``predict(deterministic=False)``) or ``"random"`` (uniform over
+            the legal actions of the agent's mask, or its whole ``Discrete`` space without one;
+            drawn from a generator per copy seeded with that copy's seed). Every other agent is
+            acted by ``model`` and stored. Not modified.
+        seeds: The seed of each copy's first reset (None: no seed), also the seed of the
+            copy's random opponents.
+
+    Raises:
+        TypeError: ``model`` is not an on-policy SB3 model or is recurrent, an env is not an
+            ``AECEnv``, or an opponent is neither an SB3 model nor ``"random"``.
+        ValueError: ``env_fns`` is empty, ``seeds`` is not one per copy, an opponent's agent is
+            not in an env's ``possible_agents``, every agent is an opponent, or an opponent is
+            ``model`` itself (leave the agent out of ``opponents`` for self-play).
+    """
+
+    def __init__(
+        self,
+        model: OnPolicyAlgorithm,
+        env_fns: Sequence[Callable[[], Any]],
+        *,
+        opponents: Mapping[Any, Opponent] | None = None,
+        seeds: Sequence[int | None] | None = None,
+    ) -> None:
+        if not isinstance(model, OnPolicyAlgorithm):
+            raise TypeError(
+                "AECRolloutCollector needs an on-policy SB3 model (PPO, A2C, MaskablePPO), "
+                f"got {type(model).__name__}"
+            )
+        if adapter_for(model).is_recurrent:
+            raise TypeError(
+                f"{type(model).__name__} has a recurrent policy; AECRolloutCollector drives "
+                "feed-forward policies only (a hidden state per agent is not kept)"
+            )
+        if not env_fns:
+            raise ValueError("env_fns must hold at least one function making an AECEnv")
+        self.model = model
+        self._envs = [require_aec(fn(), "AECRolloutCollector") for fn in env_fns]
+        n = len(self._envs)
+        seeds = [None] * n if seeds is None else list(seeds)
+        if len(seeds) != n:
+            raise ValueError(f"seeds must hold one seed per env copy ({n}), got {len(seeds)}")
+        self._seeds: list[int | None] = seeds
+        self._rngs = [np.random.default_rng(seed) for seed in seeds]
+        self.opponents: dict[Any, Opponent] = dict(opponents or {})
+        self._check_opponents()
+        self._live = [False] * n  # the copy's game is on (reset and not over)
+        self._starting: list[set[Any]] = [set() for _ in range(n)]
+        self._open: dict[tuple[int, Any], Transition | None] = {}
+        self._acted: set[tuple[int, Any]] = set()  # acted since its last turn (reward owed)
+        self._episode: dict[tuple[int, Any], list[float]] = {}
+        self._steps = [0] * n
+        self._rank: list[dict[Any, int]] = [{} for _ in range(n)]
+        self._start_time = time.time()
+        #: Turns of trained agents in the last :meth:`collect` that were acted but not stored
+        #: (self-play, closing the open transitions at the rollout's end).
+        self.dropped = 0
+        #: Per trained agent id, the returns of its last 100 finished episodes (all copies).
+        self.agent_returns: dict[Any, deque[float]] = {}
+
+    @property
+    def envs(self) -> list[Any]:
+        """The env copies, in copy order (the collector's own objects, not copies)."""
+        return list(self._envs)
+
+    def _check_opponents(self) -> None:
+        for agent, opponent in self.opponents.items():
+            if isinstance(opponent, str):
+                if opponent != "random":
+                    raise TypeError(
+                        f"opponents[{agent!r}] must be a frozen SB3 model or 'random', "
+                        f"got the string {opponent!r}"
+                    )
+            elif opponent is self.model:
+                raise ValueError(
+                    f"opponents[{agent!r}] is the trained model itself; leave {agent!r} out "
+                    "of opponents for self-play (its turns are then acted and stored), or "
+                    "pass a frozen copy"
+                )
+            elif not is_sb3_model(opponent):
+                raise TypeError(
+                    f"opponents[{agent!r}] must be a frozen SB3 model or 'random', "
+                    f"got {type(opponent).__name__}"
+                )
+        for i, env in enumerate(self._envs):
+            possible = list(env.possible_agents)
+            unknown = [a for a in self.opponents if a not in possible]
+            if unknown:
+                raise ValueError(
+                    f"opponents names agent(s) {unknown} that {describe_env(env)} (copy {i}) "
+                    f"does not have; its possible_agents are {possible}"
+                )
+            if all(a in self.opponents for a in possible):
+                raise ValueError(
+                    f"every agent of {describe_env(env)} (copy {i}) is in opponents "
+                    f"({possible}): no agent is left to train"
+                )
+
+    def _agent_rank(self, i: int, agent: Any) -> int:
+        ranks = self._rank[i]
+        if agent not in ranks:
+            possible = list(self._envs[i].possible_agents)
+            ranks[agent] = (
+                possible.index(agent) if agent in possible else len(possible) + len(ranks)
+            )
+        return ranks[agent]
+
+    def _reset(self, i: int) -> None:
+        env = self._envs[i]
+        env.reset(seed=self._seeds[i])
+        self._seeds[i] = None
+        self._live[i] = True
+        self._starting[i] = {a for a in env.agents if a not in self.opponents}
+        for agent in self._starting[i]:
+            self._episode[(i, agent)] = [0.0, 0]
+
+    def _turn(
+        self, i: int, streams: dict[tuple[int, Any], list[Transition]], finishing: bool
+    ) -> _Turn | None:
+        """Step copy ``i`` up to a trained agent's live turn; close transitions on the way.
+
+        Returns that turn (the env is left there), or None when ``finishing`` and the copy has
+        no open transition left (it pauses at the turn where the last one closed).
+        """
+        env = self._envs[i]
+        for _ in range(_MAX_STEPS_WITHOUT_TURN):
+            if not self._live[i]:
+                self._reset(i)
+            agent = env.agent_selection
+            observation, reward, terminated, truncated, info = env.last()
+            trained = agent not in self.opponents
+            slot = (i, agent)
+            done = bool(terminated or truncated)
+            if trained and slot in self._acted:  # its reward since it acted: its transition's
+                self._acted.discard(slot)
+                episode = self._episode.setdefault(slot, [0.0, 0])
+                episode[0] += float(reward)
+                open_ = self._open.pop(slot, None)
+                if open_ is not None:
+                    open_.reward = float(reward)
+                    open_.next_observation = observation
+                if done:
+                    ended = {
+                        "r": episode[0],
+                        "l": episode[1],
+                        "t": round(time.time() - self._start_time, 6),
+                    }
+                    self.agent_returns.setdefault(agent, deque(maxlen=100)).append(episode[0])
+                    del self._episode[slot]
+                    if open_ is not None:
+                        open_.end = "terminated" if terminated else "truncated"
+                        open_.episode = ended
+                    elif streams.get(slot) and streams[slot][-1].end is None:
+                        # it ended after a dropped turn: its last stored row (cut there)
+                        # carries the episode for rollout/ep_rew_mean
+                        streams[slot][-1].episode = ended
+            if finishing and not any(k[0] == i and t is not None for k, t in self._open.items()):
+                return None
+            if done:
+                env.step(None)  # PettingZoo's dead step (AECEnv._was_dead_step)
+                self._steps[i] += 1
+                if not env.agents:
+                    self._live[i] = False
+                continue
+            mask = self._mask(i, agent, observation, info)
+            if trained:
+                return _Turn(i, agent, observation, mask)
+            env.step(self._opponent_action(i, agent, observation, mask))
+            self._steps[i] += 1
+            if not env.agents:
+                self._live[i] = False
+        raise RuntimeError(
+            f"{describe_env(env)} (copy {i}) gave no trained agent a turn in "
+            f"{_MAX_STEPS_WITHOUT_TURN} steps"
+        )
+
+    def _mask(self, i: int, agent: Any, observation: Any, info: Any) -> Any:
+        env = self._envs[i]
+        found = find_action_mask(agent, {agent: observation}, {agent: info})
+        checked = _checked_masks([agent], [found], env)[0]
+        if checked is _WAITS:
+            raise ValueError(
+                f"agent {agent!r} of {describe_env(env)} (copy {i}) has its turn but its action "
+                "mask allows no action; an AEC agent cannot wait (env.step needs its action), "
+                "so AECRolloutCollector refuses"
+            )
+        return checked
+
+    def _opponent_action(self, i: int, agent: Any, observation: Any, mask: Any) -> Any:
+        opponent = self.opponents[agent]
+        space = self._envs[i].action_space(agent)
+        if isinstance(opponent, str):  # "random"
+            if isinstance(space, spaces.Discrete):
+                legal = np.arange(int(space.n)) if mask is None else np.flatnonzero(mask)
+                return np.int64(space.start + self._rngs[i].choice(legal))
+            raise TypeError(
+                f"the random opponent {agent!r} of {describe_env(self._envs[i])} needs a "
+                f"Discrete action space, got {space}"
+            )
+        rows = sb3_rows(opponent, [agent], [observation], [mask], space, deterministic=False)
+        return rows[agent]["action"]
+
+    def _act(
+        self,
+        turns: list[_Turn],
+        streams: dict[tuple[int, Any], list[Transition]] | None,
+        maskable: bool,
+    ) -> None:
+        """One batched forward pass for ``turns``; step each copy; store when ``streams``."""
+        if not turns:
+            return
+        first = turns[0]
+        action_space = self._envs[first.index].action_space(first.agent)
+        keys = [(t.index, t.agent) for t in turns]
+        rows = sb3_rows(
+            self.model,
+            keys,
+            [t.observation for t in turns],
+            [t.mask for t in turns],
+            action_space,
+            deterministic=False,
+        )
+        for turn, key in zip(turns, keys, strict=True):
+            i, agent = key
+            env = self._envs[i]
+            fields = dict(rows[key])
+            if streams is None:
+                self.dropped += 1
+            else:
+                if maskable:  # what MaskableRolloutBuffer stores for this row
+                    space = env.action_space(agent)
+                    fields["action_mask"] = (
+                        np.ones(rules.mask_size(space), dtype=bool)
+                        if turn.mask is None
+                        else rules.flat_mask(space, turn.mask)
+                    )
+                transition = Transition(
+                    i,
+                    agent,
+                    self._steps[i],
+                    turn.observation,
+                    fields,
+                    agent in self._starting[i],
+                )
+                streams.setdefault(key, []).append(transition)
+                self._open[key] = transition
+            self._starting[i].discard(agent)
+            self._acted.add(key)
+            self._episode.setdefault(key, [0.0, 0])[1] += 1
+            action = fields["action"]
+            env.step(
+                action.item() if isinstance(action, np.ndarray) and action.ndim == 0 else action
+            )
+            self._steps[i] += 1
+            if not env.agents:
+                self._live[i] = False
+
+    def collect(self, *, update_model: bool = True) -> list[Segment]:
+        """Collect one full rollout into ``model.rollout_buffer`` and compute its advantages.
+
+        Args:
+            update_model: As in :func:`rlightning_sb3.add_rollout_step`: advance
+                ``num_timesteps`` (by one per stored turn), record finished agent episodes for
+                ``rollout/ep_rew_mean``, call the callback and dump the logger where
+                ``learn()`` does (needs :func:`rlightning_sb3.start_training`); also records
+                ``rollout/ep_rew_mean/<agent_id>`` (mean of the trained agent's last 100
+                episode returns) before the dump.
+
+        Returns:
+            The buffer's segments, column by column, row by row (:class:`Segment`;
+            ``env_steps`` count every ``env.step`` of the copy, opponents' turns and dead
+            steps included). The buffer is filled (``reset`` first when full) and its
+            ``returns`` and ``advantages`` computed; the envs are stepped.
+
+        Raises:
+            ValueError: a trained agent's or opponent's mask allows no action, or is malformed;
+                what the SB3 helpers and the adapter raise (spaces, masks).
+            RuntimeError: a copy gave no trained agent a turn for many steps.
+            rlightning_sb3.StopTraining: a callback's ``on_step`` returned False while the rows
+                were added (as :meth:`SharedRolloutCollector.collect`).
+        """
+        model: Any = self.model
+        buf = model.rollout_buffer
+        n_rows, n_columns = int(buf.buffer_size), int(buf.n_envs)
+        capacity = n_rows * n_columns
+        maskable = hasattr(buf, "action_masks")
+        streams: dict[tuple[int, Any], list[Transition]] = {}
+        self.dropped = 0
+        count = 0
+        while count < capacity:
+            turns: list[_Turn] = []
+            for i in range(len(self._envs)):
+                if len(turns) == capacity - count:
+                    break
+                turn = self._turn(i, streams, finishing=False)
+                assert turn is not None
+                turns.append(turn)
+            self._act(turns, streams, maskable)
+            count += len(turns)
+        # close the open transitions: step on to their agents' next turns (not stored)
+        for _ in range(_MAX_STEPS_WITHOUT_TURN):
+            turns = []
+            for i in range(len(self._envs)):
+                turn = self._turn(i, streams, finishing=True)
+                if turn is not None:
+                    turns.append(turn)
+            if not turns:
+                break
+            self._act(turns, None, maskable)
+        else:
+            raise RuntimeError(
+                f"the open transitions were not closed in {_MAX_STEPS_WITHOUT_TURN} rounds "
+                "after the rollout's end (their agents were never selected again)"
+            )
+        self._open.clear()
+        order = sorted(streams, key=lambda s: (s[0], self._agent_rank(*s)))
+        placed = pack([streams[s] for s in order], n_rows, n_columns)
+        _fill_rollout(model, placed, update_model, self.agent_returns)
+        return _segments(placed, n_rows, n_columns)
