@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch as th
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from sb3_contrib import RecurrentPPO
 from stable_baselines3.common.vec_env import DummyVecEnv
@@ -116,3 +116,114 @@ def test_buffer_equals_recurrent_ppo_learn_over_a_vec_env_of_the_agents(
         model.policy.state_dict().items(), reference.policy.state_dict().items(), strict=True
     ):
         th.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=key)
+
+
+def _lstm_step(policy: Any, observation: np.ndarray, state: Any, start: bool) -> Any:
+    """One agent's LSTM step alone (actor and critic), reset first where ``start``."""
+    obs = th.as_tensor(observation[None], dtype=th.float32)
+    features = policy.extract_features(obs)
+    pi_features, vf_features = features if isinstance(features, tuple) else (features, features)
+    out = []
+    for lstm, feats, (h, c) in zip(
+        (policy.lstm_actor, policy.lstm_critic), (pi_features, vf_features), state, strict=True
+    ):
+        keep = 0.0 if start else 1.0
+        _, (h2, c2) = lstm(feats[None], (keep * h, keep * c))
+        out.append((h2, c2))
+    return tuple(out)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    schedule=ENVS.schedules(),
+    waiting=ENVS.waits(),
+    n_copies=st.integers(1, 2),
+    n_columns=st.integers(1, 4),
+    n_steps=st.integers(2, 6),
+    rollouts=st.integers(1, 3),
+    batch=st.integers(1, 24),
+)
+def test_each_rows_lstm_state_is_its_agents_own(
+    schedule: list[tuple[int, int, str]],
+    waiting: frozenset[tuple[int, int]],
+    n_copies: int,
+    n_columns: int,
+    n_steps: int,
+    rollouts: int,
+    batch: int,
+) -> None:
+    model = RecurrentPPO(
+        "MlpLstmPolicy",
+        DummyVecEnv([ENVS.AgentSlot] * n_columns),
+        n_steps=n_steps,
+        batch_size=n_steps * n_columns,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"net_arch": [8], "lstm_hidden_size": 4},
+    )
+    envs = [ENVS.ScheduleEnv(schedule, c, waiting) for c in range(n_copies)]
+    collector = SharedRolloutCollector(model, [lambda e=env: e for env in envs])
+    stored: dict[tuple[int, str, int], tuple[bool, list[np.ndarray]]] = {}
+    for _ in range(rollouts):  # the policy is not trained: one LSTM along each trajectory
+        segments = collector.collect(update_model=False)
+        buf = model.rollout_buffer
+        for seg in segments:
+            for row, u in zip(range(seg.start_row, seg.stop_row), seg.env_steps, strict=True):
+                key = (seg.env_index, seg.agent_id, u)
+                assert key not in stored  # each agent-step stored once
+                start = bool(buf.episode_starts[row, seg.column])
+                if row > seg.start_row:  # inside a run: the same agent's next step
+                    assert not start
+                stored[key] = (start, [getattr(buf, n)[row, :, seg.column].copy() for n in STATES])
+                obs = envs[seg.env_index].log[u][seg.agent_id][0]
+                np.testing.assert_array_equal(buf.observations[row, seg.column], obs)
+        forced = any(
+            s.start_row > 0
+            and s.env_steps[0] - 1 in envs[s.env_index].log
+            and s.agent_id in envs[s.env_index].log[s.env_steps[0] - 1]
+            and envs[s.env_index].log[s.env_steps[0] - 1][s.agent_id][3] is None
+            for s in segments
+        )
+        event(f"a run began below row 0 inside an episode: {forced}")
+        # sb3-contrib's own sequences (RecurrentRolloutBuffer.get, create_sequencers, the
+        # stored state at each sequence start, reset where episode_starts) reproduce every
+        # stored log-prob and value: each run is a sequence of its own agent
+        with th.no_grad():
+            for data in buf.get(min(batch, n_steps * n_columns)):
+                values, log_prob, _ = model.policy.evaluate_actions(
+                    data.observations,
+                    data.actions.long().flatten(),
+                    data.lstm_states,
+                    data.episode_starts,
+                )
+                mask = data.mask > 1e-8
+                th.testing.assert_close(log_prob[mask], data.old_log_prob[mask])
+                th.testing.assert_close(values.flatten()[mask], data.old_values[mask])
+    policy = model.policy
+    zero = th.zeros((1, 1, 4))
+    checked = 0
+    with th.no_grad():
+        for c, env in enumerate(envs):
+            for agent in env.possible_agents:
+                state: Any = ((zero, zero), (zero, zero))
+                episode, kept_in_episode = -1, False
+                for u in sorted(env.log):
+                    entry = env.log[u].get(agent)
+                    if entry is None or entry[1] is None:
+                        continue  # absent or waiting: no step, the state is kept
+                    observation = entry[0]
+                    if int(observation[1]) != episode:
+                        episode, kept_in_episode = int(observation[1]), False
+                    if (c, agent, u) in stored:
+                        start, states = stored[(c, agent, u)]
+                        # a new episode of this agent always starts a run
+                        assert start or kept_in_episode
+                        (h_pi, c_pi), (h_vf, c_vf) = state
+                        for got, want in zip(states, (h_pi, c_pi, h_vf, c_vf), strict=True):
+                            np.testing.assert_allclose(got, want[:, 0].numpy(), atol=1e-6)
+                        kept_in_episode = True
+                        checked += 1
+                    else:  # dropped at a rollout's end: reset as its episode's first step
+                        start = not kept_in_episode
+                    state = _lstm_step(policy, observation, state, start)
+    assert checked == len(stored) == rollouts * n_steps * n_columns

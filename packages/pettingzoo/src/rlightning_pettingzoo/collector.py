@@ -12,7 +12,8 @@ a stream of agent-trajectory segments; ``episode_start`` is True where a segment
 a column; an agent that terminates ends its segment with no bootstrap, one that is truncated
 bootstraps ``gamma * V(final observation)`` as SB3 does for time limits, and where the rollout
 cuts a trajectory the bootstrap is ``gamma * V(next observation)`` (the column's last value on a
-column's last row).
+column's last row). A RecurrentPPO's columns are assigned as its agents act (see
+:class:`SharedRolloutCollector`).
 """
 
 from __future__ import annotations
@@ -80,14 +81,21 @@ class SharedRolloutCollector(AgentStepper):
     ``callback``, ``log_interval`` and ``progress_bar`` then act as in ``learn()``), and
     ``model.train()`` after each :meth:`collect`.
 
+    A RecurrentPPO (sb3-contrib) keeps one LSTM state per (copy, agent), reset where the
+    agent's trajectory starts (its first action, a join, after a reset) and where its run in a
+    column starts below row 0; its columns are then assigned as the agents act (an agent keeps
+    its column while it has room), so that every row the buffer flags ``episode_start`` (where
+    SB3's GAE stops and sb3-contrib's training resets the LSTM) is a reset when it acted, and
+    each row's ``lstm_states`` is the state its agent acted from (see ``docs/pettingzoo.md``).
+
     Args:
-        model: A PPO, A2C or other feed-forward ``OnPolicyAlgorithm`` (a MaskablePPO stores
-            each row's mask).
+        model: A PPO, A2C, MaskablePPO (each row's mask is stored), RecurrentPPO or other
+            ``OnPolicyAlgorithm``.
         env_fns: One function per env copy, each returning a PettingZoo ``ParallelEnv``.
         seeds: The seed of each copy's first reset (None: no seed).
 
     Raises:
-        TypeError: ``model`` is not an on-policy SB3 model or is recurrent, or an env is not a
+        TypeError: ``model`` is not an on-policy SB3 model, or an env is not a
             ``ParallelEnv``.
         ValueError: ``env_fns`` is empty or ``seeds`` is not one per copy.
     """
