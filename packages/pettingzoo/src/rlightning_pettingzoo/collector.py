@@ -287,7 +287,7 @@ class SharedRolloutCollector(AgentStepper):
             last_dones,
             env_ids=env_ids,
             update_model=update_model,
-            **({"responses": responses} if self._recurrent else {}),
+            responses=responses if self._recurrent else None,
         )
 
 
