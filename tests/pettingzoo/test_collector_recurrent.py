@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+import pytest
 import torch as th
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -77,11 +78,12 @@ def _compare(mine: dict[str, np.ndarray], theirs: dict[str, np.ndarray], label: 
             )
 
 
+@pytest.mark.parametrize("continuous", [False, True], ids=["discrete", "continuous"])
 def test_buffer_equals_recurrent_ppo_learn_over_a_vec_env_of_the_agents(
-    simple_spread: ModuleType,
+    simple_spread: ModuleType, continuous: bool
 ) -> None:
     def make() -> Any:
-        return simple_spread.parallel_env(max_cycles=5, continuous_actions=False)
+        return simple_spread.parallel_env(max_cycles=5, continuous_actions=continuous)
 
     n_copies, n_steps = 2, KWARGS["n_steps"]
     venv = AgentsVecEnv(make, n_copies)
