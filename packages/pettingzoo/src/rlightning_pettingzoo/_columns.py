@@ -41,6 +41,9 @@ class Transition:
         next_observation: The observation after the step: the final one where it ended,
             otherwise the one it acts on next.
         episode: Monitor's ``{"r", "l", "t"}`` of the agent's episode where it ended here.
+        cut: The collector cuts the agent's trajectory after this transition (a recurrent
+            collector's agent changed columns mid-column; see ``collector``): the segment ends
+            here as where the rollout cuts it.
     """
 
     env_index: int
@@ -53,6 +56,7 @@ class Transition:
     end: str | None = None
     next_observation: Any = None
     episode: dict[str, float] | None = field(default=None)
+    cut: bool = False
 
 
 @dataclass
@@ -101,7 +105,8 @@ def pack(
     flat: list[tuple[Transition, bool]] = []
     for stream in streams:
         for k, transition in enumerate(stream):
-            flat.append((transition, k == len(stream) - 1 and transition.end is None))
+            last = k == len(stream) - 1 or transition.cut
+            flat.append((transition, last and transition.end is None))
     if len(flat) != n_rows * n_columns:
         raise ValueError(
             f"the streams hold {len(flat)} transitions, the buffer {n_rows} x {n_columns} "

@@ -113,6 +113,7 @@ def sb3_rows(
     action_space: spaces.Space[Any],
     *,
     deterministic: bool,
+    episode_starts: Sequence[bool] | None = None,
 ) -> dict[Any, dict[str, Any]]:
     """Ask ``model`` once for every agent of ``agents``; row ``i`` goes to ``agents[i]``.
 
@@ -123,24 +124,31 @@ def sb3_rows(
     models get no mask.
 
     Args:
-        model: An SB3 algorithm; recurrent policies are refused.
+        model: An SB3 algorithm; a recurrent one (sb3-contrib's RecurrentPPO) only with
+            ``episode_starts``.
         agents: The agents, in batch order.
         observations: One observation per agent, each in the model's observation space.
         masks: One checked mask (or None) per agent.
         action_space: The agents' action space (the model's).
         deterministic: Take the deterministic action (no sampling, epsilon, warm-up or noise).
+        episode_starts: For a recurrent model, one flag per agent: its LSTM state is reset
+            (RecurrentPPO's ``episode_starts``) before it acts. The adapter carries each
+            agent's state under the row id ``repr(agent)`` from one call to the next.
 
     Returns:
         ``{agent: fields}``: ``action`` and ``buffer_action`` (numpy rows of SB3's batched
-        output), and for on-policy models ``value`` and ``log_prob`` (np.float32 scalars).
+        output), for on-policy models ``value`` and ``log_prob`` (np.float32 scalars), and for a
+        recurrent model ``state`` (the agent's LSTM ``RNNStates`` after acting) and
+        ``buffer_state`` (the one it acted from, before the reset: what ``RecurrentPPO``
+        stores as ``lstm_states``).
 
     Raises:
-        TypeError: the model is recurrent (it needs a hidden state per agent) or neither on- nor
-            off-policy.
+        TypeError: the model is recurrent and no ``episode_starts`` are given (it needs a
+            hidden state per agent), or it is neither on- nor off-policy.
         ValueError: what ``SB3PolicyAdapter.act`` raises for the batch (shapes, NaN).
     """
     adapter = adapter_for(model)
-    if adapter.is_recurrent:
+    if adapter.is_recurrent and episode_starts is None:
         raise TypeError(
             f"{type(model).__name__} has a recurrent policy ({type(model.policy).__name__}), "
             "which needs a hidden state per agent; rlightning_pettingzoo drives feed-forward "
@@ -160,6 +168,7 @@ def sb3_rows(
         _row_ids(agents),
         action_masks=action_masks,
         explore=not deterministic,
+        **({} if episode_starts is None else {"episode_start": np.asarray(episode_starts, bool)}),
     )
     stacked = batch.stacked
     assert stacked is not None  # a fresh batch of the adapter is stacked
@@ -171,6 +180,9 @@ def sb3_rows(
     for name in ("value", "log_prob"):
         if name in data:
             columns[name] = data[name].cpu().numpy().reshape(-1)
+    for name in ("state", "buffer_state"):
+        if name in data:  # RecurrentPPO: one RNNStates per row
+            columns[name] = list(data[name])
     return {
         agent: {name: col[i] for name, col in columns.items()} for i, agent in enumerate(agents)
     }

@@ -159,9 +159,15 @@ class AgentStepper:
         return plan
 
     def _act(
-        self, plan: list[_Copy], keys: list[tuple[int, Any]]
+        self,
+        plan: list[_Copy],
+        keys: list[tuple[int, Any]],
+        starts: list[bool] | None = None,
     ) -> dict[tuple[int, Any], dict[str, Any]]:
-        """One batched forward pass for every acting agent of the planned copies."""
+        """One batched forward pass for every acting agent of the planned copies.
+
+        ``starts`` (a recurrent model: one per key) resets the keys' LSTM states first.
+        """
         if not keys:
             return {}
         observations: list[Any] = []
@@ -173,7 +179,15 @@ class AgentStepper:
             masks.extend(copy.checked[a] for a in copy.acting)
         first_copy, first_agent = keys[0]
         action_space = self._envs[first_copy].action_space(first_agent)
-        return sb3_rows(self.model, keys, observations, masks, action_space, deterministic=False)
+        return sb3_rows(
+            self.model,
+            keys,
+            observations,
+            masks,
+            action_space,
+            deterministic=False,
+            episode_starts=starts,
+        )
 
     def _step(
         self,

@@ -12,7 +12,8 @@ a stream of agent-trajectory segments; ``episode_start`` is True where a segment
 a column; an agent that terminates ends its segment with no bootstrap, one that is truncated
 bootstraps ``gamma * V(final observation)`` as SB3 does for time limits, and where the rollout
 cuts a trajectory the bootstrap is ``gamma * V(next observation)`` (the column's last value on a
-column's last row).
+column's last row). A RecurrentPPO's columns are assigned as its agents act (see
+:class:`SharedRolloutCollector`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper
 from rlightning_sb3 import add_rollout_step, finish_rollout
 
 __all__ = ["Segment", "SharedRolloutCollector"]
-
 
 @dataclass(frozen=True)
 class Segment:
@@ -77,14 +77,21 @@ class SharedRolloutCollector(AgentStepper):
     ``callback``, ``log_interval`` and ``progress_bar`` then act as in ``learn()``), and
     ``model.train()`` after each :meth:`collect`.
 
+    A RecurrentPPO (sb3-contrib) keeps one LSTM state per (copy, agent), reset where the
+    agent's trajectory starts (its first action, a join, after a reset) and where its run in a
+    column starts below row 0; its columns are then assigned as the agents act (an agent keeps
+    its column while it has room), so that every row the buffer flags ``episode_start`` (where
+    SB3's GAE stops and sb3-contrib's training resets the LSTM) is a reset when it acted, and
+    each row's ``lstm_states`` is the state its agent acted from (see ``docs/pettingzoo.md``).
+
     Args:
-        model: A PPO, A2C or other feed-forward ``OnPolicyAlgorithm`` (a MaskablePPO stores
-            each row's mask).
+        model: A PPO, A2C, MaskablePPO (each row's mask is stored), RecurrentPPO or other
+            ``OnPolicyAlgorithm``.
         env_fns: One function per env copy, each returning a PettingZoo ``ParallelEnv``.
         seeds: The seed of each copy's first reset (None: no seed).
 
     Raises:
-        TypeError: ``model`` is not an on-policy SB3 model or is recurrent, or an env is not a
+        TypeError: ``model`` is not an on-policy SB3 model, or an env is not a
             ``ParallelEnv``.
         ValueError: ``env_fns`` is empty or ``seeds`` is not one per copy.
     """
@@ -101,12 +108,11 @@ class SharedRolloutCollector(AgentStepper):
                 "SharedRolloutCollector needs an on-policy SB3 model (PPO, A2C, MaskablePPO), "
                 f"got {type(model).__name__}"
             )
-        if adapter_for(model).is_recurrent:
-            raise TypeError(
-                f"{type(model).__name__} has a recurrent policy; SharedRolloutCollector drives "
-                "feed-forward policies only (a hidden state per agent is not kept)"
-            )
+        self._recurrent = adapter_for(model).is_recurrent
         super().__init__(model, env_fns, seeds, "SharedRolloutCollector")
+        # recurrent: each column's current agent and each agent's column (see _lanes)
+        self._owner: list[tuple[int, Any] | None] = [None] * int(model.rollout_buffer.n_envs)
+        self._lane_of: dict[tuple[int, Any], int] = {}
 
     def collect(self, *, update_model: bool = True) -> list[Segment]:
         """Collect one full rollout into ``model.rollout_buffer`` and compute its advantages.
@@ -141,6 +147,8 @@ class SharedRolloutCollector(AgentStepper):
         count, idle = 0, 0
         self.dropped = 0
         maskable = hasattr(buf, "action_masks")
+        lanes: list[list[Transition]] = [[] for _ in range(n_columns)]  # recurrent only
+        fills = [0] * n_columns
         while count < capacity:
             plan = self._plan(capacity - count)
             keys = [(copy.index, agent) for copy in plan for agent in copy.acting]
@@ -153,14 +161,80 @@ class SharedRolloutCollector(AgentStepper):
                     )
             else:
                 idle = 0
-            rows = self._act(plan, keys)
+            if not self._recurrent:
+                rows = self._act(plan, keys)
+                for copy in plan:
+                    count += self._step(copy, rows, streams, maskable)
+                continue
+            kept = [(copy.index, a) for copy in plan for a in copy.acting[: copy.kept]]
+            lanes_now, starts_now = self._assign(kept, lanes, fills, n_rows)
+            chosen = dict(zip(kept, zip(lanes_now, starts_now, strict=True), strict=True))
+            starts = [chosen[k][1] if k in chosen else k[1] in self._starting[k[0]] for k in keys]
+            rows = self._act(plan, keys, starts)
             for copy in plan:
                 count += self._step(copy, rows, streams, maskable)
+            for key in kept:
+                lane, start = chosen[key]
+                transition = streams[key][-1]
+                transition.episode_start = start
+                column = lanes[lane]
+                if column and column[-1].end is None and _slot(column[-1]) != key:
+                    column[-1].cut = True  # its agent acts on in another column
+                column.append(transition)
         self._open.clear()  # the rollout cuts the trajectories still open
-        order = sorted(streams, key=lambda s: (s[0], self._agent_rank(*s)))
-        placed = pack([streams[s] for s in order], n_rows, n_columns)
+        if self._recurrent:
+            placed = pack(lanes, n_rows, n_columns)
+            for row in placed:
+                for p in row:
+                    assert p.episode_start == p.transition.episode_start, "internal: lanes"
+        else:
+            order = sorted(streams, key=lambda s: (s[0], self._agent_rank(*s)))
+            placed = pack([streams[s] for s in order], n_rows, n_columns)
         self._fill(placed, update_model)
         return _segments(placed, n_rows, n_columns)
+
+    def _assign(
+        self,
+        keys: list[tuple[int, Any]],
+        lanes: list[list[Transition]],
+        fills: list[int],
+        n_rows: int,
+    ) -> tuple[list[int], list[bool]]:
+        """A recurrent model's column (lane) for each stored agent-step of a round, and its start.
+
+        An agent keeps its column while the column has room; otherwise it takes the lowest
+        column with room whose agent has ended (or none), else the lowest with room (whose
+        agent, cut there, moves on). The step's ``episode_start`` (the LSTM reset when it acts,
+        and what the buffer stores) is True where its episode starts, and where it begins a run
+        in a column below row 0 (SB3's GAE and sb3-contrib's sequences start there); at row 0 a
+        continuing agent keeps its state (the column's first sequence starts from the stored
+        state). ``fills`` is mutated.
+        """
+        out_lanes: list[int] = []
+        out_starts: list[bool] = []
+        taken: set[int] = set()  # columns given to another agent this round
+        for key in keys:
+            real = key[1] in self._starting[key[0]]
+            lane = self._lane_of.get(key)
+            if lane is None or self._owner[lane] != key or fills[lane] >= n_rows:
+                room = [c for c in range(len(fills)) if fills[c] < n_rows and c not in taken]
+                if not room:
+                    room = [c for c in range(len(fills)) if fills[c] < n_rows]
+                free = [c for c in room if self._owner[c] is None or _ended(lanes[c])]
+                lane = (free or room)[0]
+                previous = self._owner[lane]
+                if previous is not None and self._lane_of.get(previous) == lane:
+                    del self._lane_of[previous]
+                self._owner[lane] = key
+                self._lane_of[key] = lane
+                start = real or fills[lane] > 0
+            else:
+                start = real
+            taken.add(lane)
+            fills[lane] += 1
+            out_lanes.append(lane)
+            out_starts.append(start)
+        return out_lanes, out_starts
 
     def _fill(self, placed: list[list[Placed]], update_model: bool) -> None:
         """Hand the rows to ``add_rollout_step``, then ``finish_rollout``."""
@@ -177,13 +251,21 @@ def _fill_rollout(
 
     ``agent_returns`` holds the agents whose ``rollout/ep_rew_mean/<agent_id>`` is recorded
     (with ``update_model``) before ``finish_rollout`` dumps the logger. A row's
-    ``action_mask`` is handed over only to a ``MaskableRolloutBuffer``.
+    ``action_mask`` is handed over only to a ``MaskableRolloutBuffer``; a RecurrentPPO row's
+    ``state`` and ``buffer_state`` are handed over as they are, and the last row's responses go
+    to ``finish_rollout`` (each column's last values from its last agent's LSTM state).
     """
-    maskable = hasattr(model.rollout_buffer, "action_masks")
+    buf = model.rollout_buffer
+    maskable = hasattr(buf, "action_masks")
+    recurrent = hasattr(buf, "hidden_states_pi")
+    optional = (("action_mask",) if maskable else ()) + (
+        ("state", "buffer_state") if recurrent else ()
+    )
     n_columns = len(placed[0])
     env_ids = [f"column-{c}" for c in range(n_columns)]
     dones = np.zeros(n_columns, dtype=bool)
     new_observation: Any = None
+    responses: list[PolicyResponse] = []
     for row in placed:
         observation = stack_observations([p.transition.observation for p in row])
         new_observation = stack_observations([p.transition.next_observation for p in row])
@@ -195,7 +277,7 @@ def _fill_rollout(
                 value=th.as_tensor(p.transition.fields["value"]),
                 log_prob=th.as_tensor(p.transition.fields["log_prob"]),
                 episode_start=p.episode_start,
-                **({"action_mask": p.transition.fields["action_mask"]} if maskable else {}),
+                **{k: p.transition.fields[k] for k in optional},
             )
             for p in row
         ]
@@ -217,7 +299,23 @@ def _fill_rollout(
         for agent, returns in agent_returns.items():
             if returns:
                 model.logger.record(f"rollout/ep_rew_mean/{agent}", float(np.mean(returns)))
-    finish_rollout(model, new_observation, last_dones, env_ids=env_ids, update_model=update_model)
+    finish_rollout(
+        model,
+        new_observation,
+        last_dones,
+        env_ids=env_ids,
+        update_model=update_model,
+        responses=responses if recurrent else None,
+    )
+
+
+def _slot(transition: Transition) -> tuple[int, Any]:
+    return (transition.env_index, transition.agent_id)
+
+
+def _ended(column: list[Transition]) -> bool:
+    """The column's last agent-step ended its agent's episode (the column is free)."""
+    return bool(column) and column[-1].end is not None
 
 
 def _segments(placed: list[list[Placed]], n_rows: int, n_columns: int) -> list[Segment]:

@@ -57,8 +57,9 @@ class SharedReplayCollector(AgentStepper):
         TypeError: ``model`` is not an off-policy SB3 model, or an env is not a
             ``ParallelEnv``.
         ValueError: the buffer has ``optimize_memory_usage`` (it reads a cell's next
-            observation from the next row, which here holds another transition), ``env_fns``
-            is empty or ``seeds`` is not one per copy.
+            observation from the next row, which here holds another transition), the model
+            has an ``action_noise`` (TD3/DDPG/SAC: one noise process per agent is not kept),
+            ``env_fns`` is empty or ``seeds`` is not one per copy.
     """
 
     def __init__(
@@ -79,6 +80,14 @@ class SharedReplayCollector(AgentStepper):
                 "True: it reads each cell's next observation from the next row, which holds "
                 "another agent's transition here; build the model with "
                 "optimize_memory_usage=False"
+            )
+        if getattr(model, "action_noise", None) is not None:
+            raise ValueError(
+                f"SharedReplayCollector cannot drive {type(model).__name__}'s action_noise "
+                f"({type(model.action_noise).__name__}): SB3 keeps one noise process per "
+                "VecEnv column and resets it where that column's episode ends, and here a "
+                "column holds many agents' transitions (one process per agent is not kept); "
+                "build the model with action_noise=None"
             )
         adapter_for(model)
         super().__init__(model, env_fns, seeds, "SharedReplayCollector")

@@ -1,0 +1,111 @@
+"""SharedReplayCollector with SAC and TD3 (continuous actions) against SB3's own learn().
+
+On simple_spread with ``continuous_actions=True`` (every agent stays), one column per agent,
+the replay buffer, the counters and the networks after training must equal what ``learn()``
+does over the tests' VecEnv of the agents (``AgentsVecEnv`` of ``test_collector_parity``), as
+the DQN test there checks for discrete actions. TD3 runs without action noise
+(``action_noise=None``, its default): the shared adapter refuses noise (one noise process per
+agent is not kept; the collector refuses a model with noise).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3 import SAC, TD3
+from stable_baselines3.common.noise import NormalActionNoise
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from rlightning_pettingzoo import SharedReplayCollector
+from rlightning_sb3 import finish_training, start_training
+
+
+def _load(file: str) -> ModuleType:
+    """A module beside this file (the suite runs in importlib mode)."""
+    name = f"rlightning_pettingzoo_{Path(file).stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(file))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+PARITY = _load("test_collector_parity.py")
+AgentsVecEnv, AgentSlot = PARITY.AgentsVecEnv, PARITY.AgentSlot
+
+
+@pytest.mark.parametrize("algorithm", [SAC, TD3], ids=["SAC", "TD3"])
+def test_replay_buffer_equals_learn_over_a_vec_env_of_the_agents(
+    simple_spread: ModuleType, algorithm: type[Any]
+) -> None:
+    def make() -> Any:
+        return simple_spread.parallel_env(max_cycles=5, continuous_actions=True)
+
+    n_copies, total = 2, 6 * 24
+    kwargs: dict[str, Any] = {
+        "learning_starts": 30,
+        "train_freq": 4,
+        "batch_size": 16,
+        "buffer_size": 1000,
+        "seed": 0,
+        "device": "cpu",
+        "policy_kwargs": {"net_arch": [16]},
+    }
+    if algorithm is TD3:
+        kwargs["policy_delay"] = 2  # the actor and targets update every other gradient step
+    venv = AgentsVecEnv(make, n_copies)
+    reference = algorithm("MlpPolicy", venv, **kwargs)
+    assert reference.action_noise is None
+    reference.learn(total_timesteps=total)
+
+    spaces = make()
+    obs_space, act_space = spaces.observation_space("agent_0"), spaces.action_space("agent_0")
+    slots = DummyVecEnv([lambda: AgentSlot(obs_space, act_space)] * venv.num_envs)
+    model = algorithm("MlpPolicy", slots, **kwargs)
+    collector = SharedReplayCollector(model, [make] * n_copies, seeds=[0, 1])
+    start_training(model, total)
+    rollouts = 0
+    while model.num_timesteps < total:  # learn()'s loop
+        collector.collect()
+        rollouts += 1
+        if model.num_timesteps > model.learning_starts:
+            model.train(gradient_steps=model.gradient_steps, batch_size=model.batch_size)
+    finish_training(model)
+    assert rollouts == 6
+    assert model.num_timesteps == reference.num_timesteps == total
+    assert model._n_updates == reference._n_updates > 0
+    ours, theirs = model.replay_buffer, reference.replay_buffer
+    assert ours.pos == theirs.pos == total // venv.num_envs
+    for name in ("observations", "next_observations", "actions", "rewards", "dones", "timeouts"):
+        np.testing.assert_array_equal(getattr(ours, name), getattr(theirs, name), err_msg=name)
+    # the warm-up's uniform actions, then the actor's: both inside the env's [0, 1] box
+    assert ours.actions[: ours.pos].min() >= -1 and ours.actions[: ours.pos].max() <= 1
+    for (key, mine), (_, ref) in zip(
+        model.policy.state_dict().items(), reference.policy.state_dict().items(), strict=True
+    ):
+        assert th.equal(mine, ref), key
+    if algorithm is SAC:
+        assert th.equal(model.log_ent_coef, reference.log_ent_coef)
+
+
+def test_td3_with_action_noise_is_refused(simple_spread: ModuleType) -> None:
+    def make() -> Any:
+        return simple_spread.parallel_env(max_cycles=5, continuous_actions=True)
+
+    spaces = make()
+    obs_space, act_space = spaces.observation_space("agent_0"), spaces.action_space("agent_0")
+    slots = DummyVecEnv([lambda: AgentSlot(obs_space, act_space)] * 3)
+    noise = NormalActionNoise(np.zeros(5), 0.1 * np.ones(5))
+    model = TD3("MlpPolicy", slots, action_noise=noise, device="cpu")
+    with pytest.raises(ValueError, match=r"cannot drive TD3's action_noise \(NormalActionNoise\)"):
+        SharedReplayCollector(model, [make])
