@@ -23,7 +23,7 @@ from stable_baselines3 import SAC, TD3
 from stable_baselines3.common.noise import NormalActionNoise
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from rlightning_pettingzoo import SharedReplayCollector
+from rlightning_pettingzoo import GroupReplayCollector, SharedReplayCollector
 from rlightning_sb3 import finish_training, start_training
 
 
@@ -109,3 +109,7 @@ def test_td3_with_action_noise_is_refused(simple_spread: ModuleType) -> None:
     model = TD3("MlpPolicy", slots, action_noise=noise, device="cpu")
     with pytest.raises(ValueError, match=r"cannot drive TD3's action_noise \(NormalActionNoise\)"):
         SharedReplayCollector(model, [make])
+    with pytest.raises(
+        ValueError, match=r"GroupReplayCollector cannot drive group 'all''s action_noise"
+    ):
+        GroupReplayCollector({"all": model}, [make], group_of=lambda agent: "all")

@@ -34,6 +34,7 @@ from rlightning_sb3 import add_rollout_step, finish_rollout
 
 __all__ = ["Segment", "SharedRolloutCollector"]
 
+
 @dataclass(frozen=True)
 class Segment:
     """One run of an agent's trajectory in one buffer column.

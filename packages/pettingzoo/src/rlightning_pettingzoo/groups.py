@@ -35,7 +35,7 @@ from rlightning_pettingzoo._sb3 import adapter_for, sb3_rows
 from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper, _Copy
 from rlightning_pettingzoo.collector import Segment, _fill_rollout, _segments
 from rlightning_pettingzoo.policies import SharedPolicyAdapter
-from rlightning_pettingzoo.replay import _add_replay_row
+from rlightning_pettingzoo.replay import _add_replay_row, _refuse_action_noise
 
 __all__ = ["GroupReplayCollector", "GroupRolloutCollector"]
 
@@ -147,9 +147,18 @@ class _GroupStepper(AgentStepper):
                 raise ValueError(f"group {group!r}: {error}") from error
 
     def _act(
-        self, plan: list[_Copy], keys: list[tuple[int, Any]]
+        self,
+        plan: list[_Copy],
+        keys: list[tuple[int, Any]],
+        starts: list[bool] | None = None,
     ) -> dict[tuple[int, Any], dict[str, Any]]:
-        """One batched forward pass per group, in ``models`` order, for its acting agents."""
+        """One batched forward pass per group, in ``models`` order, for its acting agents.
+
+        ``starts`` (the base's LSTM resets) is never given: the group collectors refuse
+        recurrent models.
+        """
+        if starts is not None:
+            raise TypeError("the group collectors drive feed-forward policies only")
         rows: dict[tuple[int, Any], dict[str, Any]] = {}
         for group, model in self.models.items():
             group_keys: list[tuple[int, Any]] = []
@@ -364,7 +373,8 @@ class GroupReplayCollector(_GroupStepper):
 
     Raises:
         TypeError: a model is not an off-policy SB3 model, or an env is not a ``ParallelEnv``.
-        ValueError: a buffer has ``optimize_memory_usage``; ``models`` or ``env_fns`` is
+        ValueError: a buffer has ``optimize_memory_usage`` or a model ``action_noise``
+            (one noise process per agent is not kept); ``models`` or ``env_fns`` is
             empty, ``seeds`` is not one per copy, a possible agent has no group (or one not in
             ``models``), or a group has no possible agent. At :meth:`collect`: an agent's
             spaces differ from its group's or do not fit its group's model.
@@ -391,6 +401,7 @@ class GroupReplayCollector(_GroupStepper):
                     "the next row (another agent's transition here); build it with "
                     "optimize_memory_usage=False"
                 )
+            _refuse_action_noise(model, "GroupReplayCollector", group)
             adapter_for(model)
         super().__init__(models, env_fns, group_of, seeds, "GroupReplayCollector")
         self._ready: dict[str, deque[Transition]] = {g: deque() for g in self.models}

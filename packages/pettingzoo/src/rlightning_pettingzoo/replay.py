@@ -81,14 +81,7 @@ class SharedReplayCollector(AgentStepper):
                 "another agent's transition here; build the model with "
                 "optimize_memory_usage=False"
             )
-        if getattr(model, "action_noise", None) is not None:
-            raise ValueError(
-                f"SharedReplayCollector cannot drive {type(model).__name__}'s action_noise "
-                f"({type(model.action_noise).__name__}): SB3 keeps one noise process per "
-                "VecEnv column and resets it where that column's episode ends, and here a "
-                "column holds many agents' transitions (one process per agent is not kept); "
-                "build the model with action_noise=None"
-            )
+        _refuse_action_noise(model, "SharedReplayCollector")
         adapter_for(model)
         super().__init__(model, env_fns, seeds, "SharedReplayCollector")
         self._ready: list[Transition] = []
@@ -176,4 +169,29 @@ def _add_replay_row(model: Any, row: list[Transition]) -> bool:
         np.asarray([t.end is not None for t in row], dtype=bool),
         infos,
         env_ids=env_ids,
+    )
+
+
+def _refuse_action_noise(model: Any, caller: str, group: str | None = None) -> None:
+    """Refuse an off-policy model with ``action_noise`` (both replay collectors' one check).
+
+    Args:
+        model: The off-policy model.
+        caller: The collector's name, for the message.
+        group: The model's group (the group collector), named in the message.
+
+    Raises:
+        ValueError: ``model.action_noise`` is set: SB3 keeps one noise process per VecEnv
+            column and resets it where that column's episode ends, and a column here holds
+            many agents' transitions (one process per agent is not kept).
+    """
+    noise = getattr(model, "action_noise", None)
+    if noise is None:
+        return
+    whose = f"{type(model).__name__}'s" if group is None else f"group {group!r}'s"
+    raise ValueError(
+        f"{caller} cannot drive {whose} action_noise ({type(noise).__name__}): SB3 keeps one "
+        "noise process per VecEnv column and resets it where that column's episode ends, and "
+        "here a column holds many agents' transitions (one process per agent is not kept); "
+        "build the model with action_noise=None"
     )
