@@ -113,7 +113,10 @@ def test_act_refuses_more_envs_than_the_vectorized_noise_has_processes() -> None
     # refused before drawing: numpy's global RNG did not move
     assert np.random.get_state()[1].tolist() == state[1].tolist()
     adapter.act(np.zeros((2, 3), np.float32), ["e0", "e1"])  # a subset: binds 2 of 3
-    with pytest.raises(ValueError, match=re.escape("1 process(es) left free); this call's env_ids ['e2', 'e3'] have")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape("1 process(es) left free); this call's env_ids ['e2', 'e3'] have"),
+    ):
         adapter.act(np.zeros((2, 3), np.float32), ["e2", "e3"])  # one process left: not two
     adapter.act(np.zeros((1, 3), np.float32), ["e2"])  # takes the last free process
 

@@ -95,8 +95,8 @@ class AdapterState:
         envs = bind_new_env_ids(noise, ids)
         if envs is None:
             bound = bound_env_ids(noise) or []
-            index = set(bound)
-            unknown = [env_id for env_id in ids if env_id not in index]
+            known = set(bound)
+            unknown = [env_id for env_id in ids if env_id not in known]
             free = len(noise.noises) - len(bound)
             raise ValueError(
                 f"model.action_noise draws one sample per env for the envs {bound} (bound to "
