@@ -61,6 +61,7 @@ def test_off_policy_act_on_a_subset_of_envs_after_start_training(gen: Any) -> No
     from stable_baselines3.common.noise import NormalActionNoise
 
     from rlightning_sb3 import start_training
+    from rlightning_sb3._noise import bound_env_ids
 
     spec = gen.EnvSpec(obs="box", action=("box", (-1.0,), (1.0,), "float32"), reward="float",
                        terminate_p=0.0, max_steps=4)  # fmt: skip
@@ -70,10 +71,14 @@ def test_off_policy_act_on_a_subset_of_envs_after_start_training(gen: Any) -> No
     obs = start_training(model, gen.TOTAL)
     adapter = SB3PolicyAdapter(model)
     ids = [f"env-{i}" for i in range(4)]
-    # The first exploring call ties the noise's 4 processes to env ids: it must name all 4.
-    with pytest.raises(ValueError, match=re.escape("VectorizedActionNoise of 4 envs")):
-        adapter.act(obs[[1, 3]], ["env-1", "env-3"])
+    # An exploring call ties each env id it meets first to the next free one of the noise's 4
+    # processes (the model's n_envs: as _setup_learn wraps it): a subset first, then the rest.
+    adapter.act(obs[[1, 3]], ["env-1", "env-3"])
+    assert len(model.action_noise.noises) == 4
     adapter.act(obs, ids)
+    assert bound_env_ids(model.action_noise) == ["env-1", "env-3", "env-0", "env-2"]
+    with pytest.raises(ValueError, match=re.escape("env_ids ['env-4'] have no noise process")):
+        adapter.act(obs[:1], ["env-4"])
     responses = adapter.act(obs[[1, 3]], ["env-1", "env-3"])  # then any subset
     actions = adapter.env_actions(responses)
     assert actions.shape == (2, 1)

@@ -116,14 +116,31 @@ def pendulum(max_episode_steps: int | None = None) -> gym.Env[Any, Any]:
 def make_td3(
     n_envs: int, seed: int, max_episode_steps: int, learning_starts: int, noise: str = "normal"
 ) -> Any:
-    """TD3 on Pendulum; ``noise`` is ``"normal"`` or ``"ou"`` (Ornstein-Uhlenbeck)."""
+    """TD3 on Pendulum; ``noise`` is ``"normal"``, ``"ou"`` (Ornstein-Uhlenbeck) or ``"decay"``.
+
+    ``"decay"``: a ``VectorizedActionNoise`` of ``n_envs`` Ornstein-Uhlenbeck processes that
+    start at 0.2 and halve at every draw (``theta * dt = 0.5``, ``mu = 0``, a ``sigma`` of
+    ``1e-4``): the k-th draw after a reset is ``0.2 / 2 ** k`` (to 1e-5), so an env's buffer
+    actions show when its process was last reset.
+    """
     from stable_baselines3 import TD3
-    from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise
+    from stable_baselines3.common.noise import (
+        NormalActionNoise,
+        OrnsteinUhlenbeckActionNoise,
+        VectorizedActionNoise,
+    )
 
     kinds = {"normal": NormalActionNoise, "ou": OrnsteinUhlenbeckActionNoise}
     env = make_vec_env(
         pendulum, n_envs=n_envs, seed=seed, env_kwargs={"max_episode_steps": max_episode_steps}
     )
+    if noise == "decay":
+        decaying = OrnsteinUhlenbeckActionNoise(
+            np.zeros(1), 1e-4 * np.ones(1), theta=50.0, dt=0.01, initial_noise=0.2 * np.ones(1)
+        )
+        action_noise: Any = VectorizedActionNoise(decaying, n_envs)
+    else:
+        action_noise = kinds[noise](np.zeros(1), 0.3 * np.ones(1))
     return TD3(
         "MlpPolicy",
         env,
@@ -131,7 +148,7 @@ def make_td3(
         batch_size=16,
         buffer_size=1_000,
         policy_kwargs={"net_arch": [32, 32]},
-        action_noise=kinds[noise](np.zeros(1), 0.3 * np.ones(1)),
+        action_noise=action_noise,
         seed=seed,
         device="cpu",
     )

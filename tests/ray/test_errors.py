@@ -132,24 +132,6 @@ def test_a_collector_refuses_an_order_that_is_not_its_runners_and_repeated_ids(
     _kill(server, *runners)
 
 
-def test_action_noise_under_dynamic_batching_is_refused_up_front(
-    local_ray: None, helpers: ModuleType
-) -> None:
-    model = helpers.make_td3(4, 0, 20, 0)
-    start_training(model, 100)
-    # refused before any step: the server's policy is never asked (an EchoPolicy will do)
-    server, _ = rlightning_ray.start_server(helpers.EchoPolicy, max_batch=4, num_cpus=0.25)
-    runners = rlightning_ray.start_runners(
-        helpers.pendulum, server, n_runners=2, envs_per_runner=2, num_cpus=0.25
-    )
-    collector = rlightning_ray.Collector(runners)
-    assert not collector.deterministic
-    with pytest.raises(ValueError, match=re.escape("start the server in the deterministic mode")):
-        collect_replay(model, collector, n_steps=2)
-    assert model.num_timesteps == 0  # refused before any step
-    _kill(server, *runners)
-
-
 def test_every_sample_has_a_default_timeout_naming_the_runners_still_sampling(
     local_ray: None, helpers: ModuleType
 ) -> None:

@@ -5,6 +5,11 @@ node (``env_node``): every observation and answer crosses object stores twice (r
 -> runner) and the fragments a third time (runner -> driver on the head). The test recomputes
 each row's value and log-probability on the driver from the fragment's observation and action
 and checks dtypes, env ids and stamps.
+
+The local mode (each runner acts with its own replica): two runners, one per node (each node has
+one ``runner_slot``), fill the learner's rollout buffer exactly as the same two runners on one
+node do, from the same seeds: weights come from the registry on the head, the envs and replicas
+draw in their own processes, and nothing depends on where those are.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import partial
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,7 +27,7 @@ from ray.cluster_utils import Cluster
 
 import rlightning_ray
 from rlightning.rules import check_stamp
-from rlightning_ray.sb3 import SB3BatchPolicy, collect_rollout, policy_weights
+from rlightning_ray.sb3 import SB3BatchPolicy, acting_state, collect_rollout, policy_weights
 from rlightning_sb3 import start_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
@@ -35,12 +41,16 @@ def two_nodes(ray_session: None) -> Iterator[Cluster]:
         initialize_head=True,
         head_node_args={
             "num_cpus": 1,
-            "resources": {"policy_node": 1},
+            "resources": {"policy_node": 1, "runner_slot": 1},
             "include_dashboard": False,
             "object_store_memory": 100 * 1024 * 1024,
         },
     )
-    cluster.add_node(num_cpus=1, resources={"env_node": 2}, object_store_memory=100 * 1024 * 1024)
+    cluster.add_node(
+        num_cpus=1,
+        resources={"env_node": 2, "runner_slot": 1},
+        object_store_memory=100 * 1024 * 1024,
+    )
     ray.init(address=cluster.address, log_to_driver=False)
     try:
         yield cluster
@@ -105,3 +115,56 @@ def test_answers_cross_object_stores_intact(two_nodes: Cluster, helpers: ModuleT
     assert model.rollout_buffer.full
     report = collector.latency()
     assert report.hops["env_to_server"].count == 2 * 8
+
+
+ROLLOUT_FIELDS = ("observations", "actions", "rewards", "episode_starts", "values", "log_probs")
+ROLLOUT_FIELDS += ("advantages", "returns")
+N_RUNNERS, K, N_STEPS, SEED, RNG_SEED, LIMIT = 2, 2, 8, 5, 1234, 6
+
+
+def _local_rollout(helpers: ModuleType, resources: dict[str, float]) -> tuple[Any, set[str]]:
+    """One local-mode rollout of N_RUNNERS x K envs placed by ``resources``: (model, nodes)."""
+    model = helpers.make_ppo(N_RUNNERS * K, N_STEPS, SEED, LIMIT)
+    start_training(model, N_STEPS * N_RUNNERS * K)
+    runners = rlightning_ray.start_runners(
+        partial(helpers.cartpole, LIMIT),
+        n_runners=N_RUNNERS,
+        envs_per_runner=K,
+        seed=SEED,
+        num_cpus=0.25,
+        resources=resources,
+        policy=[  # one replica seed per runner, as tests/ray/test_local.py
+            partial(
+                SB3BatchPolicy, partial(helpers.make_ppo, K, N_STEPS, 0, LIMIT), seed=RNG_SEED + r
+            )
+            for r in range(N_RUNNERS)
+        ],
+    )
+    try:
+        nodes = {d["node_id"] for d in ray.get([r.describe.remote() for r in runners])}
+        collector = rlightning_ray.Collector(runners, timeout_s=120)
+        assert collector.local
+        collector.publish(1, acting_state(model))
+        collect_rollout(model, collector, current_version=1)
+    finally:
+        for runner in runners:
+            ray.kill(runner)
+    return model, nodes
+
+
+def test_local_runners_on_two_nodes_fill_the_buffer_as_on_one(
+    two_nodes: Cluster, helpers: ModuleType
+) -> None:
+    spread, spread_nodes = _local_rollout(helpers, {"runner_slot": 1})  # one runner per node
+    assert len(spread_nodes) == 2
+    together, together_nodes = _local_rollout(helpers, {"env_node": 1})  # both on one node
+    assert len(together_nodes) == 1
+    assert spread.rollout_buffer.full and together.rollout_buffer.full
+    for name in ROLLOUT_FIELDS:
+        np.testing.assert_array_equal(
+            getattr(spread.rollout_buffer, name),
+            getattr(together.rollout_buffer, name),
+            err_msg=name,
+            strict=True,
+        )
+    assert spread.rollout_buffer.episode_starts[1:].any()  # episodes ended inside the rollout

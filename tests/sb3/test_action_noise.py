@@ -98,20 +98,27 @@ def test_act_draws_noise_per_env_as_setup_learn_and_sample_action(
         assert len(np.unique(scaled - model.policy.scale_action(model.predict(obs, True)[0]))) > 1
 
 
-@pytest.mark.parametrize("rows", [1, 2, 5])
-def test_act_refuses_a_call_with_another_env_count_than_the_vectorized_noise(rows: int) -> None:
+def test_act_refuses_more_envs_than_the_vectorized_noise_has_processes() -> None:
     model = _model("td3", "normal", 3)
     model.action_noise = VectorizedActionNoise(model.action_noise, 3)
     adapter = SB3PolicyAdapter(model)
-    obs = np.zeros((rows, 3), np.float32)
     state = np.random.get_state()
-    with pytest.raises(
-        ValueError,
-        match=re.escape(f"VectorizedActionNoise of 3 envs but this call has {rows} env(s)"),
-    ):
-        adapter.act(obs, [f"e{i}" for i in range(rows)])
+    message = (
+        "model.action_noise draws one sample per env for the envs [] (bound to its 3 processes "
+        "in the order act() first met them, 3 process(es) left free); this call's env_ids "
+        "['e0', 'e1', 'e2', 'e3', 'e4'] have no noise process"
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        adapter.act(np.zeros((5, 3), np.float32), [f"e{i}" for i in range(5)])
     # refused before drawing: numpy's global RNG did not move
     assert np.random.get_state()[1].tolist() == state[1].tolist()
+    adapter.act(np.zeros((2, 3), np.float32), ["e0", "e1"])  # a subset: binds 2 of 3
+    with pytest.raises(
+        ValueError,
+        match=re.escape("1 process(es) left free); this call's env_ids ['e2', 'e3'] have"),
+    ):
+        adapter.act(np.zeros((2, 3), np.float32), ["e2", "e3"])  # one process left: not two
+    adapter.act(np.zeros((1, 3), np.float32), ["e2"])  # takes the last free process
 
 
 def test_act_without_exploration_ignores_a_mismatched_noise() -> None:
@@ -171,9 +178,9 @@ def test_act_refuses_other_envs_than_the_noise_was_given_to() -> None:
     with pytest.raises(
         ValueError,
         match=re.escape(
-            "model.action_noise draws one sample per env for the envs ['a', 'b'] (the rows of "
-            "the first exploring act() call, in that order); this call's env_ids ['c'] have no "
-            "noise process"
+            "model.action_noise draws one sample per env for the envs ['a', 'b'] (bound to its 2 "
+            "processes in the order act() first met them, 0 process(es) left free); this "
+            "call's env_ids ['c'] have no noise process"
         ),
     ):
         adapter.act(obs, ["a", "c"])

@@ -270,7 +270,12 @@ def collect_replay(
     publishes the server advances ``num_timesteps`` and DQN's ``exploration_rate`` itself and
     resets the action noise of each env whose episode ended, as ``collect_rollouts`` does
     after each step (:class:`SB3BatchPolicy`): with the server's ``order=`` the buffer equals
-    SB3's, array for array.
+    SB3's, array for array. Under dynamic batching (no ``order=``) a batch holds whichever
+    runners asked: each env still draws from its own noise process (bound to the env id the
+    first time a batch holds it), reset when its episode ends, so every env's noise evolves as
+    SB3's process of that env; but which batch an env joins, and so the order of the draws
+    from numpy's global RNG, depends on timing, so the buffer is not SB3's array for array
+    (docs/ray.md, "Action noise under dynamic batching").
     Image envs: observations, next observations and terminal observations are transposed as
     the model's ``VecTransposeImage`` transposes them (as :func:`collect_rollout`).
 
@@ -298,9 +303,10 @@ def collect_replay(
         ValueError: the model's env has VecEnv wrappers the runners do not apply (as
             :func:`collect_rollout`), the model's ``n_envs`` is not the runners' env count,
             ``n_steps`` is None
-            and ``model.train_freq`` counts episodes, the model has action noise and several
-            envs but the server batches dynamically (no ``order``: a batch would not hold every
-            env's noise process), or a helper refuses a step (its message names the env).
+            and ``model.train_freq`` counts episodes, or a helper refuses a step (its message
+            names the env; e.g. the server's noise has no process left for an env: build the
+            server's model with a VecEnv of every env, or give it a ``VectorizedActionNoise``
+            of that many processes).
         RuntimeError, TimeoutError: what :meth:`Collector.sample` raises (the buffer is then
             not changed).
     """
@@ -310,19 +316,6 @@ def collect_replay(
         raise ValueError(
             f"the model has n_envs={model.n_envs} but the runners host {len(env_ids)} envs "
             f"{env_ids}: build the model with a VecEnv of {len(env_ids)} envs"
-        )
-    if (
-        model.action_noise is not None
-        and len(env_ids) > 1
-        and not (collector.deterministic or collector.local)
-    ):
-        raise ValueError(
-            f"model.action_noise={model.action_noise} keeps one noise process per env, which "
-            f"the server's SB3PolicyAdapter.act can only follow when every batch holds all "
-            f"{len(env_ids)} envs {env_ids}; under dynamic batching a batch holds whichever "
-            "runners asked: start the server in the deterministic mode "
-            "(start_server(..., order=[the runner ids])), run the runners in the local mode "
-            "(start_runners(..., policy=...)), or build the model without action noise"
         )
     if n_steps is None:
         try:

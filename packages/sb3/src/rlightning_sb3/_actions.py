@@ -77,7 +77,10 @@ def exploration_noise(model: OffPolicyAlgorithm, n_envs: int) -> ActionNoise | N
     """Return the action noise one ``_sample_action`` call of ``n_envs`` envs draws from.
 
     As ``OffPolicyAlgorithm._setup_learn``: a noise that is not a ``VectorizedActionNoise`` is
-    wrapped in ``VectorizedActionNoise(noise, n_envs)`` when ``n_envs > 1``, so that every env
+    wrapped in ``VectorizedActionNoise(noise, n)`` when ``n > 1``, ``n`` the larger of
+    ``n_envs`` and ``model.n_envs`` (``_setup_learn`` wraps it with ``model.n_envs``; a
+    policy server's model, built with a VecEnv of every env, may first act for a batch of a
+    few of them and still needs a process for each), so that every env
     draws its own sample (and an Ornstein-Uhlenbeck noise keeps one state per env, which
     ``collect_rollouts`` resets per env index, as ``add_replay_step`` does). The wrapper
     replaces ``model.action_noise``, exactly as ``_setup_learn`` replaces it, so a later
@@ -100,8 +103,9 @@ def exploration_noise(model: OffPolicyAlgorithm, n_envs: int) -> ActionNoise | N
         return None
     if isinstance(noise, VectorizedActionNoise):
         return noise
-    if n_envs > 1:
-        noise = model.action_noise = VectorizedActionNoise(noise, n_envs)
+    n = max(n_envs, int(getattr(model, "n_envs", 1) or 1))
+    if n > 1:
+        noise = model.action_noise = VectorizedActionNoise(noise, n)
     return noise
 
 
@@ -134,12 +138,13 @@ def off_policy_actions(
         noise: What :func:`exploration_noise` returned for this call (None: no noise; ignored
             without ``explore`` or for other spaces than Box).
         noise_rows: For a ``VectorizedActionNoise`` whose envs are not the rows in order: row
-            ``i`` takes the sample of env ``noise_rows[i]``. When the rows are every env (in
-            another order), all envs' samples are drawn in env order, as
-            ``VectorizedActionNoise.__call__`` draws them; when they are a subset, only those
-            envs' noise processes are drawn from (SB3 never acts for a subset, so there is no
-            other order to follow; each env's process still advances once per step it acts).
-            None: row ``i`` is env ``i``.
+            ``i`` takes the sample of process ``noise_rows[i]``. When the rows are every
+            process (in another order), all samples are drawn in process order, as
+            ``VectorizedActionNoise.__call__`` draws them; when they are a subset (a
+            dynamically batching server's batch), only those processes are drawn from, in row
+            order, ``noise.noises[j]()`` each (SB3 never acts for a subset, so there is no
+            other order to follow; each env's process still advances once per step it acts,
+            as SB3's process of that env does). None: row ``i`` is process ``i`` of all.
         direct: The device ``AdapterState.direct_predict`` gave for a ready batch (the policy
             already in eval mode): ``model.predict`` is then computed by
             :func:`~rlightning_sb3._predict.direct_predict` (the same actions and random

@@ -4,7 +4,9 @@ SB3 gives env ``i`` of its VecEnv the process ``noises[i]`` of a ``VectorizedAct
 ``collect_rollouts`` resets env ``i``'s process by that index (``action_noise.reset(indices=
 [i])``): process ``i``, env ``i`` and replay-buffer column ``i`` are one env. Here the env ids
 of the first exploring :meth:`SB3PolicyAdapter.act <rlightning_sb3.SB3PolicyAdapter.act>` call
-that meets the noise, in row order, are bound to it (:func:`bind_env_ids`); every later draw
+that meets the noise, in row order, are bound to it, and the env ids a later call meets first
+take the next free processes (:func:`bind_new_env_ids`: a dynamically batching policy server's
+batches hold any subset of the envs); every later draw
 (``AdapterState.noise_rows``), every reset of an :class:`~rlightning_sb3.ActingReplica` and
 every reset of :func:`~rlightning_sb3.add_replay_step` reads that binding, so they cannot
 disagree. :func:`noise_indices` is the reset side's reading; :func:`check_replay_columns`
@@ -21,7 +23,14 @@ from weakref import WeakKeyDictionary
 
 from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 
-__all__ = ["bind_env_ids", "bound_env_ids", "check_replay_columns", "noise_indices", "unbind"]
+__all__ = [
+    "bind_env_ids",
+    "bind_new_env_ids",
+    "bound_env_ids",
+    "check_replay_columns",
+    "noise_indices",
+    "unbind",
+]
 
 _BOUND: WeakKeyDictionary[VectorizedActionNoise, list[str]] = WeakKeyDictionary()
 
@@ -41,6 +50,37 @@ def bound_env_ids(noise: ActionNoise | None) -> list[str] | None:
 def bind_env_ids(noise: VectorizedActionNoise, ids: list[str]) -> None:
     """Bind ``ids`` (one per process, in process order) to ``noise``; replaces a binding."""
     _BOUND[noise] = list(ids)
+
+
+def bind_new_env_ids(noise: VectorizedActionNoise, ids: Sequence[str]) -> list[str] | None:
+    """Bind each of ``ids`` not bound yet to the next free process of ``noise``, in row order.
+
+    The binding grows as an exploring ``act`` meets new env ids: a first call of all the
+    noise's envs in env order binds env ``i`` to process ``i``, as SB3's VecEnv does; a call
+    holding a subset (a dynamically batching policy server's first batch) binds those envs
+    to the first processes, and the envs of later batches take the next ones. Every process
+    of a ``VectorizedActionNoise`` is a deep copy of its base noise, reset: which free process
+    an env takes does not change the values it draws.
+
+    Args:
+        noise: A vectorized noise (bound, partly bound or not).
+        ids: The call's env ids (distinct), in row order.
+
+    Returns:
+        The binding after the call (not a copy: do not mutate it), or None when the new ids
+        are more than the free processes (then nothing is bound).
+    """
+    bound = _BOUND.get(noise)
+    if bound is None:
+        bound = []
+    known = set(bound)
+    new = [env_id for env_id in ids if env_id not in known]
+    if not new:
+        return bound
+    if len(bound) + len(new) > len(noise.noises):
+        return None
+    bound = _BOUND[noise] = bound + new
+    return bound
 
 
 def unbind(noise: ActionNoise | None) -> None:

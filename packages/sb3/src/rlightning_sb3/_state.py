@@ -18,7 +18,7 @@ from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 from stable_baselines3.common.preprocessing import is_image_space
 
 from rlightning_sb3._batch import resolve_env_ids
-from rlightning_sb3._noise import bind_env_ids, bound_env_ids, unbind
+from rlightning_sb3._noise import bind_new_env_ids, bound_env_ids, unbind
 from rlightning_sb3._observations import batch_observation, native_arrays
 
 __all__ = [
@@ -68,46 +68,49 @@ class AdapterState:
 
         SB3 gives env ``i`` of its VecEnv the noise process ``noises[i]``, and
         ``collect_rollouts`` (and ``add_replay_step``) reset an env's process by that index.
-        The first exploring call that meets a vectorized noise fixes which env id each index
-        is: its rows, in order (a loop passes the VecEnv's observations in env order), and it
-        must have one row per env of the noise. A later call may name those envs in another
-        order, or a subset of them (each row gets its own env's process); an env id the noise
-        has no process for is refused.
+        Here each env id is bound to a process the first time an exploring call meets it
+        (:func:`rlightning_sb3._noise.bind_new_env_ids`): the ids not bound yet take the next
+        free processes, in row order. So a first call of every env in env order (a loop passes
+        the VecEnv's observations in env order) binds env ``i`` to process ``i``, as SB3; a
+        dynamically batching policy server, whose first batch holds whichever runners asked
+        first, binds the other envs as their first batches come. Later calls may name the bound
+        envs in any order, or any subset of them: each row gets its own env's process. An env
+        id for which no process is left is refused, naming it.
 
         Returns:
-            None when row ``i`` is env ``i`` of all the noise's envs (also for a noise that is
-            not vectorized); else the env index of each row.
+            None when row ``i`` is env ``i`` of all the noise's processes (also for a noise
+            that is not vectorized: the noise is called as it is); else the process index of
+            each row.
 
         Raises:
-            ValueError: the first call's row count is not the noise's env count, or ``ids``
-                name envs the noise has no process for (both named).
+            ValueError: ``ids`` name envs the noise has no process for, bound or free (those
+                ids, the bound ones and the process count named); nothing is bound then.
         """
         if not isinstance(noise, VectorizedActionNoise):
             return None
         envs = bound_env_ids(noise)
+        full = envs is not None and len(envs) == len(noise.noises)
+        if full and (ids is envs or ids == envs):
+            return None
+        envs = bind_new_env_ids(noise, ids)
         if envs is None:
-            if len(ids) != len(noise.noises):
-                raise ValueError(
-                    f"model.action_noise is a VectorizedActionNoise of {len(noise.noises)} "
-                    f"envs but this call has {len(ids)} env(s) {ids}: each env draws its own "
-                    f"noise, so the first exploring act() names all {len(noise.noises)} envs, "
-                    f"in env order (or set model.action_noise to the base noise, "
-                    f"{noise.base_noise!r}, to start over)"
-                )
-            bind_env_ids(noise, ids)
-            return None
-        if ids is envs or ids == envs:
-            return None
-        index = {env_id: i for i, env_id in enumerate(envs)}
-        unknown = [env_id for env_id in ids if env_id not in index]
-        if unknown:
+            bound = bound_env_ids(noise) or []
+            known = set(bound)
+            unknown = [env_id for env_id in ids if env_id not in known]
+            free = len(noise.noises) - len(bound)
             raise ValueError(
-                f"model.action_noise draws one sample per env for the envs {envs} (the rows of "
-                f"the first exploring act() call, in that order); this call's env_ids "
-                f"{unknown} have no noise process: call act() with those envs (any subset, in "
-                f"any order), or set model.action_noise to its base noise, "
+                f"model.action_noise draws one sample per env for the envs {bound} (bound to "
+                f"its {len(noise.noises)} processes in the order act() first met them, "
+                f"{free} process(es) left free); this call's env_ids {unknown} have no noise "
+                f"process: call act() with the bound envs (any subset, in any order), give "
+                f"the model a VectorizedActionNoise of one process per env (SB3's "
+                f"_setup_learn builds one of model.n_envs processes: build the model with a "
+                f"VecEnv of every env), or set model.action_noise to its base noise, "
                 f"{noise.base_noise!r}, to start over"
             )
+        if len(envs) == len(noise.noises) and ids == envs:
+            return None  # the first call of every env, in env order: SB3's own draw
+        index = {env_id: i for i, env_id in enumerate(envs)}
         return [index[env_id] for env_id in ids]
 
     def read(

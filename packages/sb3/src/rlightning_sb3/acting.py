@@ -168,9 +168,10 @@ class ActingReplica:
     1. off-policy and exploring, the action-noise process of each env whose ``episode_start``
        is True is reset (``collect_rollouts`` calls ``action_noise.reset(indices=[idx])`` right
        after the step that ended env ``idx``'s episode, ``action_noise.reset()`` for a single
-       env); an env's process is the one :meth:`SB3PolicyAdapter.act` gave it, its row in the
-       first exploring call (on that first call every process is fresh and none is reset, as
-       SB3's first step resets none);
+       env); an env's process is the one :meth:`SB3PolicyAdapter.act` bound it to the first
+       time an exploring call held it (a fresh process: an env not bound yet is not reset, as
+       SB3's first step resets none), so a call may hold any subset of the envs (a dynamically
+       batching server's batch) and each env's process is still reset when its episode ends;
     2. :meth:`SB3PolicyAdapter.act` draws the actions (warm-up sampling while ``num_timesteps <
        learning_starts``, DQN's epsilon-greedy, the action noise, MaskablePPO's masks);
     3. off-policy and exploring, :meth:`advance`: ``num_timesteps`` grows by the rows answered
@@ -330,7 +331,8 @@ class ActingReplica:
 
         As ``OffPolicyAlgorithm.collect_rollouts`` after a step: ``action_noise.reset(indices=
         [idx])`` for a ``VectorizedActionNoise`` (env ``idx``'s process, the index
-        :meth:`SB3PolicyAdapter.act` gave the env id: its row in the first exploring call),
+        :meth:`SB3PolicyAdapter.act` bound the env id to; an env id not bound yet has a fresh
+        process and is not reset),
         ``action_noise.reset()`` for a single env's noise. :meth:`act` calls it; call it
         yourself only for a loop that does not.
 

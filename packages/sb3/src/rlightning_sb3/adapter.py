@@ -410,10 +410,13 @@ class SB3PolicyAdapter:
         bit for bit. Mutates the adapter (the env ids seen, RecurrentPPO's carried LSTM states)
         and may switch ``model.policy`` to eval mode (``set_training_mode(False)``). Off-policy,
         exploring a Box space with several envs, a ``model.action_noise`` that is not a
-        ``VectorizedActionNoise`` is replaced by ``VectorizedActionNoise(noise, n_envs)``, as
-        ``OffPolicyAlgorithm._setup_learn`` replaces it, so that every env draws its own noise;
-        the first exploring call that meets a ``VectorizedActionNoise`` fixes which env id each
-        of its envs is (its rows, in order), and :meth:`reset_state` with no ids forgets that.
+        ``VectorizedActionNoise`` is replaced by ``VectorizedActionNoise(noise, n)`` (``n`` the
+        larger of ``n_envs`` and ``model.n_envs``), as ``OffPolicyAlgorithm._setup_learn``
+        replaces it, so that every env draws its own noise; each env id is bound to one of its
+        processes the first time an exploring call holds it (the next free one, in row order:
+        a first call of every env in env order binds env ``i`` to process ``i``, as SB3), so a
+        call may hold any subset of the envs in any order, each row drawing from its own env's
+        process (``noise.noises[i]()``); :meth:`reset_state` with no ids forgets the binding.
 
         * On-policy (PPO, A2C, TRPO; sb3-contrib MaskablePPO), as
           ``OnPolicyAlgorithm.collect_rollouts``: ``actions, values, log_probs =
@@ -485,9 +488,10 @@ class SB3PolicyAdapter:
                 values other than 0/1, or leave an env no legal action; ``episode_start`` holds
                 values other than booleans / 0 / 1; a stamp is negative; or the observation
                 holds NaN (the envs named); or, off-policy exploring a Box space,
-                ``model.action_noise`` is a ``VectorizedActionNoise`` of another number of envs
-                than the call's, or of other env ids (both named; raised before any random
-                number is drawn).
+                the call holds env ids for which ``model.action_noise``, a
+                ``VectorizedActionNoise``, has no process left (those ids, the bound ones and
+                the process count named; raised before any random number is drawn or any id
+                bound).
 
         Note:
             gSDE (``use_sde=True``): SB3 resamples the noise matrix at the start of each rollout
