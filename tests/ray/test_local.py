@@ -9,7 +9,8 @@ runner loads them between fragments. Every buffer array must be equal exactly
 batch (all ``k`` envs in each call), so not even the floats may differ.
 
 Cases: PPO on CartPole-v1 (12-step limit: truncations bootstrapped), MaskablePPO, TD3 with
-Ornstein-Uhlenbeck noise reset per env, DQN's epsilon schedule with warm-up sampling; N runners
+Ornstein-Uhlenbeck noise reset per env, DQN's epsilon schedule with warm-up sampling, RecurrentPPO
+(LSTM states in the buffer and carried, equal too); N runners
 (each runner's columns are SB3 over its own envs and seed). Also: weights load between fragments
 only (a publish while a fragment is sampled included), a killed local runner restarts with the
 newest weights, and the two modes are exclusive.
@@ -36,6 +37,7 @@ from rlightning_sb3 import SB3PolicyAdapter, start_training
 
 ROLLOUT_FIELDS = ("observations", "actions", "rewards", "episode_starts", "values", "log_probs")
 ROLLOUT_FIELDS += ("advantages", "returns")
+RECURRENT_FIELDS = ("hidden_states_pi", "cell_states_pi", "hidden_states_vf", "cell_states_vf")
 REPLAY_FIELDS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
 ROLLOUTS, N_STEPS, TRAIN_FREQ, RNG_SEED = 2, 16, 4, 1234
 
@@ -87,6 +89,13 @@ def _run(
                 )
             if hasattr(theirs, "action_masks"):  # MaskablePPO's buffer
                 fields = (*fields, "action_masks")
+            if hasattr(theirs, "hidden_states_pi"):  # RecurrentPPO's buffer, and its carried states
+                fields = (*fields, *RECURRENT_FIELDS)
+                for mine, sb3 in zip(
+                    model._last_lstm_states, reference._last_lstm_states, strict=True
+                ):
+                    for a, b in zip(mine, sb3, strict=True):
+                        np.testing.assert_array_equal(a.numpy(), b.numpy())
             for name in fields:
                 np.testing.assert_array_equal(
                     getattr(ours, name), getattr(theirs, name), err_msg=name, strict=True
@@ -123,6 +132,16 @@ def test_local_ppo_rollouts_equal_collect_rollouts(local_ray: None, helpers: Mod
     collector = _run(helpers, make_model, partial(helpers.cartpole, limit), k, seed, on_policy=True)
     report = collector.latency()
     assert all(s.count == ROLLOUTS * N_STEPS for s in report.hops.values())
+
+
+@pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
+def test_local_recurrent_ppo_rollouts_equal_collect_rollouts(
+    local_ray: None, helpers: ModuleType
+) -> None:
+    """RecurrentPPO: the replica carries each env's LSTM state; buffer and states are SB3's."""
+    k, seed, limit = 2, 3, 6
+    make_model = partial(helpers.make_recurrent_ppo, k, N_STEPS, seed, limit)
+    _run(helpers, make_model, partial(helpers.cartpole, limit), k, seed, on_policy=True)
 
 
 @pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
