@@ -13,7 +13,7 @@ Evaluation uses the adapter's own loop: ``SharedPolicyAdapter.act`` (determinist
 episode return (zombies killed by the four agents, +1 each), averaged over episodes. The full
 mode exits non-zero unless trained >= ``--factor`` x random and >= random + ``--margin``.
 
-    python examples/pettingzoo_kaz.py --plot kaz.png   # about 20-30 min on 2 cores (README)
+    python examples/pettingzoo_kaz.py --plot kaz.png   # about 20 min on 2 cores (README)
     python examples/pettingzoo_kaz.py --smoke          # seconds (used by the tests)
 """
 
@@ -47,7 +47,7 @@ from rlightning_sb3 import finish_training, start_training
 try:  # PettingZoo 1.27 deprecates v10 for v11 (same game); older releases have only v10
     from pettingzoo.butterfly import knights_archers_zombies_v11 as kaz
 except ImportError:
-    from pettingzoo.butterfly import knights_archers_zombies_v10 as kaz  # type: ignore[no-redef]
+    from pettingzoo.butterfly import knights_archers_zombies_v10 as kaz
 
 
 class AgentSlot(gym.Env[Any, Any]):
@@ -58,7 +58,7 @@ class AgentSlot(gym.Env[Any, Any]):
 
     def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
         super().reset(seed=seed)
-        return np.zeros(self.observation_space.shape, np.float32), {}
+        return np.zeros(self.observation_space.shape or (), np.float32), {}
 
     def step(self, action: Any) -> Any:
         raise RuntimeError("AgentSlot only sizes the shared model's buffer; it is never stepped")
@@ -77,7 +77,9 @@ def make_env(max_cycles: int) -> Any:
     return kaz.parallel_env(max_cycles=max_cycles, **kwargs)
 
 
-def evaluate(max_cycles: int, adapter: SharedPolicyAdapter | None, episodes: int, seed: int) -> float:
+def evaluate(
+    max_cycles: int, adapter: SharedPolicyAdapter | None, episodes: int, seed: int
+) -> float:
     """Mean team episode return (zombies killed): the shared policy (deterministic), or random."""
     env = make_env(max_cycles)
     returns = []
@@ -108,7 +110,9 @@ def plot(
         smooth = np.convolve(values, np.ones(window) / window, mode="valid")
         ax.plot(steps, values, color="tab:blue", alpha=0.25, lw=0.8, label="per-agent ep_rew_mean")
         ax.plot(steps[window - 1 :], smooth, color="tab:blue", label=f"moving mean ({window})")
-    ax.axhline(random_mean / 4, color="tab:red", ls="--", label=f"random (eval) {random_mean / 4:.2f}")
+    ax.axhline(
+        random_mean / 4, color="tab:red", ls="--", label=f"random (eval) {random_mean / 4:.2f}"
+    )
     ax.axhline(
         trained_mean / 4, color="tab:green", ls="--", label=f"trained (eval) {trained_mean / 4:.2f}"
     )
@@ -123,7 +127,7 @@ def plot(
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--timesteps", type=int, default=400_000, help="agent-steps")
+    parser.add_argument("--timesteps", type=int, default=240_000, help="agent-steps")
     parser.add_argument("--copies", type=int, default=4, help="env copies (x4 agents = columns)")
     parser.add_argument("--max-cycles", type=int, default=300, help="episode length (cycles)")
     parser.add_argument("--eval-episodes", type=int, default=20)

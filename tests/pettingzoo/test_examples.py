@@ -62,3 +62,20 @@ def test_shared_policy_beats_random(tmp_path: Path) -> None:
     pytest.importorskip("stable_baselines3")
     results = _load("pettingzoo_shared_policy").main(["--plot", str(tmp_path / "curve.png")])
     assert results["trained"] > results["random"] + 3.0
+
+
+@pytest.mark.torch
+def test_kaz_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """KAZ's agents die mid-episode: the collector trains through it; the plot is written."""
+    pytest.importorskip("stable_baselines3")
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / "kaz.png"
+    results = _load("pettingzoo_kaz").main(["--smoke", "--plot", str(plot)])
+    assert set(results) == {"random", "trained", "target", "train_s", "steps"}
+    assert results["steps"] >= 512
+    assert results["random"] >= 0 and results["trained"] >= 0  # kills: +1 each, never negative
+    assert results["target"] == max(2.0 * results["random"], results["random"] + 1.0)
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    out = capsys.readouterr().out
+    assert "mean team episode return (zombies killed) over 2 episodes" in out
+    assert f"plot saved to {plot}" in out
