@@ -25,6 +25,9 @@ Usage (from the repository root)::
 
     python -m benchmarks.pz_collect_cost                  # 2 rollouts of 32 rows, counted
     python -m benchmarks.pz_collect_cost --smoke --native # 1 rollout of 8 rows, not counted
+    python -m benchmarks.pz_collect_cost --merge benchmarks/results.json   # and re-render docs
+
+``tox -e bench`` (``benchmarks.run --callgrind``) counts it after :mod:`benchmarks.loop_cost`.
 """
 
 from __future__ import annotations
@@ -305,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         "--native", action="store_true", help="run the regions without valgrind (no counts)"
     )
     parser.add_argument("--out", type=Path, help="write the pz_collect_cost section here (JSON)")
+    parser.add_argument("--merge", type=Path, help="results file to merge into (and render)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--n-copies", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--n-steps", type=int, help=argparse.SUPPRESS)
@@ -323,7 +327,31 @@ def main(argv: list[str] | None = None) -> int:
     print(table(section))
     if args.out is not None:
         args.out.write_text(json.dumps(section, indent=1) + "\n")
+    if args.merge is not None:
+        merge(section, args.merge)
+        print(f"merged into {args.merge} and rewrote docs/performance.md")
     return 0
+
+
+def merge(section: dict[str, Any], results_path: Path) -> None:
+    """Put ``section`` into the results file, re-check the targets, re-render the docs page.
+
+    Mutates ``results_path`` (its ``pz_collect_cost`` and ``targets``) and rewrites
+    ``docs/performance.md`` and its chart, as ``benchmarks.loop_cost --merge`` does.
+    """
+    from benchmarks.callgrind import ROOT
+    from benchmarks.report import write_docs
+    from benchmarks.targets import evaluate
+
+    results = json.loads(results_path.read_text())
+    results["pz_collect_cost"] = section
+    results["targets"] = evaluate(
+        results["rows"], results.get("instructions"), results.get("loop_cost"), section
+    )
+    results_path.write_text(json.dumps(results, indent=1) + "\n")
+    baseline_path = ROOT / "benchmarks" / "baseline_skeleton.json"
+    baseline = json.loads(baseline_path.read_text()) if baseline_path.exists() else None
+    write_docs(results, ROOT / "docs", baseline)
 
 
 if __name__ == "__main__":
