@@ -36,12 +36,13 @@ class AgentsVecEnv(VecEnv):
         self._actions: Any = None
 
     def _reset_copy(self, c: int) -> dict[Any, Any]:
+        observations: dict[Any, Any]
         observations, _ = self.envs[c].reset(seed=c if self._first[c] else None)
         self._first[c] = False
         return observations
 
     def reset(self) -> np.ndarray:
-        rows = []
+        rows: list[Any] = []
         for c in range(len(self.envs)):
             observations = self._reset_copy(c)
             rows.extend(observations[a] for a in self.agents)
@@ -52,7 +53,10 @@ class AgentsVecEnv(VecEnv):
 
     def step_wait(self) -> Any:
         n = len(self.agents)
-        rows, rewards, dones, infos = [], [], [], []
+        rows: list[Any] = []
+        rewards: list[float] = []
+        dones: list[bool] = []
+        infos: list[dict[str, Any]] = []
         for c, env in enumerate(self.envs):
             actions = {a: self._actions[c * n + j] for j, a in enumerate(self.agents)}
             observations, reward, terminated, truncated, _ = env.step(actions)

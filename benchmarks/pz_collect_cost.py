@@ -96,8 +96,11 @@ def iterations(n_copies: int, n_steps: int) -> dict[str, Callable[[], None]]:
     _total, callback = sb3._setup_learn(total, None)
     callback.on_training_start(locals(), globals())
 
+    sb3_env = sb3.env  # the VecEnv learn() steps (venv itself: it is a VecEnv already)
+    assert sb3_env is not None
+
     def sb3_rollout() -> None:
-        sb3.collect_rollouts(sb3.env, callback, sb3.rollout_buffer, n_rollout_steps=n_steps)
+        sb3.collect_rollouts(sb3_env, callback, sb3.rollout_buffer, n_rollout_steps=n_steps)
 
     import gymnasium as gym
 
