@@ -360,7 +360,10 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads(args.merge.read_text())
         results["loop_cost"] = section
         results["targets"] = evaluate(
-            results["rows"], results.get("instructions"), results["loop_cost"]
+            results["rows"],
+            results.get("instructions"),
+            results["loop_cost"],
+            results.get("pz_collect_cost"),
         )
         args.merge.write_text(json.dumps(results, indent=1) + "\n")
         baseline_path = ROOT / "benchmarks" / "baseline_skeleton.json"

@@ -314,6 +314,9 @@ def write_docs(results: dict[str, Any], docs: Path, baseline: dict[str, Any] | N
     tables = {item: "\n".join(_results_table(results["rows"], item)) for item in ITEM_TITLES}
     tables[6] += "\n\n" + instruction_tables(results.get("instructions"))
     tables[6] += "\n\n" + loop_cost_table(results.get("loop_cost"))
+    from benchmarks.pz_collect_cost import table as pz_collect_table
+
+    tables[6] += "\n\n" + pz_collect_table(results.get("pz_collect_cost"))
     targets = ["| item | case | target | limit | measured | met |", "|---|---|---|---:|---:|---|"]
     for t in results.get("targets", []):
         targets.append(

@@ -249,6 +249,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.time()
     instructions = None
     loop_cost = None
+    pz_collect = None
     if args.callgrind and not args.rows_json:
         from benchmarks import callgrind
 
@@ -258,6 +259,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         loop_cost = loop_cost_bench.measure(smoke=args.smoke)
         print(loop_cost_bench.table(loop_cost))
+        from benchmarks import pz_collect_cost
+
+        pz_collect = pz_collect_cost.measure(smoke=args.smoke)
+        print(pz_collect_cost.table(pz_collect))
     rows = measure_cases(cases, impls, repeats, target_s, process)
     anchor_meta: dict[str, Any] | None = None
     if delegated:
@@ -299,10 +304,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         results["instructions"] = instructions
     if loop_cost is not None:
         results["loop_cost"] = loop_cost
+    if pz_collect is not None:
+        results["pz_collect_cost"] = pz_collect
     if not args.rows_json:
         from benchmarks.targets import evaluate
 
-        results["targets"] = evaluate(rows, instructions, loop_cost)
+        results["targets"] = evaluate(rows, instructions, loop_cost, pz_collect)
     return results
 
 
@@ -341,6 +348,8 @@ def _updated(
         results["instructions"] = fresh["instructions"]
     if "loop_cost" in fresh:
         results["loop_cost"] = fresh["loop_cost"]
+    if "pz_collect_cost" in fresh:
+        results["pz_collect_cost"] = fresh["pz_collect_cost"]
     return results
 
 
@@ -397,7 +406,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.targets import evaluate
 
         results["targets"] = evaluate(
-            results["rows"], results.get("instructions"), results.get("loop_cost")
+            results["rows"],
+            results.get("instructions"),
+            results.get("loop_cost"),
+            results.get("pz_collect_cost"),
         )
     if args.rows_json:
         Path(args.rows_json).write_text(json.dumps(results))

@@ -93,6 +93,7 @@ def evaluate(
     rows: list[dict[str, Any]],
     instructions: dict[str, Any] | None = None,
     loop_cost: dict[str, Any] | None = None,
+    pz_collect: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Check every target of the issue that this run's rows can answer.
 
@@ -102,6 +103,9 @@ def evaluate(
             they were not counted (their targets then say "not measured").
         loop_cost: The ``loop_cost`` section (:mod:`benchmarks.loop_cost`: a training
             iteration through responses against ``collect_rollouts``), or None.
+        pz_collect: The ``pz_collect_cost`` section (:mod:`benchmarks.pz_collect_cost`: a
+            shared-PPO rollout through ``SharedRolloutCollector`` against
+            ``collect_rollouts`` over a VecEnv of the agents), or None.
 
     Returns:
         One dict per target: ``item``, ``case``, ``target`` (in words), ``value``, ``limit``,
@@ -202,4 +206,7 @@ def evaluate(
     from benchmarks.loop_cost import targets as loop_targets
 
     out.extend(loop_targets(loop_cost))
+    from benchmarks.pz_collect_cost import targets as pz_collect_targets
+
+    out.extend(pz_collect_targets(pz_collect))
     return out

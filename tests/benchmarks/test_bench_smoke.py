@@ -96,7 +96,7 @@ def test_pickle_rows_report_size_and_payload(results: dict) -> None:
 
 def test_every_target_is_evaluated(results: dict) -> None:
     targets = results["targets"]
-    assert {t["item"] for t in targets} == {1, 2, 3, 4, 5, 6, 7, 20}  # 20: the training loop
+    assert {t["item"] for t in targets} == {1, 2, 3, 4, 5, 6, 7, 19, 20}  # 19, 20: training
     for target in targets:
         if target["value"] is None:
             assert target["met"] is None
@@ -245,3 +245,45 @@ def test_the_training_iteration_rows_run_the_same_work(tmp_path: Path) -> None:
     assert [t["case"] for t in found] == [f"20.loop_n{n}" for n in N_ENVS]
     assert all(t["value"] is None and t["met"] is None and t["limit"] == 1.03 for t in found)
     assert "`20.loop_n1`" in table(section)
+
+
+def test_the_shared_rollout_rows_run_the_same_work(tmp_path: Path) -> None:
+    # benchmarks.pz_collect_cost's worker checks that SB3's collect_rollouts over the VecEnv of
+    # the agents and SharedRolloutCollector fill equal buffers before it counts anything;
+    # natively here (no valgrind: seconds), so the rows and the target say "not measured"
+    from benchmarks.pz_collect_cost import CASE, table, targets
+
+    pytest.importorskip("stable_baselines3")
+    out = tmp_path / "pz_collect_cost.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.pz_collect_cost",
+            "--smoke",
+            "--native",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    section = json.loads(out.read_text())
+    rows = section["rows"]
+    assert [(r["case"], r["impl"]) for r in rows] == [
+        (CASE, "collect_rollouts"),
+        (CASE, "rlightning"),
+    ]
+    assert all(r["status"] == "skipped" and "without valgrind" in r["reason"] for r in rows)
+    assert section["meta"]["n_copies"] == 8 and section["meta"]["n_steps"] == 8
+    (found,) = targets(section)
+    assert found["case"] == CASE and found["limit"] == 1.1
+    assert found["value"] is None and found["met"] is None
+    assert f"`{CASE}`" in table(section)

@@ -26,6 +26,10 @@ EXAMPLES = ROOT / "examples"
 SMOKE: dict[str, tuple[list[str], str]] = {
     "cartpole_demo.py": (["--smoke"], "env->policy latency over"),
     "pettingzoo_demo.py": (["--smoke"], "pistonball_v6/random: 1 episode(s)"),
+    "pettingzoo_kaz.py": (
+        ["--smoke", "--plot", "{tmp}/kaz.png"],
+        "mean team episode return (zombies killed) over 2 episodes",
+    ),
     "pettingzoo_shared_policy.py": (
         ["--smoke", "--plot", "{tmp}/shared.png"],
         "mean per-agent episode return over 2 episodes",

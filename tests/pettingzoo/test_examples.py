@@ -75,3 +75,20 @@ def test_connect_four_smoke(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "vs random over 10 games:" in out
     assert "0 illegal moves" in out
+
+
+@pytest.mark.torch
+def test_kaz_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """KAZ's agents die mid-episode: the collector trains through it; the plot is written."""
+    pytest.importorskip("stable_baselines3")
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / "kaz.png"
+    results = _load("pettingzoo_kaz").main(["--smoke", "--plot", str(plot)])
+    assert set(results) == {"random", "trained", "target", "train_s", "steps"}
+    assert results["steps"] >= 512
+    assert results["random"] >= 0 and results["trained"] >= 0  # kills: +1 each, never negative
+    assert results["target"] == max(2.0 * results["random"], results["random"] + 1.0)
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    out = capsys.readouterr().out
+    assert "mean team episode return (zombies killed) over 2 episodes" in out
+    assert f"plot saved to {plot}" in out
