@@ -83,7 +83,7 @@ def evaluate(model: MaskablePPO, games: int, seed: int) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--timesteps", type=int, default=2_500_000, help="stored turns")
+    parser.add_argument("--timesteps", type=int, default=1_000_000, help="stored turns")
     parser.add_argument("--copies", type=int, default=8, help="env copies (= buffer columns)")
     parser.add_argument("--games", type=int, default=200, help="evaluation games vs random")
     parser.add_argument("--seed", type=int, default=0)
