@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 __all__ = ["Placed", "Transition", "pack"]
 
 
@@ -135,3 +137,21 @@ def pack(
             info["episode"] = dict(transition.episode)
         rows[row].append(Placed(transition, column, row, start, done, info, cut))
     return rows
+
+
+def owned(observation: Any) -> Any:
+    """A copy of one agent's observation that the env can no longer change.
+
+    Envs may return (or keep returning) the same array objects and write the next step's values
+    into them in place; a transition keeps its observation until the rollout is filled, so it
+    keeps a copy, as SB3's ``DummyVecEnv`` copies each observation into its own buffer when the
+    env returns it. Arrays are copied; dicts and tuples (``Dict``/``Tuple`` spaces) member by
+    member; other values (Python ints and floats) are immutable and kept.
+    """
+    if isinstance(observation, np.ndarray):
+        return observation.copy()
+    if isinstance(observation, dict):
+        return {key: owned(value) for key, value in observation.items()}
+    if isinstance(observation, tuple):
+        return tuple(owned(value) for value in observation)
+    return observation

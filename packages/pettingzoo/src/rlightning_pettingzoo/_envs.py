@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pettingzoo import AECEnv, ParallelEnv
 from rlightning.rules import rule_error
 
-__all__ = ["describe_env", "require_aec", "require_parallel"]
+__all__ = ["describe_env", "require_aec", "require_distinct", "require_parallel"]
 
 
 def describe_env(env: Any) -> str:
@@ -54,6 +55,23 @@ def require_parallel(env: Any, caller: str) -> ParallelEnv[Any, Any, Any]:
         f"{caller} needs a PettingZoo ParallelEnv (e.g. simple_spread_v3.parallel_env()), "
         f"got {type(env).__name__}{hint}"
     )
+
+
+def require_distinct(envs: Sequence[Any], caller: str) -> None:
+    """Refuse one env object returned for two copies (SB3's ``DummyVecEnv`` refuses it too).
+
+    Raises:
+        ValueError: two of ``envs`` are the same object (names both copies and the env).
+    """
+    first: dict[int, int] = {}
+    for i, env in enumerate(envs):
+        j = first.setdefault(id(env), i)
+        if j != i:
+            raise ValueError(
+                f"{caller}: env_fns[{j}] and env_fns[{i}] returned the same env object "
+                f"({describe_env(env)}); each copy needs an env of its own, as SB3's "
+                "DummyVecEnv requires (e.g. [lambda: make_env()] * n, not [lambda: env] * n)"
+            )
 
 
 def require_aec(env: Any, caller: str) -> AECEnv[Any, Any, Any]:

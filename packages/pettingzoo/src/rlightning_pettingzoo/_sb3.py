@@ -66,6 +66,30 @@ def adapter_for(model: Any) -> SB3PolicyAdapter:
     return adapter
 
 
+def refuse_unapplied_wrappers(model: Any, caller: str, group: str | None = None) -> None:
+    """Refuse a model whose VecEnv wrappers a collector would not apply (one check for all).
+
+    A collector steps the PettingZoo envs itself; the model's VecEnv only sizes its buffer. A
+    ``VecNormalize`` or ``VecFrameStack`` around it (:func:`rlightning_sb3.unapplied_wrappers`)
+    would be skipped, and raw observations and rewards acted on and stored where ``learn()``
+    stores normalized or stacked ones.
+
+    Raises:
+        ValueError: ``model``'s env has such wrappers (named, with the group if given).
+    """
+    from rlightning_sb3 import unapplied_wrappers
+
+    names = unapplied_wrappers(model)
+    if names:
+        whose = f"the model of group {group!r}" if group is not None else "the model"
+        raise ValueError(
+            f"{caller}: {whose} has an env wrapped in {names}, which the collector does not "
+            "apply (it steps the PettingZoo envs itself): learn() would act on and store the "
+            "wrapped values, the collector the raw ones. Build the model over a VecEnv of the "
+            "agents' spaces without them (normalize or stack inside the PettingZoo env)"
+        )
+
+
 def observation_shape_mismatch(space: spaces.Space[Any], observation: Any) -> str | None:
     """Why ``observation`` has not the shape (or Dict keys) of ``space``, or None.
 
@@ -100,9 +124,9 @@ def stack_observations(observations: Sequence[Any]) -> Any:
     return np.stack([np.asarray(o) for o in observations])
 
 
-def _row_ids(agents: Sequence[Any]) -> list[str]:
+def _row_ids(agents: Sequence[Any], prefix: str = "") -> list[str]:
     """One distinct str per agent, the row ids the SB3 adapter needs (``repr`` keeps 1 != '1')."""
-    return [repr(agent) for agent in agents]
+    return [f"{prefix}{agent!r}" for agent in agents]
 
 
 def sb3_rows(
@@ -114,6 +138,7 @@ def sb3_rows(
     *,
     deterministic: bool,
     episode_starts: Sequence[bool] | None = None,
+    row_prefix: str = "",
 ) -> dict[Any, dict[str, Any]]:
     """Ask ``model`` once for every agent of ``agents``; row ``i`` goes to ``agents[i]``.
 
@@ -133,7 +158,10 @@ def sb3_rows(
         deterministic: Take the deterministic action (no sampling, epsilon, warm-up or noise).
         episode_starts: For a recurrent model, one flag per agent: its LSTM state is reset
             (RecurrentPPO's ``episode_starts``) before it acts. The adapter carries each
-            agent's state under the row id ``repr(agent)`` from one call to the next.
+            agent's state under the row id ``row_prefix + repr(agent)`` from one call to the
+            next.
+        row_prefix: Put before each row id: a collector's own prefix keeps its agents' LSTM
+            states apart from another caller's on the same model (the adapter is per model).
 
     Returns:
         ``{agent: fields}``: ``action`` and ``buffer_action`` (numpy rows of SB3's batched
@@ -165,7 +193,7 @@ def sb3_rows(
         )
     batch = adapter.act(
         stack_observations(observations),
-        _row_ids(agents),
+        _row_ids(agents, row_prefix),
         action_masks=action_masks,
         explore=not deterministic,
         **({} if episode_starts is None else {"episode_start": np.asarray(episode_starts, bool)}),

@@ -8,6 +8,7 @@ agent ends). The collectors decide what goes into which buffer.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -17,14 +18,17 @@ from typing import Any
 import numpy as np
 
 from rlightning import rules
-from rlightning_pettingzoo._columns import Transition
-from rlightning_pettingzoo._envs import describe_env, require_parallel
-from rlightning_pettingzoo._sb3 import sb3_rows
+from rlightning_pettingzoo._columns import Transition, owned
+from rlightning_pettingzoo._envs import describe_env, require_distinct, require_parallel
+from rlightning_pettingzoo._sb3 import refuse_unapplied_wrappers, sb3_rows
 from rlightning_pettingzoo.masks import find_action_mask
 from rlightning_pettingzoo.parallel import to_parallel_actions
 from rlightning_pettingzoo.policies import _WAITS, SharedPolicyAdapter, _assemble, _checked_masks
 
 __all__ = ["AgentStepper"]
+
+#: Numbers the collectors, for their row ids in a model's adapter (``AgentStepper._row_prefix``).
+_COLLECTORS = itertools.count()
 
 #: Rounds in a row in which no agent of any copy could act before a collector gives up.
 _MAX_IDLE_ROUNDS = 10_000
@@ -67,6 +71,11 @@ class AgentStepper:
             raise ValueError("env_fns must hold at least one function making a ParallelEnv")
         self.model = model
         self._envs = [require_parallel(fn(), caller) for fn in env_fns]
+        require_distinct(self._envs, caller)
+        # this collector's own row ids in the model's (shared) adapter: a RecurrentPPO's
+        # per-agent LSTM states are never another collector's on the same model
+        self._row_prefix = f"{caller}-{next(_COLLECTORS)}/"
+        refuse_unapplied_wrappers(model, caller)
         n = len(self._envs)
         # one per copy: each caches the space checks of its own copy's space objects
         self._shared = [SharedPolicyAdapter(model) for _ in range(n)]
@@ -96,7 +105,8 @@ class AgentStepper:
         env = self._envs[i]
         observations, infos = env.reset(seed=self._seeds[i])
         self._seeds[i] = None
-        self._observations[i] = dict(observations)
+        # copies: an env may write its next observations into the same arrays (_columns.owned)
+        self._observations[i] = {agent: owned(obs) for agent, obs in observations.items()}
         self._infos[i] = dict(infos or {})
         self._starting[i] = set(env.agents)
         for agent in env.agents:
@@ -187,6 +197,7 @@ class AgentStepper:
             action_space,
             deterministic=False,
             episode_starts=starts,
+            row_prefix=self._row_prefix,
         )
 
     def _step(
@@ -239,6 +250,7 @@ class AgentStepper:
             self._open[slot] = transition
             stored += 1
         observations, rewards, terminations, truncations, infos = env.step(actions)
+        observations = {agent: owned(obs) for agent, obs in observations.items()}
         self._steps[i] += 1
         now = set(env.agents)
         for agent in live:
@@ -286,7 +298,7 @@ class AgentStepper:
         for agent in now - set(live):  # joined: a trajectory of its own begins
             self._starting[i].add(agent)
             self._episode[(i, agent)] = [0.0, 0]
-        self._observations[i] = dict(observations)
+        self._observations[i] = observations
         self._infos[i] = dict(infos or {})
         if not env.agents:
             self._observations[i] = None  # reset at the next round (no seed)

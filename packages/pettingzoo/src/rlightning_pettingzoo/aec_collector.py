@@ -38,9 +38,14 @@ from gymnasium import spaces
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning import rules
-from rlightning_pettingzoo._columns import Transition, pack
-from rlightning_pettingzoo._envs import describe_env, require_aec
-from rlightning_pettingzoo._sb3 import adapter_for, is_sb3_model, sb3_rows
+from rlightning_pettingzoo._columns import Transition, owned, pack
+from rlightning_pettingzoo._envs import describe_env, require_aec, require_distinct
+from rlightning_pettingzoo._sb3 import (
+    adapter_for,
+    is_sb3_model,
+    refuse_unapplied_wrappers,
+    sb3_rows,
+)
 from rlightning_pettingzoo.collector import Segment, _fill_rollout, _segments
 from rlightning_pettingzoo.masks import find_action_mask
 from rlightning_pettingzoo.policies import _WAITS, _checked_masks
@@ -88,7 +93,9 @@ class AECRolloutCollector:
         env_fns: One function per env copy, each returning a PettingZoo ``AECEnv``.
         opponents: ``{agent_id: opponent}`` for the agents that are not trained: a frozen SB3
             model (pass a copy, e.g. ``MaskablePPO.load(path)``; it acts through its own
-            adapter, sampling as ``predict(deterministic=False)``) or ``"random"`` (uniform over
+            adapter as SB3 collects with it: an on-policy model samples, as
+            ``predict(deterministic=False)``; an off-policy one follows ``_sample_action``,
+            random while its ``num_timesteps < learning_starts``) or ``"random"`` (uniform over
             the legal actions of the agent's mask, or its whole ``Discrete`` space without one;
             drawn from a generator per copy seeded with that copy's seed). Every other agent is
             acted by ``model`` and stored. Not modified.
@@ -125,6 +132,8 @@ class AECRolloutCollector:
             raise ValueError("env_fns must hold at least one function making an AECEnv")
         self.model = model
         self._envs = [require_aec(fn(), "AECRolloutCollector") for fn in env_fns]
+        require_distinct(self._envs, "AECRolloutCollector")
+        refuse_unapplied_wrappers(model, "AECRolloutCollector")
         n = len(self._envs)
         seeds = [None] * n if seeds is None else list(seeds)
         if len(seeds) != n:
@@ -217,6 +226,7 @@ class AECRolloutCollector:
                 self._reset(i)
             agent = env.agent_selection
             observation, reward, terminated, truncated, info = env.last()
+            observation = owned(observation)  # observe() may return the env's own arrays
             trained = agent not in self.opponents
             slot = (i, agent)
             done = bool(terminated or truncated)

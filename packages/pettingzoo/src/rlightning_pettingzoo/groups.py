@@ -31,7 +31,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning_pettingzoo._columns import Transition, pack
 from rlightning_pettingzoo._envs import describe_env
-from rlightning_pettingzoo._sb3 import adapter_for, sb3_rows
+from rlightning_pettingzoo._sb3 import adapter_for, refuse_unapplied_wrappers, sb3_rows
 from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper, _Copy
 from rlightning_pettingzoo.collector import Segment, _fill_rollout, _segments
 from rlightning_pettingzoo.policies import SharedPolicyAdapter
@@ -60,6 +60,16 @@ class _GroupStepper(AgentStepper):
     ) -> None:
         if not models:
             raise ValueError(f"{caller} needs at least one group in models")
+        owner: dict[int, str] = {}
+        for group, model in models.items():
+            other = owner.setdefault(id(model), group)
+            if other != group:
+                raise ValueError(
+                    f"{caller}: groups {other!r} and {group!r} have the same model object; each "
+                    "group's model fills its own buffer (one buffer cannot hold two groups' "
+                    "rollouts): give each group a model of its own, or put the agents in one group"
+                )
+            refuse_unapplied_wrappers(model, caller, group)
         self.models: dict[str, Any] = dict(models)
         self._group_of = group_of
         self._groups: dict[Any, str] = {}
