@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Placed", "Transition", "pack"]
+__all__ = ["Placed", "Transition", "pack", "stack_agent_observations", "stack_rows"]
 
 
 @dataclass
@@ -155,3 +155,73 @@ def owned(observation: Any) -> Any:
     if isinstance(observation, tuple):
         return tuple(owned(value) for value in observation)
     return observation
+
+
+def _same_plain_arrays(rows: Sequence[Any]) -> bool:
+    """Every row a plain ``np.ndarray`` (no subclass), one native dtype (no objects), one shape."""
+    first = rows[0]
+    if type(first) is not np.ndarray:
+        return False
+    dtype, shape = first.dtype, first.shape
+    if dtype.hasobject or not dtype.isnative:  # np.stack returns native byte order
+        return False
+    for row in rows:
+        if type(row) is not np.ndarray or row.dtype != dtype or row.shape != shape:
+            return False
+    if len(shape) > 1:  # np.stack keeps a Fortran-ordered memory layout, np.array does not
+        return all(row.flags.c_contiguous for row in rows)
+    return True
+
+
+def _same_scalars(rows: Sequence[Any]) -> bool:
+    """Every row a numpy scalar of one type (``np.float32``, ``np.int64``, ...; no objects)."""
+    kind = type(rows[0])
+    if not issubclass(kind, np.generic) or kind is np.object_:
+        return False
+    return all(type(row) is kind for row in rows)
+
+
+def stack_rows(rows: Sequence[Any]) -> np.ndarray:
+    """``np.stack(rows)``, the same array, at a third of its cost on the per-step path.
+
+    Rows that are all plain ``np.ndarray`` of one dtype and shape, or all numpy scalars of one
+    type (what SB3's batched outputs and a PettingZoo env's observations are), are stacked by
+    ``np.array(rows)``: the same values, dtype (the rows' own), shape ``(len(rows),
+    *row_shape)`` and C order as ``np.stack``, without its per-row ``expand_dims``. Anything
+    else (subclasses, mixed dtypes or shapes, Python numbers, object arrays, no rows) goes to
+    ``np.stack`` itself, with its result and its errors. ``tests/pettingzoo/test_columns.py``
+    compares the two byte for byte.
+
+    Args:
+        rows: The rows, a sequence (list or tuple).
+
+    Returns:
+        A new array of shape ``(len(rows), *row_shape)``.
+
+    Raises:
+        ValueError: what ``np.stack`` raises (no rows, shapes that differ).
+    """
+    if rows and (_same_plain_arrays(rows) or _same_scalars(rows)):
+        return np.array(rows)
+    return np.stack(rows)
+
+
+def stack_agent_observations(observations: Sequence[Any]) -> Any:
+    """``rlightning_pettingzoo._sb3.stack_observations``, through :func:`stack_rows`.
+
+    The same batch ``(n_agents, *obs_shape)`` (a dict of batches, key by key, for Dict
+    observations) as ``np.stack([np.asarray(o) for o in observations])``: plain arrays of one
+    dtype and shape (what ``owned`` keeps) are stacked at once; anything else is read with
+    ``np.asarray`` first, as there.
+    """
+    first = observations[0]
+    if isinstance(first, dict):
+        return {key: _stack_read([o[key] for o in observations]) for key in first}
+    return _stack_read(observations)
+
+
+def _stack_read(values: Sequence[Any]) -> np.ndarray:
+    """``np.stack([np.asarray(v) for v in values])`` (``np.asarray`` keeps plain arrays)."""
+    if _same_plain_arrays(values):
+        return np.array(values)
+    return np.stack([np.asarray(v) for v in values])

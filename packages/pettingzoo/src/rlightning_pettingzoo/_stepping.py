@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from rlightning import rules
+from rlightning import MultiAgentPolicyResponse, rules
 from rlightning_pettingzoo._columns import Transition, owned
 from rlightning_pettingzoo._envs import describe_env, require_distinct, require_parallel
 from rlightning_pettingzoo._sb3 import refuse_unapplied_wrappers, sb3_rows
@@ -44,6 +44,7 @@ class _Copy:
     checked: dict[Any, Any]  # acting agent -> its checked mask (None: no mask)
     found: dict[Any, Any] | None  # live agent -> its mask as the env gave it (None: no masks)
     kept_agents: set[Any] | None = None  # the acting agents stored (None: the first ``kept``)
+    live: list[Any] | None = None  # the copy's live agents in batch order (None: ask the env)
 
 
 class AgentStepper:
@@ -90,6 +91,10 @@ class AgentStepper:
         self._episode: dict[tuple[int, Any], list[float]] = {}
         self._steps = [0] * n
         self._rank: list[dict[Any, int]] = [{} for _ in range(n)]
+        # per copy: the live agents whose spaces _check_agents passed since the copy's last
+        # reset (checked again when they change: a join, a reset), and the copy's env id
+        self._checked: list[list[Any] | None] = [None] * n
+        self._copy_ids = [f"copy-{i}" for i in range(n)]
         self._start_time = time.time()
         #: Agent-steps of the last :meth:`collect` that were taken but not stored.
         self.dropped = 0
@@ -105,6 +110,7 @@ class AgentStepper:
         env = self._envs[i]
         observations, infos = env.reset(seed=self._seeds[i])
         self._seeds[i] = None
+        self._checked[i] = None  # the spaces are checked again after a reset
         # copies: an env may write its next observations into the same arrays (_columns.owned)
         self._observations[i] = {agent: owned(obs) for agent, obs in observations.items()}
         self._infos[i] = dict(infos or {})
@@ -141,15 +147,21 @@ class AgentStepper:
                         f"live agent(s) {missing} of {describe_env(env)} (copy {i}) have no "
                         "observation"
                     )
-                self._check_agents(i, env, agents)
-            found = [find_action_mask(a, observations, self._infos[i]) for a in agents]
+                if agents != self._checked[i]:  # once per set of live agents (and reset)
+                    self._check_agents(i, env, agents)
+                    self._checked[i] = list(agents)
+            infos = self._infos[i]
+            found = [find_action_mask(a, observations, infos) for a in agents]
+            if all(m is None for m in found):  # no masks: every live agent acts
+                candidates.append(
+                    _Copy(i, agents, len(agents), dict.fromkeys(agents), None, live=agents)
+                )
+                continue
             checked = _checked_masks(agents, found, env)
             acting = [a for a, m in zip(agents, checked, strict=True) if m is not _WAITS]
             masks = {a: m for a, m in zip(agents, checked, strict=True) if m is not _WAITS}
-            given = (
-                dict(zip(agents, found, strict=True)) if any(m is not None for m in found) else None
-            )
-            candidates.append(_Copy(i, acting, len(acting), masks, given))
+            given = dict(zip(agents, found, strict=True))
+            candidates.append(_Copy(i, acting, len(acting), masks, given, live=agents))
         return candidates
 
     def _plan(self, remaining: int) -> list[_Copy]:
@@ -185,8 +197,8 @@ class AgentStepper:
         for copy in plan:
             obs = self._observations[copy.index]
             assert obs is not None
-            observations.extend(obs[a] for a in copy.acting)
-            masks.extend(copy.checked[a] for a in copy.acting)
+            observations += map(obs.__getitem__, copy.acting)
+            masks += map(copy.checked.__getitem__, copy.acting)
         first_copy, first_agent = keys[0]
         action_space = self._envs[first_copy].action_space(first_agent)
         return sb3_rows(
@@ -217,14 +229,19 @@ class AgentStepper:
         env = self._envs[i]
         before = self._observations[i]
         assert before is not None
-        live = self._shared[i].agent_order(env)
-        per_agent: dict[Any, dict[str, Any]] = {a: {"action": None} for a in live}
-        for agent in acting:
-            per_agent[agent] = rows[(i, agent)]
-        if copy.found is not None:  # the masks the response answers under (SharedPolicyAdapter)
-            for agent in live:
-                per_agent[agent] = {**per_agent[agent], "action_mask": copy.found.get(agent)}
-        actions = to_parallel_actions(_assemble(f"copy-{i}", live, per_agent), env)
+        live = self._shared[i].agent_order(env) if copy.live is None else copy.live
+        if copy.found is None and len(acting) == len(live):  # every live agent acts, no masks
+            action = {a: rows[(i, a)]["action"] for a in live}
+            response = MultiAgentPolicyResponse(self._copy_ids[i], action=action)
+        else:
+            per_agent: dict[Any, dict[str, Any]] = {a: {"action": None} for a in live}
+            for agent in acting:
+                per_agent[agent] = rows[(i, agent)]
+            if copy.found is not None:  # the masks the response answers under
+                for agent in live:
+                    per_agent[agent] = {**per_agent[agent], "action_mask": copy.found.get(agent)}
+            response = _assemble(self._copy_ids[i], live, per_agent)
+        actions = to_parallel_actions(response, env)
         env_step = self._steps[i]
         stored = 0
         for k, agent in enumerate(acting):
@@ -233,8 +250,9 @@ class AgentStepper:
                 self._open[slot] = None  # dropped: its previous transition is cut here
                 self.dropped += 1
                 continue
-            fields = dict(rows[slot])
+            fields = rows[slot]
             if maskable:  # what MaskableRolloutBuffer stores for this row
+                fields = dict(fields)
                 mask = masks.get(agent)
                 action_space = env.action_space(agent)
                 fields["action_mask"] = (
@@ -252,7 +270,8 @@ class AgentStepper:
         observations, rewards, terminations, truncations, infos = env.step(actions)
         observations = {agent: owned(obs) for agent, obs in observations.items()}
         self._steps[i] += 1
-        now = set(env.agents)
+        agents_now = env.agents
+        now = set(agents_now)
         for agent in live:
             slot = (i, agent)
             reward = float(rewards.get(agent, 0.0))
@@ -300,6 +319,6 @@ class AgentStepper:
             self._episode[(i, agent)] = [0.0, 0]
         self._observations[i] = observations
         self._infos[i] = dict(infos or {})
-        if not env.agents:
+        if not agents_now:
             self._observations[i] = None  # reset at the next round (no seed)
         return stored

@@ -26,9 +26,15 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
-from rlightning import PolicyResponse
-from rlightning_pettingzoo._columns import Placed, Transition, pack
-from rlightning_pettingzoo._sb3 import adapter_for, stack_observations
+from rlightning import PolicyResponse, ResponseBatch
+from rlightning_pettingzoo._columns import (
+    Placed,
+    Transition,
+    pack,
+    stack_agent_observations,
+    stack_rows,
+)
+from rlightning_pettingzoo._sb3 import adapter_for
 from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper
 from rlightning_sb3 import add_rollout_step, finish_rollout
 
@@ -266,31 +272,43 @@ def _fill_rollout(
     env_ids = [f"column-{c}" for c in range(n_columns)]
     dones = np.zeros(n_columns, dtype=bool)
     new_observation: Any = None
-    responses: list[PolicyResponse] = []
+    responses: Any = None
+    trusted = not optional  # PPO/A2C: one stacked response per row (see _row_batch)
     for row in placed:
-        observation = stack_observations([p.transition.observation for p in row])
-        new_observation = stack_observations([p.transition.next_observation for p in row])
-        responses = [
-            PolicyResponse(
-                env_ids[p.column],
-                action=p.transition.fields["action"],
-                buffer_action=p.transition.fields["buffer_action"],
-                value=th.as_tensor(p.transition.fields["value"]),
-                log_prob=th.as_tensor(p.transition.fields["log_prob"]),
-                episode_start=p.episode_start,
-                **{k: p.transition.fields[k] for k in optional},
+        if trusted:
+            (observations, next_observations, rows, starts, reward_list, done_list, infos) = zip(
+                *_row_items(row), strict=True
             )
-            for p in row
-        ]
-        rewards = np.asarray([p.transition.reward for p in row], dtype=np.float32)
-        dones = np.asarray([p.done for p in row], dtype=bool)
+            responses = _row_batch(env_ids, rows, starts)
+        else:
+            observations = tuple(p.transition.observation for p in row)
+            next_observations = tuple(p.transition.next_observation for p in row)
+            responses = [
+                PolicyResponse(
+                    env_ids[p.column],
+                    action=p.transition.fields["action"],
+                    buffer_action=p.transition.fields["buffer_action"],
+                    value=th.as_tensor(p.transition.fields["value"]),
+                    log_prob=th.as_tensor(p.transition.fields["log_prob"]),
+                    episode_start=p.episode_start,
+                    **{k: p.transition.fields[k] for k in optional},
+                )
+                for p in row
+            ]
+            reward_list = tuple(p.transition.reward for p in row)
+            done_list = tuple(p.done for p in row)
+            infos = tuple(p.info for p in row)
+        observation = stack_agent_observations(observations)
+        new_observation = stack_agent_observations(next_observations)
+        rewards = np.array(reward_list, dtype=np.float32)
+        dones = np.array(done_list, dtype=bool)
         add_rollout_step(
             model,
             observation,
             responses,
             rewards,
             dones,
-            [p.info for p in row],
+            list(infos),
             env_ids=env_ids,
             update_model=update_model,
             new_observation=new_observation,
@@ -307,6 +325,52 @@ def _fill_rollout(
         env_ids=env_ids,
         update_model=update_model,
         responses=responses if recurrent else None,
+    )
+
+
+def _row_items(row: list[Placed]) -> list[tuple[Any, ...]]:
+    """Per cell of a row: observation, next observation, fields, start, reward, done, info."""
+    return [
+        (
+            (t := p.transition).observation,
+            t.next_observation,
+            t.fields,
+            p.episode_start,
+            t.reward,
+            p.done,
+            p.info,
+        )
+        for p in row
+    ]
+
+
+def _row_batch(
+    env_ids: list[str], rows: Sequence[dict[str, Any]], starts: Sequence[bool]
+) -> ResponseBatch[PolicyResponse]:
+    """One buffer row's responses as the trusted stacked batch ``SB3PolicyAdapter.act`` makes.
+
+    For a PPO/A2C row (no mask, no LSTM state): the fields ``act`` gives, each stacked over the
+    row's cells in column order, as ``add_rollout_step`` stacks per-env responses (``np.stack``
+    of the actions, ``torch.stack`` of the 0-d values and log-probabilities; ``stack_rows`` and
+    ``torch.from_numpy`` of the stacked scalars give the same arrays and tensors). ``env_ids``
+    are unique and every field has one row per id (the batch's ``is_trusted`` promise): the
+    collector built both, so ``add_rollout_step`` reads the stacked fields without splitting.
+    """
+    actions, buffer_actions, values, log_probs = zip(
+        *[(f["action"], f["buffer_action"], f["value"], f["log_prob"]) for f in rows],
+        strict=True,
+    )
+    return ResponseBatch.trusted_from_fields(
+        PolicyResponse,
+        {
+            "env_id": None,
+            "env_ids": env_ids,
+            "action": stack_rows(actions),
+            "buffer_action": stack_rows(buffer_actions),
+            "value": th.from_numpy(stack_rows(values)),
+            "log_prob": th.from_numpy(stack_rows(log_probs)),
+            "episode_start": np.array(starts, dtype=bool),
+        },
     )
 
 
