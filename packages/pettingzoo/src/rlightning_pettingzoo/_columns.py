@@ -104,38 +104,44 @@ def pack(
     Raises:
         ValueError: the streams do not hold ``n_rows * n_columns`` transitions.
     """
-    flat: list[tuple[Transition, bool]] = []
-    for stream in streams:
-        for k, transition in enumerate(stream):
-            last = k == len(stream) - 1 or transition.cut
-            flat.append((transition, last and transition.end is None))
-    if len(flat) != n_rows * n_columns:
+    total = sum(map(len, streams))
+    if total != n_rows * n_columns:
         raise ValueError(
-            f"the streams hold {len(flat)} transitions, the buffer {n_rows} x {n_columns} "
+            f"the streams hold {total} transitions, the buffer {n_rows} x {n_columns} "
             "cells (internal error: the collector must fill every cell)"
         )
+    # One pass over the streams in slot order: the k-th transition goes to column k // n_rows,
+    # row k % n_rows. A cell continues the cell above when the same slot's previous transition
+    # is there, still open and not cut (then its episode_start is the transition's own).
     rows: list[list[Placed]] = [[] for _ in range(n_rows)]
-    for k, (transition, cut) in enumerate(flat):
-        column, row = divmod(k, n_rows)
-        start = transition.episode_start
-        if row > 0:
-            previous, previous_cut = flat[k - 1]
-            continues = (
-                previous.env_index == transition.env_index
-                and previous.agent_id == transition.agent_id
-                and previous.end is None
-                and not previous_cut
-            )
-            start = start or not continues
-        last_row = row == n_rows - 1
-        done = transition.end is not None or (cut and not last_row)
-        info: dict[str, Any] = {}
-        if done:
-            info["terminal_observation"] = transition.next_observation
-            info["TimeLimit.truncated"] = transition.end != "terminated"
-        if transition.episode is not None:
-            info["episode"] = dict(transition.episode)
-        rows[row].append(Placed(transition, column, row, start, done, info, cut))
+    k = 0
+    previous: Transition | None = None  # the transition of the cell above (None at row 0)
+    previous_cut = False
+    last_row = n_rows - 1
+    for stream in streams:
+        last_k = len(stream) - 1
+        for j, transition in enumerate(stream):
+            cut = (j == last_k or transition.cut) and transition.end is None
+            column, row = divmod(k, n_rows)
+            start = transition.episode_start
+            if row > 0 and not start:
+                assert previous is not None
+                start = not (
+                    previous.env_index == transition.env_index
+                    and previous.agent_id == transition.agent_id
+                    and previous.end is None
+                    and not previous_cut
+                )
+            done = transition.end is not None or (cut and row != last_row)
+            info: dict[str, Any] = {}
+            if done:
+                info["terminal_observation"] = transition.next_observation
+                info["TimeLimit.truncated"] = transition.end != "terminated"
+            if transition.episode is not None:
+                info["episode"] = dict(transition.episode)
+            rows[row].append(Placed(transition, column, row, start, done, info, cut))
+            previous, previous_cut = transition, cut
+            k += 1
     return rows
 
 

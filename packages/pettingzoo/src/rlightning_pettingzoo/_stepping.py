@@ -244,10 +244,12 @@ class AgentStepper:
         actions = to_parallel_actions(response, env)
         env_step = self._steps[i]
         stored = 0
+        starting = self._starting[i]
+        open_slots = self._open
         for k, agent in enumerate(acting):
             slot = (i, agent)
             if (k >= kept) if copy.kept_agents is None else (agent not in copy.kept_agents):
-                self._open[slot] = None  # dropped: its previous transition is cut here
+                open_slots[slot] = None  # dropped: its previous transition is cut here
                 self.dropped += 1
                 continue
             fields = rows[slot]
@@ -260,25 +262,35 @@ class AgentStepper:
                     if mask is None
                     else rules.flat_mask(action_space, mask)
                 )
-            transition = Transition(
-                i, agent, env_step, before[agent], fields, agent in self._starting[i]
-            )
-            self._starting[i].discard(agent)
-            streams.setdefault(slot, []).append(transition)
-            self._open[slot] = transition
+            start = agent in starting
+            if start:
+                starting.discard(agent)
+            transition = Transition(i, agent, env_step, before[agent], fields, start)
+            stream = streams.get(slot)
+            if stream is None:
+                streams[slot] = [transition]
+            else:
+                stream.append(transition)
+            open_slots[slot] = transition
             stored += 1
         observations, rewards, terminations, truncations, infos = env.step(actions)
-        observations = {agent: owned(obs) for agent, obs in observations.items()}
+        observations = {
+            agent: obs.copy() if type(obs) is np.ndarray else owned(obs)  # owned(), inline
+            for agent, obs in observations.items()
+        }
         self._steps[i] += 1
         agents_now = env.agents
         now = set(agents_now)
+        episodes = self._episode
         for agent in live:
             slot = (i, agent)
             reward = float(rewards.get(agent, 0.0))
-            open_ = self._open.get(slot)
+            open_ = open_slots.get(slot)
             if open_ is not None:
                 open_.reward += reward
-            episode = self._episode.setdefault(slot, [0.0, 0])
+            episode = episodes.get(slot)
+            if episode is None:
+                episode = episodes[slot] = [0.0, 0]
             episode[0] += reward
             episode[1] += agent in acting
             terminated = bool(terminations.get(agent, False))
