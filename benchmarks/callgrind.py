@@ -694,3 +694,318 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# --------------------------------------------------------------------------------------------
+# Rollout-cost benchmarks (issues 19 and 20): SB3's collect_rollouts against rlightning's loop
+# --------------------------------------------------------------------------------------------
+
+#: What the rows of a rollout-cost benchmark say when they ran without valgrind.
+NOT_COUNTED = "run without valgrind: the regions were not counted"
+
+
+def _rollout_loop(call: Callable[[], None], n: int) -> None:
+    for _ in range(n):
+        call()
+
+
+class RolloutCost:
+    """One rollout-cost benchmark: SB3's ``collect_rollouts`` against rlightning's, counted.
+
+    The driver :mod:`benchmarks.loop_cost` (issue 20) and :mod:`benchmarks.pz_collect_cost`
+    (issue 19) share: the worker's regions, the rows (instructions per unit and the ratio to
+    SB3's), the section's ``meta``, the targets, the markdown table and the command line. Each
+    module gives its own work (``iterations``), sizes and wording.
+
+    Args:
+        module: The benchmark's module (``python -m module --worker ...`` runs the worker).
+        section: Its section in ``benchmarks/results.json``.
+        doc: Its module docstring (the CLI's description is its first line).
+        iterations: ``(size, n_steps) -> {impl: call}``, calls of no argument; the
+            ``"rlightning"`` one carries ``same_work()``, which raises unless both buffers agree.
+        size_arg: The size's name (``n_envs``, ``n_copies``): the worker's ``--size-arg`` flag,
+            a key of the payload and of every row.
+        sizes: The sizes counted in full mode (and those the targets name).
+        smoke_sizes: Those of ``--smoke``.
+        n_steps, n_steps_smoke, calls, calls_smoke: Rows per rollout and rollouts per region.
+        units: ``payload -> units per rollout`` (env steps or agent-steps), the divisor.
+        per_key: The rows' key of the mean count per unit (``ir_per_step``, ...).
+        ok_extra: Keys added to every counted row, after the counts.
+        meta_size: Put the (single) size into ``meta`` after ``mode``.
+        case: ``size -> case name``.
+        item: The issue number of the targets.
+        limit: The ratio's allowed excess (``0.03``: ``<= 1.03x``).
+        target_text: ``size -> the target's text``.
+        intro: ``meta -> the table's first paragraph``.
+        unit_header: The table's count column header.
+        missing: The table's text when the section is missing.
+        smoke_help: The ``--smoke`` flag's help.
+    """
+
+    IMPLS = ("collect_rollouts", "rlightning")
+
+    def __init__(
+        self,
+        *,
+        module: str,
+        section: str,
+        doc: str,
+        iterations: Callable[[int, int], dict[str, Callable[[], None]]],
+        size_arg: str,
+        sizes: tuple[int, ...],
+        smoke_sizes: tuple[int, ...],
+        n_steps: int,
+        n_steps_smoke: int,
+        calls: int,
+        calls_smoke: int,
+        units: Callable[[dict[str, Any]], int],
+        per_key: str,
+        ok_extra: dict[str, Any],
+        meta_size: bool,
+        case: Callable[[int], str],
+        item: int,
+        limit: float,
+        target_text: Callable[[int], str],
+        intro: Callable[[dict[str, Any]], str],
+        unit_header: str,
+        missing: str,
+        smoke_help: str,
+    ) -> None:
+        self.module, self.section, self.doc = module, section, doc
+        self.iterations = iterations
+        self.size_arg, self.sizes, self.smoke_sizes = size_arg, sizes, smoke_sizes
+        self.n_steps, self.n_steps_smoke = n_steps, n_steps_smoke
+        self.calls, self.calls_smoke = calls, calls_smoke
+        self.units, self.per_key, self.ok_extra = units, per_key, ok_extra
+        self.meta_size, self.case, self.item, self.limit = meta_size, case, item, limit
+        self.target_text, self.intro = target_text, intro
+        self.unit_header, self.missing, self.smoke_help = unit_header, missing, smoke_help
+
+    def worker(self, size: int, n_steps: int, calls: int, out: Path, instr_on: bool) -> None:
+        """Run the regions of one size (under callgrind) and write their names to ``out``.
+
+        Regions, in order (callgrind's dump files ``.1``, ``.2``, ...): for each round (2) and
+        implementation, a loop of ``calls`` rollouts and a loop of 0. Before them, two warm-up
+        rollouts each (torch's global RNG seeded alike before each: both models draw from it)
+        and ``same_work()``.
+        """
+        import torch
+
+        torch.set_num_threads(1)
+        from stable_baselines3.common.utils import set_random_seed
+
+        impls = self.iterations(size, n_steps)
+        for i in range(2):  # warm up (bytecode specialisation, lazy imports), the same work
+            for call in impls.values():
+                set_random_seed(i)
+                call()
+        impls["rlightning"].same_work()  # type: ignore[attr-defined]
+        if instr_on:
+            _instrumentation_on()
+        regions: list[dict[str, Any]] = []
+        for round_ in range(2):
+            for impl in self.IMPLS:
+                for n in (calls, 0):
+                    gc.collect()
+                    gc.disable()
+                    try:
+                        operator.call(_rollout_loop, impls[impl], n)
+                    finally:
+                        gc.enable()
+                    _dump()
+                    regions.append({"round": round_, "impl": impl, "calls": n})
+        payload = {self.size_arg: size, "n_steps": n_steps, "calls": calls, "regions": regions}
+        out.write_text(json.dumps(payload))
+
+    def run_one(self, size: int, n_steps: int, calls: int, use_valgrind: bool) -> dict[str, Any]:
+        """Run the worker for ``size`` (under callgrind when ``use_valgrind``): its payload.
+
+        Raises:
+            RuntimeError: valgrind is missing (with ``use_valgrind``) or the worker failed.
+        """
+        flag = "--" + self.size_arg.replace("_", "-")
+        args = [flag, str(size), "--n-steps", str(n_steps), "--calls", str(calls)]
+        return run_worker(self.module, args, size, use_valgrind)
+
+    def summarise(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
+        """One row per implementation: instructions per unit (per round and mean), ratio."""
+        regions, size = payload["regions"], payload[self.size_arg]
+        units = self.units(payload)
+        measured = all("ir" in r for r in regions)
+        rows: list[dict[str, Any]] = []
+        per_round: dict[str, list[float]] = {}
+        for impl in self.IMPLS:
+            row: dict[str, Any] = {
+                "case": self.case(size),
+                "impl": impl,
+                self.size_arg: size,
+                "n_steps": payload["n_steps"],
+                "iterations": payload["calls"],
+            }
+            if not measured:
+                row.update(status="skipped", reason=NOT_COUNTED)
+                rows.append(row)
+                continue
+            counts = []
+            for round_ in (0, 1):
+                full, empty = (
+                    next(
+                        r["ir"]
+                        for r in regions
+                        if r["round"] == round_ and r["impl"] == impl and r["calls"] == n
+                    )
+                    for n in (payload["calls"], 0)
+                )
+                counts.append((full - empty) / units)
+            per_round[impl] = counts
+            row["status"] = "ok"
+            row[self.per_key] = sum(counts) / 2
+            row["ir_per_step_rounds"] = counts
+            row.update(self.ok_extra)
+            if impl != "collect_rollouts":
+                floor = per_round["collect_rollouts"]
+                row["ratio_rounds"] = [a / b for a, b in zip(counts, floor, strict=True)]
+                row["ratio"] = row[self.per_key] / (sum(floor) / 2)
+            rows.append(row)
+        return rows
+
+    def measure(self, smoke: bool = False, native: bool = False) -> dict[str, Any]:
+        """Count both implementations at every size: the benchmark's results section.
+
+        Args:
+            smoke: The smoke sizes, one short rollout.
+            native: Run the regions without valgrind (nothing counted; the rows say why).
+
+        Raises:
+            RuntimeError: valgrind is missing (full mode), or a worker failed.
+        """
+        use_valgrind = valgrind_path() is not None and not native
+        if not use_valgrind and not (smoke or native):
+            raise RuntimeError(VALGRIND_MISSING)
+        n_steps = self.n_steps_smoke if smoke else self.n_steps
+        calls = self.calls_smoke if smoke else self.calls
+        sizes = self.smoke_sizes if smoke else self.sizes
+        rows: list[dict[str, Any]] = []
+        wall = 0.0
+        for size in sizes:
+            payload = self.run_one(size, n_steps, calls, use_valgrind)
+            rows += self.summarise(payload)
+            wall += payload["wall_s"]
+        meta: dict[str, Any] = {
+            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+            "mode": ("smoke" if smoke else "full") + (" (native, not counted)" if native else ""),
+        }
+        if self.meta_size:
+            (meta[self.size_arg],) = sizes
+        meta.update(n_steps=n_steps, iterations=calls, python=sys.version.split()[0])
+        meta["wall_s"] = round(wall, 1)
+        return {"meta": meta, "rows": rows}
+
+    def targets(self, section: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """The issue's targets (``<= 1 + limit`` times SB3's), one per full-mode size."""
+        out = []
+        for size in self.sizes:
+            row = None
+            if section is not None:
+                row = next(
+                    (
+                        r
+                        for r in section["rows"]
+                        if r[self.size_arg] == size
+                        and r["impl"] == "rlightning"
+                        and r["status"] == "ok"
+                    ),
+                    None,
+                )
+            value = None if row is None else float(row["ratio"])
+            out.append(
+                {
+                    "item": self.item,
+                    "case": self.case(size),
+                    "target": self.target_text(size),
+                    "value": value,
+                    "limit": 1 + self.limit,
+                    "unit": "x",
+                    "met": None if value is None else bool(value <= 1 + self.limit),
+                }
+            )
+        return out
+
+    def table(self, section: dict[str, Any] | None) -> str:
+        """The markdown table of the section (for docs/performance.md)."""
+        if not section:
+            return self.missing
+        lines = [
+            self.intro(section["meta"]),
+            "",
+            f"| case | implementation | {self.unit_header} | ratio | each round |",
+            "|---|---|---:|---:|---:|",
+        ]
+        for row in section["rows"]:
+            if row["status"] != "ok":
+                lines.append(f"| `{row['case']}` | {row['impl']} | skipped: {row['reason']} | | |")
+                continue
+            ratio = f"{row['ratio']:.4f}x" if "ratio" in row else ""
+            rounds = " / ".join(f"{v:.4f}x" for v in row.get("ratio_rounds", []))
+            lines.append(
+                f"| `{row['case']}` | {row['impl']} | {row[self.per_key]:,.0f} | {ratio} "
+                f"| {rounds} |"
+            )
+        return "\n".join(lines)
+
+    def merge(self, section: dict[str, Any], results_path: Path) -> None:
+        """Put ``section`` into the results file, re-check the targets, re-render the docs page.
+
+        Mutates ``results_path`` (the section and ``targets``) and rewrites
+        ``docs/performance.md`` and its chart.
+        """
+        from benchmarks.report import write_docs
+        from benchmarks.targets import evaluate
+
+        results = json.loads(results_path.read_text())
+        results[self.section] = section
+        results["targets"] = evaluate(
+            results["rows"],
+            results.get("instructions"),
+            results.get("loop_cost"),
+            results.get("pz_collect_cost"),
+        )
+        results_path.write_text(json.dumps(results, indent=1) + "\n")
+        baseline_path = ROOT / "benchmarks" / "baseline_skeleton.json"
+        baseline = json.loads(baseline_path.read_text()) if baseline_path.exists() else None
+        write_docs(results, ROOT / "docs", baseline)
+
+    def main(self, argv: list[str] | None = None) -> int:
+        """Command-line entry point (``--smoke``, ``--native``, ``--out``, ``--merge``)."""
+        parser = argparse.ArgumentParser(description=self.doc.split("\n")[0])
+        parser.add_argument("--smoke", action="store_true", help=self.smoke_help)
+        parser.add_argument(
+            "--native", action="store_true", help="run the regions without valgrind (no counts)"
+        )
+        parser.add_argument(
+            "--out", type=Path, help=f"write the {self.section} section here (JSON)"
+        )
+        parser.add_argument("--merge", type=Path, help="results file to merge into (and render)")
+        parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+        flag = "--" + self.size_arg.replace("_", "-")
+        parser.add_argument(flag, dest="size", type=int, help=argparse.SUPPRESS)
+        parser.add_argument("--n-steps", type=int, help=argparse.SUPPRESS)
+        parser.add_argument("--calls", type=int, help=argparse.SUPPRESS)
+        parser.add_argument("--regions", type=Path, help=argparse.SUPPRESS)
+        parser.add_argument("--instr-on", action="store_true", help=argparse.SUPPRESS)
+        args = parser.parse_args(argv)
+        if args.worker:
+            self.worker(args.size, args.n_steps, args.calls, args.regions, args.instr_on)
+            return 0
+        try:
+            section = self.measure(args.smoke, args.native)
+        except RuntimeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(self.table(section))
+        if args.out is not None:
+            args.out.write_text(json.dumps(section, indent=1) + "\n")
+        if args.merge is not None:
+            self.merge(section, args.merge)
+            print(f"merged into {args.merge} and rewrote docs/performance.md")
+        return 0

@@ -35,24 +35,10 @@ counting them.
 
 from __future__ import annotations
 
-import argparse
-import gc
-import json
-import operator
-import sys
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from benchmarks.callgrind import (
-    ROOT,
-    VALGRIND_MISSING,
-    _dump,
-    _instrumentation_on,
-    run_worker,
-    valgrind_path,
-)
+from benchmarks.callgrind import RolloutCost
 
 N_ENVS = (1, 8)
 N_STEPS = 32
@@ -61,7 +47,7 @@ ITERATIONS = 4
 ITERATIONS_SMOKE = 1
 #: The issue's limit: the response loop's instructions over SB3's, as a fraction.
 LIMIT = 0.03
-IMPLS = ("collect_rollouts", "rlightning")
+IMPLS = RolloutCost.IMPLS
 
 
 def iterations(n_envs: int, n_steps: int) -> dict[str, Callable[[], None]]:
@@ -138,239 +124,50 @@ def iterations(n_envs: int, n_steps: int) -> dict[str, Callable[[], None]]:
     return {"collect_rollouts": sb3_iteration, "rlightning": our_iteration}
 
 
-def _loop(call: Callable[[], None], n: int) -> None:
-    for _ in range(n):
-        call()
-
-
-def worker(n_envs: int, n_steps: int, calls: int, out: Path, instr_on: bool) -> None:
-    """Run the regions of one ``n_envs`` (under callgrind) and write their names to ``out``.
-
-    Regions, in order (callgrind's dump files ``.1``, ``.2``, ...): for each round (2) and
-    implementation, a loop of ``calls`` iterations and a loop of 0.
-    """
-    import torch
-
-    torch.set_num_threads(1)
-    from stable_baselines3.common.utils import set_random_seed
-
-    impls = iterations(n_envs, n_steps)
-    for i in range(2):  # warm up (bytecode specialisation, lazy imports), the same iterations:
-        for call in impls.values():  # both models draw from torch's global RNG, seeded alike
-            set_random_seed(i)
-            call()
-    impls["rlightning"].same_work()  # type: ignore[attr-defined]
-    if instr_on:
-        _instrumentation_on()
-    regions: list[dict[str, Any]] = []
-    for round_ in range(2):
-        for impl in IMPLS:
-            for n in (calls, 0):
-                gc.collect()
-                gc.disable()
-                try:
-                    operator.call(_loop, impls[impl], n)
-                finally:
-                    gc.enable()
-                _dump()
-                regions.append({"round": round_, "impl": impl, "calls": n})
-    out.write_text(
-        json.dumps({"n_envs": n_envs, "n_steps": n_steps, "calls": calls, "regions": regions})
-    )
-
-
-def run_one(n_envs: int, n_steps: int, calls: int, use_valgrind: bool) -> dict[str, Any]:
-    """Run the worker for ``n_envs`` (under callgrind when ``use_valgrind``); regions + counts.
-
-    Raises:
-        RuntimeError: valgrind is missing (with ``use_valgrind``) or the worker failed.
-    """
-    args = ["--n-envs", str(n_envs), "--n-steps", str(n_steps), "--calls", str(calls)]
-    return run_worker("benchmarks.loop_cost", args, n_envs, use_valgrind)
-
-
-def summarise(payload: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per implementation: instructions per env step (per round and mean), ratio."""
-    regions, n_envs = payload["regions"], payload["n_envs"]
-    steps = payload["calls"] * payload["n_steps"]
-    rows: list[dict[str, Any]] = []
-    measured = all("ir" in r for r in regions)
-    per_round: dict[str, list[float]] = {}
-    for impl in IMPLS:
-        row: dict[str, Any] = {
-            "case": f"20.loop_n{n_envs}",
-            "impl": impl,
-            "n_envs": n_envs,
-            "n_steps": payload["n_steps"],
-            "iterations": payload["calls"],
-        }
-        if not measured:
-            row.update(
-                status="skipped", reason="run without valgrind: the regions were not counted"
-            )
-            rows.append(row)
-            continue
-        counts = []
-        for round_ in (0, 1):
-            full, empty = (
-                next(
-                    r["ir"]
-                    for r in regions
-                    if r["round"] == round_ and r["impl"] == impl and r["calls"] == n
-                )
-                for n in (payload["calls"], 0)
-            )
-            counts.append((full - empty) / steps)
-        per_round[impl] = counts
-        row.update(status="ok", ir_per_step=sum(counts) / 2, ir_per_step_rounds=counts, wall_s=None)
-        if impl != "collect_rollouts":
-            floor = per_round["collect_rollouts"]
-            row["ratio_rounds"] = [a / b for a, b in zip(counts, floor, strict=True)]
-            row["ratio"] = row["ir_per_step"] / (sum(floor) / 2)
-        rows.append(row)
-    return rows
-
-
-def measure(smoke: bool = False, native: bool = False) -> dict[str, Any]:
-    """Count both iterations for every ``n_envs``: the ``loop_cost`` section of a results file.
-
-    Args:
-        smoke: ``n_envs=1``, one iteration of 8 steps.
-        native: Run the regions without valgrind (nothing counted; the rows say why): the code
-            path alone, in seconds (the test suite's smoke test).
-
-    Raises:
-        RuntimeError: valgrind is missing (full mode), or a worker failed.
-    """
-    use_valgrind = valgrind_path() is not None and not native
-    if not use_valgrind and not (smoke or native):
-        raise RuntimeError(VALGRIND_MISSING)
-    n_steps = N_STEPS_SMOKE if smoke else N_STEPS
-    calls = ITERATIONS_SMOKE if smoke else ITERATIONS
-    rows: list[dict[str, Any]] = []
-    wall = 0.0
-    for n_envs in (1,) if smoke else N_ENVS:
-        payload = run_one(n_envs, n_steps, calls, use_valgrind)
-        rows += summarise(payload)
-        wall += payload["wall_s"]
-    return {
-        "meta": {
-            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
-            "mode": ("smoke" if smoke else "full") + (" (native, not counted)" if native else ""),
-            "n_steps": n_steps,
-            "iterations": calls,
-            "python": sys.version.split()[0],
-            "wall_s": round(wall, 1),
-        },
-        "rows": rows,
-    }
-
-
-def targets(section: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The issue's targets (``<= 1.03x`` at ``n_envs`` 1 and 8) from a ``loop_cost`` section."""
-    out = []
-    for n_envs in N_ENVS:
-        row = None
-        if section is not None:
-            row = next(
-                (
-                    r
-                    for r in section["rows"]
-                    if r["n_envs"] == n_envs and r["impl"] == "rlightning" and r["status"] == "ok"
-                ),
-                None,
-            )
-        value = None if row is None else float(row["ratio"])
-        out.append(
-            {
-                "item": 20,
-                "case": f"20.loop_n{n_envs}",
-                "target": "a training iteration through responses <= "
-                f"{1 + LIMIT:.2f}x SB3's collect_rollouts, counted with callgrind, at "
-                f"n_envs={n_envs}",
-                "value": value,
-                "limit": 1 + LIMIT,
-                "unit": "x",
-                "met": None if value is None else bool(value <= 1 + LIMIT),
-            }
-        )
-    return out
-
-
-def table(section: dict[str, Any] | None) -> str:
-    """The markdown table of a ``loop_cost`` section (for docs/performance.md)."""
-    if not section:
-        return (
-            "Training iteration (issue 20): not measured in this run (`python -m "
-            "benchmarks.loop_cost --merge benchmarks/results.json`, needs valgrind)."
-        )
-    meta = section["meta"]
-    lines = [
+BENCH = RolloutCost(
+    module="benchmarks.loop_cost",
+    section="loop_cost",
+    doc=__doc__ or "",
+    iterations=iterations,
+    size_arg="n_envs",
+    sizes=N_ENVS,
+    smoke_sizes=(1,),
+    n_steps=N_STEPS,
+    n_steps_smoke=N_STEPS_SMOKE,
+    calls=ITERATIONS,
+    calls_smoke=ITERATIONS_SMOKE,
+    units=lambda payload: payload["calls"] * payload["n_steps"],  # env steps
+    per_key="ir_per_step",
+    ok_extra={"wall_s": None},
+    meta_size=False,
+    case=lambda n_envs: f"20.loop_n{n_envs}",
+    item=20,
+    limit=LIMIT,
+    target_text=lambda n_envs: (
+        "a training iteration through responses <= "
+        f"{1 + LIMIT:.2f}x SB3's collect_rollouts, counted with callgrind, at n_envs={n_envs}"
+    ),
+    intro=lambda meta: (
         f"A training iteration through responses against SB3's own (issue 20), counted with "
         f"callgrind (Python {meta['python']}, {meta['date_utc']}, {meta['mode']} mode): CartPole "
         f"PPO, {meta['iterations']} iterations of {meta['n_steps']} steps, env steps included "
-        "(`python -m benchmarks.loop_cost`; what each row runs is in its docstring).",
-        "",
-        "| case | implementation | instructions per env step | ratio | each round |",
-        "|---|---|---:|---:|---:|",
-    ]
-    for row in section["rows"]:
-        if row["status"] != "ok":
-            lines.append(f"| `{row['case']}` | {row['impl']} | skipped: {row['reason']} | | |")
-            continue
-        ratio = f"{row['ratio']:.4f}x" if "ratio" in row else ""
-        rounds = " / ".join(f"{v:.4f}x" for v in row.get("ratio_rounds", []))
-        lines.append(
-            f"| `{row['case']}` | {row['impl']} | {row['ir_per_step']:,.0f} | {ratio} | {rounds} |"
-        )
-    return "\n".join(lines)
+        "(`python -m benchmarks.loop_cost`; what each row runs is in its docstring)."
+    ),
+    unit_header="instructions per env step",
+    missing=(
+        "Training iteration (issue 20): not measured in this run (`python -m "
+        "benchmarks.loop_cost --merge benchmarks/results.json`, needs valgrind)."
+    ),
+    smoke_help="n_envs=1, 1 iteration of 8 steps",
+)
 
-
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; see the module docstring."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="n_envs=1, 1 iteration of 8 steps")
-    parser.add_argument(
-        "--native", action="store_true", help="run the regions without valgrind (no counts)"
-    )
-    parser.add_argument("--out", type=Path, help="write the loop_cost section here (JSON)")
-    parser.add_argument("--merge", type=Path, help="results file to merge into (and render)")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--n-envs", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--n-steps", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--calls", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--regions", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--instr-on", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.worker:
-        worker(args.n_envs, args.n_steps, args.calls, args.regions, args.instr_on)
-        return 0
-    try:
-        section = measure(args.smoke, args.native)
-    except RuntimeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(table(section))
-    if args.out is not None:
-        args.out.write_text(json.dumps(section, indent=1) + "\n")
-    if args.merge is not None:
-        from benchmarks.report import write_docs
-        from benchmarks.targets import evaluate
-
-        results = json.loads(args.merge.read_text())
-        results["loop_cost"] = section
-        results["targets"] = evaluate(
-            results["rows"],
-            results.get("instructions"),
-            results["loop_cost"],
-            results.get("pz_collect_cost"),
-        )
-        args.merge.write_text(json.dumps(results, indent=1) + "\n")
-        baseline_path = ROOT / "benchmarks" / "baseline_skeleton.json"
-        baseline = json.loads(baseline_path.read_text()) if baseline_path.exists() else None
-        write_docs(results, ROOT / "docs", baseline)
-        print(f"merged into {args.merge} and rewrote docs/performance.md")
-    return 0
+#: The driver's parts (benchmarks.callgrind.RolloutCost), under the names run.py, report.py
+#: and targets.py use.
+summarise = BENCH.summarise
+measure = BENCH.measure
+targets = BENCH.targets
+table = BENCH.table
+main = BENCH.main
 
 
 if __name__ == "__main__":
