@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import sys
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium import spaces
 
 from rlightning import rules
+from rlightning_pettingzoo._columns import owned
 
 if TYPE_CHECKING:
     from rlightning_sb3 import SB3PolicyAdapter
@@ -27,7 +28,10 @@ if TYPE_CHECKING:
 __all__ = [
     "adapter_for",
     "is_sb3_model",
+    "observation_intake",
     "observation_shape_mismatch",
+    "refuse_recurrent_opponent",
+    "refuse_unstarted",
     "sb3_rows",
     "stack_observations",
 ]
@@ -87,6 +91,73 @@ def refuse_unapplied_wrappers(model: Any, caller: str, group: str | None = None)
             "apply (it steps the PettingZoo envs itself): learn() would act on and store the "
             "wrapped values, the collector the raw ones. Build the model over a VecEnv of the "
             "agents' spaces without them (normalize or stack inside the PettingZoo env)"
+        )
+
+
+def observation_intake(model: Any) -> Callable[[Any], Any]:
+    """What a collector does to each agent observation an env returns, before acting and storing.
+
+    An owned copy (:func:`rlightning_pettingzoo._columns.owned`: the env may write into the
+    same arrays), transposed as SB3's ``VecTransposeImage`` transposes it when SB3 wrapped the
+    model's env in one (channel-last image observations, ``HxWxC`` to ``CxHxW``:
+    :func:`rlightning_sb3.image_transpose`, which applies SB3's own
+    ``VecTransposeImage.transpose_image``), so that the model acts on and its buffer stores what
+    ``learn()`` over a VecEnv of the agents would.
+
+    Args:
+        model: The SB3 model that acts for (and stores) the observations.
+
+    Returns:
+        ``intake(observation) -> observation``; the input is not modified.
+    """
+    from rlightning_sb3 import image_transpose
+
+    transpose = image_transpose(model)
+    if transpose is None:
+        return owned
+    transposed = transpose.observations
+
+    def intake(observation: Any) -> Any:
+        return transposed(owned(observation))
+
+    return intake
+
+
+def refuse_unstarted(model: Any, caller: str, group: str | None = None) -> None:
+    """Refuse, before any env is stepped, a collect() that updates a model never started.
+
+    ``add_rollout_step``/``add_replay_step`` with ``update_model`` refuse a model that
+    :func:`rlightning_sb3.start_training` has not started (``rlightning_sb3``'s
+    ``require_started``, the very same rule); a rollout collector would reach them only after
+    stepping its envs for a whole rollout.
+
+    Raises:
+        ValueError: ``model`` has no step budget (named with the caller and the group).
+    """
+    from rlightning_sb3._buffer_checks import require_started
+
+    try:
+        require_started(model)
+    except ValueError as error:
+        whose = f" (the model of group {group!r})" if group is not None else ""
+        raise ValueError(f"{caller}{whose}: {error}") from None
+
+
+def refuse_recurrent_opponent(opponent: Any, agent: Any, caller: str) -> None:
+    """Refuse a recurrent opponent model (sb3-contrib's ``RecurrentPPO``) at construction.
+
+    An opponent acts through its own adapter with no LSTM state carried from one of its turns to
+    the next (:func:`sb3_rows` refuses a recurrent model without ``episode_starts``).
+
+    Raises:
+        TypeError: ``opponent``'s policy is recurrent (names the agent and the model).
+    """
+    if adapter_for(opponent).is_recurrent:
+        raise TypeError(
+            f"{caller}: opponents[{agent!r}] is a {type(opponent).__name__} with a recurrent "
+            f"policy ({type(opponent.policy).__name__}); an opponent acts with no hidden state "
+            "kept from one of its turns to the next, so only feed-forward opponent models "
+            "(PPO, A2C, MaskablePPO, DQN, ...) or 'random' are accepted"
         )
 
 

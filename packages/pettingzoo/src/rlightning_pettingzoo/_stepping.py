@@ -18,9 +18,14 @@ from typing import Any
 import numpy as np
 
 from rlightning import rules
-from rlightning_pettingzoo._columns import Transition, owned
-from rlightning_pettingzoo._envs import describe_env, require_distinct, require_parallel
-from rlightning_pettingzoo._sb3 import refuse_unapplied_wrappers, sb3_rows
+from rlightning_pettingzoo._columns import Transition
+from rlightning_pettingzoo._envs import (
+    describe_env,
+    refuse_done_but_listed,
+    require_distinct,
+    require_parallel,
+)
+from rlightning_pettingzoo._sb3 import observation_intake, refuse_unapplied_wrappers, sb3_rows
 from rlightning_pettingzoo.masks import find_action_mask
 from rlightning_pettingzoo.parallel import to_parallel_actions
 from rlightning_pettingzoo.policies import _WAITS, SharedPolicyAdapter, _assemble, _checked_masks
@@ -76,6 +81,9 @@ class AgentStepper:
         # per-agent LSTM states are never another collector's on the same model
         self._row_prefix = f"{caller}-{next(_COLLECTORS)}/"
         refuse_unapplied_wrappers(model, caller)
+        # each observation's copy, transposed where SB3 wrapped the model's env in
+        # VecTransposeImage (channel-last images): what learn() acts on and stores
+        self._intake = observation_intake(model)
         n = len(self._envs)
         # one per copy: each caches the space checks of its own copy's space objects
         self._shared = [SharedPolicyAdapter(model) for _ in range(n)]
@@ -106,11 +114,16 @@ class AgentStepper:
         observations, infos = env.reset(seed=self._seeds[i])
         self._seeds[i] = None
         # copies: an env may write its next observations into the same arrays (_columns.owned)
-        self._observations[i] = {agent: owned(obs) for agent, obs in observations.items()}
+        self._observations[i] = self._own(observations)
         self._infos[i] = dict(infos or {})
         self._starting[i] = set(env.agents)
         for agent in env.agents:
             self._episode[(i, agent)] = [0.0, 0]
+
+    def _own(self, observations: dict[Any, Any]) -> dict[Any, Any]:
+        """Each agent's observation as it is acted on and stored (``_sb3.observation_intake``)."""
+        intake = self._intake
+        return {agent: intake(obs) for agent, obs in observations.items()}
 
     def _agent_rank(self, i: int, agent: Any) -> int:
         ranks = self._rank[i]
@@ -205,13 +218,14 @@ class AgentStepper:
         copy: _Copy,
         rows: dict[tuple[int, Any], dict[str, Any]],
         streams: dict[tuple[int, Any], list[Transition]],
-        maskable: bool,
+        maskable: bool | Callable[[Any], bool],
         ended_out: list[Transition] | None = None,
     ) -> int:
         """Step a copy with its acting agents' rows; returns the transitions stored.
 
         New transitions go to ``streams`` (per slot) and become the agents' open ones;
-        transitions that end at this step are also appended to ``ended_out``.
+        transitions that end at this step are also appended to ``ended_out``. ``maskable``
+        (True, or per agent: a group collector's MaskablePPO groups) stores each row's mask.
         """
         i, acting, kept, masks = copy.index, copy.acting, copy.kept, copy.checked
         env = self._envs[i]
@@ -234,7 +248,8 @@ class AgentStepper:
                 self.dropped += 1
                 continue
             fields = dict(rows[slot])
-            if maskable:  # what MaskableRolloutBuffer stores for this row
+            if maskable if isinstance(maskable, bool) else maskable(agent):
+                # what MaskableRolloutBuffer stores for this row
                 mask = masks.get(agent)
                 action_space = env.action_space(agent)
                 fields["action_mask"] = (
@@ -250,7 +265,7 @@ class AgentStepper:
             self._open[slot] = transition
             stored += 1
         observations, rewards, terminations, truncations, infos = env.step(actions)
-        observations = {agent: owned(obs) for agent, obs in observations.items()}
+        observations = self._own(observations)
         self._steps[i] += 1
         now = set(env.agents)
         for agent in live:
@@ -270,6 +285,8 @@ class AgentStepper:
                     "after step(): its next (or final) observation is needed"
                 )
             if terminated or truncated:
+                if agent in now:
+                    refuse_done_but_listed(env, i, agent, terminated)
                 ended = self._open.pop(slot, None)
                 info = {
                     "r": episode[0],

@@ -28,7 +28,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning import PolicyResponse
 from rlightning_pettingzoo._columns import Placed, Transition, pack
-from rlightning_pettingzoo._sb3 import adapter_for, stack_observations
+from rlightning_pettingzoo._sb3 import adapter_for, refuse_unstarted, stack_observations
 from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper
 from rlightning_sb3 import add_rollout_step, finish_rollout
 
@@ -141,6 +141,8 @@ class SharedRolloutCollector(AgentStepper):
                 :func:`rlightning_sb3.finish_training`.
         """
         model: Any = self.model
+        if update_model:  # before any step: add_rollout_step would refuse only at the end
+            refuse_unstarted(model, "SharedRolloutCollector")
         buf = model.rollout_buffer
         n_rows, n_columns = int(buf.buffer_size), int(buf.n_envs)
         capacity = n_rows * n_columns

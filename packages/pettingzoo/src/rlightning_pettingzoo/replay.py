@@ -24,7 +24,7 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from rlightning import PolicyResponse
 from rlightning_pettingzoo._columns import Transition
-from rlightning_pettingzoo._sb3 import adapter_for, stack_observations
+from rlightning_pettingzoo._sb3 import adapter_for, refuse_unstarted, stack_observations
 from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper
 from rlightning_sb3 import add_replay_step
 
@@ -104,6 +104,7 @@ class SharedReplayCollector(AgentStepper):
             rlightning_sb3.StopTraining: a callback stopped training.
         """
         model: Any = self.model
+        refuse_unstarted(model, "SharedReplayCollector")  # before any step
         n_columns = int(model.replay_buffer.n_envs)
         stored, idle = 0, 0
         while True:
