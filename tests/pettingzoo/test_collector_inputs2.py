@@ -360,3 +360,46 @@ def test_a_recurrent_aec_opponent_is_refused_at_construction() -> None:
     )
     with pytest.raises(TypeError, match=r"opponents\['p1'\] is a RecurrentPPO with a recurrent"):
         AECRolloutCollector(model, [InPlaceTurns], opponents={"p1": opponent})
+
+
+def test_an_aec_model_that_does_not_fit_its_trained_agents_is_refused_at_construction() -> None:
+    # before: a Discrete(2) model acted for Discrete(3) seats silently (actions 0 and 1 only)
+    narrow = PPO("MlpPolicy", _slots(OBS, spaces.Discrete(2), 1), n_steps=4, device="cpu")
+    with pytest.raises(ValueError, match=r"agent 'p0' of inplace_turns_v0 acts in Discrete\(3\)"):
+        AECRolloutCollector(narrow, [InPlaceTurns], opponents={"p1": "random"})
+    wide = spaces.Box(-1e6, 1e6, (3,), np.float32)
+    model = PPO("MlpPolicy", _slots(wide, ACT, 1), n_steps=4, batch_size=4, device="cpu")
+    with pytest.raises(ValueError, match=r"'p0'"):
+        AECRolloutCollector(model, [InPlaceTurns], opponents={"p1": "random"})
+
+
+CHANNELS_FIRST = spaces.Box(0, 255, (3, 36, 36), np.uint8)
+UNSTORABLE = r"observes Box\(0, 255, \(36, 36, 3\), uint8\), which the model .* acts on but its"
+
+
+def test_a_channel_first_model_for_channel_last_agents_is_refused_at_construction() -> None:
+    # SB3's predict transposes such images (maybe_transpose), but nothing would store them: the
+    # buffer refused them after the whole rollout
+    kwargs: dict[str, Any] = {
+        "n_steps": 4,
+        "batch_size": 8,
+        "device": "cpu",
+        "policy_kwargs": {"features_extractor_kwargs": {"features_dim": 8}, "net_arch": [8]},
+    }
+    model = PPO("CnnPolicy", _slots(CHANNELS_FIRST, ACT, 2), **kwargs)
+    assert not isinstance(model.get_env(), VecTransposeImage)
+    with pytest.raises(ValueError, match=rf"^SharedRolloutCollector: agent 'a0' .*{UNSTORABLE}"):
+        SharedRolloutCollector(model, [ImageParallel])
+    with pytest.raises(
+        ValueError, match=rf"\(the model of group 'a1'\): agent 'a1' .*{UNSTORABLE}"
+    ):
+        GroupRolloutCollector(
+            {"a0": PPO("CnnPolicy", _slots(IMAGE, ACT, 1), **kwargs), "a1": model},
+            [ImageParallel],
+            group_of=lambda agent: agent,
+        )
+    dqn = DQN("CnnPolicy", _slots(CHANNELS_FIRST, ACT, 2), buffer_size=100, device="cpu")
+    with pytest.raises(ValueError, match=rf"^SharedReplayCollector: agent 'a0' .*{UNSTORABLE}"):
+        SharedReplayCollector(dqn, [ImageParallel])
+    with pytest.raises(ValueError, match=rf"^AECRolloutCollector: agent 'p0' .*{UNSTORABLE}"):
+        AECRolloutCollector(model, [ImageTurns], opponents={"p1": "random"})

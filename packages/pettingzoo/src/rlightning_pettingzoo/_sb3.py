@@ -21,6 +21,7 @@ from gymnasium import spaces
 
 from rlightning import rules
 from rlightning_pettingzoo._columns import owned
+from rlightning_pettingzoo._envs import describe_env
 
 if TYPE_CHECKING:
     from rlightning_sb3 import SB3PolicyAdapter
@@ -32,6 +33,7 @@ __all__ = [
     "observation_shape_mismatch",
     "refuse_recurrent_opponent",
     "refuse_unstarted",
+    "refuse_unstorable_layout",
     "sb3_rows",
     "stack_observations",
 ]
@@ -121,6 +123,61 @@ def observation_intake(model: Any) -> Callable[[Any], Any]:
         return transposed(owned(observation))
 
     return intake
+
+
+def _shapes(space: spaces.Space[Any]) -> Any:
+    if isinstance(space, spaces.Dict):
+        return {key: _shapes(sub) for key, sub in space.spaces.items()}
+    return space.shape
+
+
+def refuse_unstorable_layout(
+    env: Any, i: int, model: Any, agents: Sequence[Any], caller: str, group: str | None = None
+) -> None:
+    """Refuse, at construction, agents whose observations the model acts on but cannot store.
+
+    SB3's ``obs_to_tensor`` (``maybe_transpose``) lets a model of channel-first images
+    (``CxHxW``) act on channel-last ones (``HxWxC``), and ``respond`` accepts that pair
+    (:func:`rlightning_sb3.observation_space_mismatch`); but a buffer stores the observations
+    as the collector holds them (:func:`observation_intake`: transposed only where SB3 wrapped
+    the model's env in ``VecTransposeImage``), and ``add_rollout_step``/``add_replay_step``
+    would refuse the layout only once a rollout was collected (``learn()`` refuses such an
+    env at once: ``check_for_correct_spaces``).
+
+    Args:
+        env: A PettingZoo env copy (parallel or AEC).
+        i: The copy's index (for the message).
+        model: The model that acts for and stores ``agents``.
+        agents: The agents to check (e.g. ``env.possible_agents``).
+        caller: The collector's name.
+        group: The model's group, for the message.
+
+    Raises:
+        ValueError: an agent's observations, as stored, have not the shapes of the model's
+            ``observation_space`` although the model could act on them (names the agent, the
+            copy, both shapes and the fix).
+    """
+    from rlightning_sb3 import ImageTranspose, image_transpose, observation_space_mismatch
+
+    transpose = image_transpose(model)
+    want = _shapes(model.observation_space)
+    for agent in agents:
+        raw = env.observation_space(agent)
+        if observation_space_mismatch(raw, model.observation_space) is not None:
+            continue  # the model cannot act for it: the fit check names it when it is live
+        stored = raw
+        if transpose is not None and (found := ImageTranspose.for_space(raw)) is not None:
+            stored = found.observation_space
+        if _shapes(stored) != want:
+            whose = f" (the model of group {group!r})" if group is not None else ""
+            raise ValueError(
+                f"{caller}{whose}: agent {agent!r} of {describe_env(env)} (copy {i}) observes "
+                f"{raw}, which the model ({model.observation_space}) acts on but its buffer "
+                f"cannot store (shapes {_shapes(stored)}, not {want}); SB3's learn() refuses "
+                "such an env. Build the model over a VecEnv of the agents' own spaces (for "
+                "channel-last images SB3 then wraps it in VecTransposeImage, which the "
+                "collector applies)"
+            )
 
 
 def refuse_unstarted(model: Any, caller: str, group: str | None = None) -> None:

@@ -25,7 +25,12 @@ from rlightning_pettingzoo._envs import (
     require_distinct,
     require_parallel,
 )
-from rlightning_pettingzoo._sb3 import observation_intake, refuse_unapplied_wrappers, sb3_rows
+from rlightning_pettingzoo._sb3 import (
+    observation_intake,
+    refuse_unapplied_wrappers,
+    refuse_unstorable_layout,
+    sb3_rows,
+)
 from rlightning_pettingzoo.masks import find_action_mask
 from rlightning_pettingzoo.parallel import to_parallel_actions
 from rlightning_pettingzoo.policies import _WAITS, SharedPolicyAdapter, _assemble, _checked_masks
@@ -84,6 +89,7 @@ class AgentStepper:
         # each observation's copy, transposed where SB3 wrapped the model's env in
         # VecTransposeImage (channel-last images): what learn() acts on and stores
         self._intake = observation_intake(model)
+        self._refuse_unstorable(caller)
         n = len(self._envs)
         # one per copy: each caches the space checks of its own copy's space objects
         self._shared = [SharedPolicyAdapter(model) for _ in range(n)]
@@ -119,6 +125,12 @@ class AgentStepper:
         self._starting[i] = set(env.agents)
         for agent in env.agents:
             self._episode[(i, agent)] = [0.0, 0]
+
+    def _refuse_unstorable(self, caller: str) -> None:
+        """Refuse possible agents the model acts on but cannot store (``_sb3``), at construction."""
+        for i, env in enumerate(self._envs):
+            possible = list(getattr(env, "possible_agents", None) or [])
+            refuse_unstorable_layout(env, i, self.model, possible, caller)
 
     def _own(self, observations: dict[Any, Any]) -> dict[Any, Any]:
         """Each agent's observation as it is acted on and stored (``_sb3.observation_intake``)."""

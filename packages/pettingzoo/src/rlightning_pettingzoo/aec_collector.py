@@ -47,6 +47,7 @@ from rlightning_pettingzoo._sb3 import (
     refuse_recurrent_opponent,
     refuse_unapplied_wrappers,
     refuse_unstarted,
+    refuse_unstorable_layout,
     sb3_rows,
 )
 from rlightning_pettingzoo.collector import Segment, _fill_rollout, _segments
@@ -207,6 +208,11 @@ class AECRolloutCollector:
                     f"({possible}): no agent is left to train"
                 )
             _check_opponent_spaces(env, i, self.opponents)
+            # the trained agents' spaces fit the model (the parallel collectors check it at each
+            # agent's first round; an AEC env declares every seat's spaces up front)
+            trained = [a for a in possible if a not in self.opponents]
+            _check_model_fits(env, self.model, trained, {})
+            refuse_unstorable_layout(env, i, self.model, trained, "AECRolloutCollector")
 
     def _agent_rank(self, i: int, agent: Any) -> int:
         ranks = self._rank[i]

@@ -36,6 +36,7 @@ from rlightning_pettingzoo._sb3 import (
     observation_intake,
     refuse_unapplied_wrappers,
     refuse_unstarted,
+    refuse_unstorable_layout,
     sb3_rows,
 )
 from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper, _Copy
@@ -137,6 +138,15 @@ class _GroupStepper(AgentStepper):
             )
         self._groups[agent] = group
         return group
+
+    def _refuse_unstorable(self, caller: str) -> None:
+        """The base's check, each possible agent against its group's model."""
+        for i, env in enumerate(self._envs):
+            by_group: dict[str, list[Any]] = {}
+            for agent in list(getattr(env, "possible_agents", None) or []):
+                by_group.setdefault(self.group(agent, env, i), []).append(agent)
+            for group, agents in by_group.items():
+                refuse_unstorable_layout(env, i, self.models[group], agents, caller, group)
 
     def _own(self, observations: dict[Any, Any]) -> dict[Any, Any]:
         """Each agent's observation as its group's model acts on and stores it."""
