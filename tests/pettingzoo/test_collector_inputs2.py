@@ -29,6 +29,7 @@ from gymnasium import spaces
 from pettingzoo.test import parallel_api_test
 from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import DQN, PPO
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv, VecTransposeImage
 
 from pettingzoo import ParallelEnv
@@ -39,7 +40,7 @@ from rlightning_pettingzoo import (
     SharedReplayCollector,
     SharedRolloutCollector,
 )
-from rlightning_sb3 import finish_training, start_training
+from rlightning_sb3 import StopTraining, finish_training, start_training
 
 
 def _load(file: str) -> ModuleType:
@@ -403,3 +404,22 @@ def test_a_channel_first_model_for_channel_last_agents_is_refused_at_constructio
         SharedReplayCollector(dqn, [ImageParallel])
     with pytest.raises(ValueError, match=rf"^AECRolloutCollector: agent 'p0' .*{UNSTORABLE}"):
         AECRolloutCollector(model, [ImageTurns], opponents={"p1": "random"})
+
+
+class StopAtFirstStep(BaseCallback):
+    def _on_step(self) -> bool:
+        return False
+
+
+def test_collecting_after_a_callback_stopped_training_is_refused_before_any_step() -> None:
+    model = PPO("MlpPolicy", _slots(OBS, ACT, 2), n_steps=64, batch_size=16, device="cpu")
+    start_training(model, 10_000, callback=StopAtFirstStep())
+    collector = SharedRolloutCollector(model, [CountingParallel])
+    CountingParallel.steps = 0
+    with pytest.raises(StopTraining, match=r"on_step\(\) returned False"):
+        collector.collect()  # the rollout is stepped, then its first row stops training
+    assert CountingParallel.steps == 64
+    with pytest.raises(StopTraining, match=r"^SharedRolloutCollector: a callback stopped this"):
+        collector.collect()
+    assert CountingParallel.steps == 64  # before: a second whole rollout, then the refusal
+    finish_training(model)
