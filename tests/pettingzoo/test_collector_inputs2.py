@@ -423,3 +423,29 @@ def test_collecting_after_a_callback_stopped_training_is_refused_before_any_step
         collector.collect()
     assert CountingParallel.steps == 64  # before: a second whole rollout, then the refusal
     finish_training(model)
+
+
+def test_a_cnn_policy_replay_buffer_stores_transposed_observations() -> None:
+    model = DQN(
+        "CnnPolicy",
+        _slots(IMAGE, ACT, 2),
+        buffer_size=64,
+        learning_starts=100,
+        train_freq=3,
+        device="cpu",
+        policy_kwargs={"features_extractor_kwargs": {"features_dim": 8}, "net_arch": [8]},
+    )
+    assert isinstance(model.get_env(), VecTransposeImage)
+    start_training(model, 100)
+    SharedReplayCollector(model, [ImageParallel], seeds=[0]).collect()
+    buf = model.replay_buffer
+    env = ImageParallel()
+    observations, _ = env.reset()
+    for t in range(3):  # row t: both agents' transitions from step t (a0 then a1)
+        actions = {a: int(buf.actions[t, k, 0]) for k, a in enumerate(env.possible_agents)}
+        following = env.step(actions)[0]
+        for k, agent in enumerate(env.possible_agents):
+            transpose = VecTransposeImage.transpose_image
+            np.testing.assert_array_equal(buf.observations[t, k], transpose(observations[agent]))
+            np.testing.assert_array_equal(buf.next_observations[t, k], transpose(following[agent]))
+        observations = following

@@ -19,18 +19,14 @@ import numpy as np
 
 from rlightning import rules
 from rlightning_pettingzoo._columns import Transition
-from rlightning_pettingzoo._envs import (
-    describe_env,
-    refuse_done_but_listed,
-    require_distinct,
-    require_parallel,
-)
+from rlightning_pettingzoo._envs import describe_env, refuse_done_but_listed, require_parallel
 from rlightning_pettingzoo._sb3 import (
     observation_intake,
     refuse_unapplied_wrappers,
     refuse_unstorable_layout,
     sb3_rows,
 )
+from rlightning_pettingzoo._stepper_base import CopyBookkeeping
 from rlightning_pettingzoo.masks import find_action_mask
 from rlightning_pettingzoo.parallel import to_parallel_actions
 from rlightning_pettingzoo.policies import _WAITS, SharedPolicyAdapter, _assemble, _checked_masks
@@ -56,7 +52,7 @@ class _Copy:
     kept_agents: set[Any] | None = None  # the acting agents stored (None: the first ``kept``)
 
 
-class AgentStepper:
+class AgentStepper(CopyBookkeeping):
     """The env copies, their agents' open transitions and episodes (see the module docstring).
 
     Args:
@@ -77,11 +73,8 @@ class AgentStepper:
         seeds: Sequence[int | None] | None,
         caller: str,
     ) -> None:
-        if not env_fns:
-            raise ValueError("env_fns must hold at least one function making a ParallelEnv")
         self.model = model
-        self._envs = [require_parallel(fn(), caller) for fn in env_fns]
-        require_distinct(self._envs, caller)
+        self._make_envs(env_fns, caller, require_parallel, "a ParallelEnv")
         # this collector's own row ids in the model's (shared) adapter: a RecurrentPPO's
         # per-agent LSTM states are never another collector's on the same model
         self._row_prefix = f"{caller}-{next(_COLLECTORS)}/"
@@ -93,27 +86,11 @@ class AgentStepper:
         n = len(self._envs)
         # one per copy: each caches the space checks of its own copy's space objects
         self._shared = [SharedPolicyAdapter(model) for _ in range(n)]
-        seeds = [None] * n if seeds is None else list(seeds)
-        if len(seeds) != n:
-            raise ValueError(f"seeds must hold one seed per env copy ({n}), got {len(seeds)}")
-        self._seeds: list[int | None] = seeds
+        # seeds, open transitions, episodes, steps, ranks, dropped (agent-steps taken but not
+        # stored), agent_returns: _stepper_base.CopyBookkeeping
+        self._start_bookkeeping(seeds)
         self._observations: list[dict[Any, Any] | None] = [None] * n
         self._infos: list[dict[Any, Any]] = [{} for _ in range(n)]
-        self._starting: list[set[Any]] = [set() for _ in range(n)]
-        self._open: dict[tuple[int, Any], Transition | None] = {}
-        self._episode: dict[tuple[int, Any], list[float]] = {}
-        self._steps = [0] * n
-        self._rank: list[dict[Any, int]] = [{} for _ in range(n)]
-        self._start_time = time.time()
-        #: Agent-steps of the last :meth:`collect` that were taken but not stored.
-        self.dropped = 0
-        #: Per agent id, the returns of its last 100 finished episodes (all copies).
-        self.agent_returns: dict[Any, deque[float]] = {}
-
-    @property
-    def envs(self) -> list[Any]:
-        """The env copies, in copy order (the collector's own objects, not copies)."""
-        return list(self._envs)
 
     def _reset(self, i: int) -> None:
         env = self._envs[i]
@@ -136,15 +113,6 @@ class AgentStepper:
         """Each agent's observation as it is acted on and stored (``_sb3.observation_intake``)."""
         intake = self._intake
         return {agent: intake(obs) for agent, obs in observations.items()}
-
-    def _agent_rank(self, i: int, agent: Any) -> int:
-        ranks = self._rank[i]
-        if agent not in ranks:
-            possible = list(getattr(self._envs[i], "possible_agents", None) or [])
-            ranks[agent] = (
-                possible.index(agent) if agent in possible else len(possible) + len(ranks)
-            )
-        return ranks[agent]
 
     def _check_agents(self, i: int, env: Any, agents: list[Any]) -> None:
         """Refuse live agents the model cannot act for (one shared model: homogeneous)."""

@@ -39,7 +39,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning import rules
 from rlightning_pettingzoo._columns import Transition, owned, pack
-from rlightning_pettingzoo._envs import describe_env, require_aec, require_distinct
+from rlightning_pettingzoo._envs import describe_env, require_aec
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
     is_sb3_model,
@@ -50,6 +50,7 @@ from rlightning_pettingzoo._sb3 import (
     refuse_unstorable_layout,
     sb3_rows,
 )
+from rlightning_pettingzoo._stepper_base import CopyBookkeeping
 from rlightning_pettingzoo.collector import Segment, _fill_rollout, _segments
 from rlightning_pettingzoo.masks import find_action_mask
 from rlightning_pettingzoo.policies import _WAITS, _check_model_fits, _checked_masks
@@ -73,7 +74,7 @@ class _Turn:
     mask: Any  # the checked mask in gymnasium's format, or None
 
 
-class AECRolloutCollector:
+class AECRolloutCollector(CopyBookkeeping):
     """Fill one shared on-policy model's ``RolloutBuffer`` from copies of a turn-based env.
 
     Each call to :meth:`collect` is one rollout of ``OnPolicyAlgorithm.collect_rollouts``: it
@@ -137,41 +138,22 @@ class AECRolloutCollector:
                 f"{type(model).__name__} has a recurrent policy; AECRolloutCollector drives "
                 "feed-forward policies only (a hidden state per agent is not kept)"
             )
-        if not env_fns:
-            raise ValueError("env_fns must hold at least one function making an AECEnv")
         self.model = model
-        self._envs = [require_aec(fn(), "AECRolloutCollector") for fn in env_fns]
-        require_distinct(self._envs, "AECRolloutCollector")
+        self._make_envs(env_fns, "AECRolloutCollector", require_aec, "an AECEnv")
         refuse_unapplied_wrappers(model, "AECRolloutCollector")
         # a trained agent's observation: a copy, transposed as SB3's VecTransposeImage where
         # SB3 wrapped the model's env in one (opponents' models transpose their own input)
         self._intake = observation_intake(model)
         n = len(self._envs)
-        seeds = [None] * n if seeds is None else list(seeds)
-        if len(seeds) != n:
-            raise ValueError(f"seeds must hold one seed per env copy ({n}), got {len(seeds)}")
-        self._seeds: list[int | None] = seeds
-        self._rngs = [np.random.default_rng(seed) for seed in seeds]
+        # seeds, open transitions, episodes, steps, ranks, dropped (trained agents' turns acted
+        # but not stored: self-play, closing the open transitions at the rollout's end),
+        # agent_returns (per trained agent): _stepper_base.CopyBookkeeping
+        self._start_bookkeeping(seeds)
+        self._rngs = [np.random.default_rng(seed) for seed in self._seeds]
         self.opponents: dict[Any, Opponent] = dict(opponents or {})
         self._check_opponents()
         self._live = [False] * n  # the copy's game is on (reset and not over)
-        self._starting: list[set[Any]] = [set() for _ in range(n)]
-        self._open: dict[tuple[int, Any], Transition | None] = {}
         self._acted: set[tuple[int, Any]] = set()  # acted since its last turn (reward owed)
-        self._episode: dict[tuple[int, Any], list[float]] = {}
-        self._steps = [0] * n
-        self._rank: list[dict[Any, int]] = [{} for _ in range(n)]
-        self._start_time = time.time()
-        #: Turns of trained agents in the last :meth:`collect` that were acted but not stored
-        #: (self-play, closing the open transitions at the rollout's end).
-        self.dropped = 0
-        #: Per trained agent id, the returns of its last 100 finished episodes (all copies).
-        self.agent_returns: dict[Any, deque[float]] = {}
-
-    @property
-    def envs(self) -> list[Any]:
-        """The env copies, in copy order (the collector's own objects, not copies)."""
-        return list(self._envs)
 
     def _check_opponents(self) -> None:
         for agent, opponent in self.opponents.items():
@@ -213,15 +195,6 @@ class AECRolloutCollector:
             trained = [a for a in possible if a not in self.opponents]
             _check_model_fits(env, self.model, trained, {})
             refuse_unstorable_layout(env, i, self.model, trained, "AECRolloutCollector")
-
-    def _agent_rank(self, i: int, agent: Any) -> int:
-        ranks = self._rank[i]
-        if agent not in ranks:
-            possible = list(self._envs[i].possible_agents)
-            ranks[agent] = (
-                possible.index(agent) if agent in possible else len(possible) + len(ranks)
-            )
-        return ranks[agent]
 
     def _reset(self, i: int) -> None:
         env = self._envs[i]
