@@ -94,7 +94,9 @@ class SharedRolloutCollector(AgentStepper):
     Raises:
         TypeError: ``model`` is not an on-policy SB3 model, or an env is not a
             ``ParallelEnv``.
-        ValueError: ``env_fns`` is empty or ``seeds`` is not one per copy.
+        ValueError: ``env_fns`` is empty or ``seeds`` is not one per copy, or a possible
+            agent observes channel-last images the model acts on but cannot store (a
+            channel-first model without ``VecTransposeImage``).
     """
 
     def __init__(
@@ -132,8 +134,11 @@ class SharedRolloutCollector(AgentStepper):
             envs are stepped.
 
         Raises:
-            ValueError: an agent left without being terminated or truncated, or has no
-                observation; what the SB3 helpers and the adapter raise (spaces, masks).
+            ValueError: before any step, ``update_model`` and the model was not given
+                :func:`rlightning_sb3.start_training`; an agent left without being terminated
+                or truncated, was reported terminated or truncated but left in ``env.agents``,
+                or has no observation; what the SB3 helpers and the adapter raise (spaces,
+                masks).
             RuntimeError: no agent of any copy could act for many rounds in a row.
             rlightning_sb3.StopTraining: a callback's ``on_step`` returned False while the rows
                 were added (the rows before it are in the buffer, as ``collect_rollouts``

@@ -248,9 +248,11 @@ class GroupRolloutCollector(_GroupStepper):
         TypeError: a model is not an on-policy SB3 model or is recurrent, or an env is not a
             ``ParallelEnv``.
         ValueError: ``models`` or ``env_fns`` is empty, ``seeds`` is not one per copy, a
-            possible agent has no group (or one not in ``models``), or a group has no
-            possible agent. At :meth:`collect`: an agent's spaces differ from its group's or do
-            not fit its group's model.
+            possible agent has no group (or one not in ``models``), a group has no
+            possible agent, or a possible agent observes channel-last images its group's
+            model acts on but cannot store. At :meth:`collect`: an agent's spaces differ
+            from its group's or do not fit its group's model; before any step, with
+            ``update_model``, a model was not given ``start_training``.
     """
 
     def __init__(
@@ -417,8 +419,10 @@ class GroupReplayCollector(_GroupStepper):
         ValueError: a buffer has ``optimize_memory_usage`` or a model ``action_noise``
             (one noise process per agent is not kept); ``models`` or ``env_fns`` is
             empty, ``seeds`` is not one per copy, a possible agent has no group (or one not in
-            ``models``), or a group has no possible agent. At :meth:`collect`: an agent's
-            spaces differ from its group's or do not fit its group's model.
+            ``models``), a group has no possible agent, or a possible agent observes
+            channel-last images its group's model acts on but cannot store. At
+            :meth:`collect`: an agent's spaces differ from its group's or do not fit its
+            group's model; before any step, a model was not given ``start_training``.
     """
 
     def __init__(
