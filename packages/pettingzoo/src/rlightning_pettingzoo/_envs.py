@@ -8,7 +8,13 @@ from typing import Any
 from pettingzoo import AECEnv, ParallelEnv
 from rlightning.rules import rule_error
 
-__all__ = ["describe_env", "require_aec", "require_distinct", "require_parallel"]
+__all__ = [
+    "describe_env",
+    "refuse_done_but_listed",
+    "require_aec",
+    "require_distinct",
+    "require_parallel",
+]
 
 
 def describe_env(env: Any) -> str:
@@ -72,6 +78,32 @@ def require_distinct(envs: Sequence[Any], caller: str) -> None:
                 f"({describe_env(env)}); each copy needs an env of its own, as SB3's "
                 "DummyVecEnv requires (e.g. [lambda: make_env()] * n, not [lambda: env] * n)"
             )
+
+
+def refuse_done_but_listed(env: Any, i: int, agent: Any, terminated: bool) -> None:
+    """Refuse an agent that ``step()`` ended but left in ``env.agents`` (PettingZoo's contract).
+
+    PettingZoo's parallel API removes an agent from ``env.agents`` at the step that reports it
+    terminated or truncated (``pettingzoo.test.parallel_api_test`` asserts ``set(env.agents)``
+    equals the previous live agents minus the done ones). An agent still listed would be acted
+    for at the next step, after its episode's end, and its transition made up: refused.
+
+    Args:
+        env: The parallel env copy, just stepped.
+        i: The copy's index (for the message).
+        agent: The agent that ``step()`` reported terminated or truncated.
+        terminated: Whether it was terminated (else truncated), for the message.
+
+    Raises:
+        ValueError: always, naming the agent, the env, the copy and the flag.
+    """
+    flag = "terminated" if terminated else "truncated"
+    raise ValueError(
+        f"agent {agent!r} of {describe_env(env)} (copy {i}) was reported {flag} by step() but "
+        "is still in env.agents after it; PettingZoo removes a done agent from env.agents at "
+        "that step (pettingzoo.test.parallel_api_test checks it), else the next step would act "
+        "for a dead agent and make up its transition: remove it in the env's step()"
+    )
 
 
 def require_aec(env: Any, caller: str) -> AECEnv[Any, Any, Any]:

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import sys
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium import spaces
 
 from rlightning import rules
-from rlightning_pettingzoo._columns import _same_plain_arrays
+from rlightning_pettingzoo._columns import _same_plain_arrays, owned
+from rlightning_pettingzoo._envs import describe_env
 
 if TYPE_CHECKING:
     from rlightning_sb3 import SB3PolicyAdapter
@@ -28,7 +29,11 @@ if TYPE_CHECKING:
 __all__ = [
     "adapter_for",
     "is_sb3_model",
+    "observation_intake",
     "observation_shape_mismatch",
+    "refuse_recurrent_opponent",
+    "refuse_unstarted",
+    "refuse_unstorable_layout",
     "sb3_rows",
     "stack_observations",
 ]
@@ -88,6 +93,137 @@ def refuse_unapplied_wrappers(model: Any, caller: str, group: str | None = None)
             "apply (it steps the PettingZoo envs itself): learn() would act on and store the "
             "wrapped values, the collector the raw ones. Build the model over a VecEnv of the "
             "agents' spaces without them (normalize or stack inside the PettingZoo env)"
+        )
+
+
+def observation_intake(model: Any) -> Callable[[Any], Any]:
+    """What a collector does to each agent observation an env returns, before acting and storing.
+
+    An owned copy (:func:`rlightning_pettingzoo._columns.owned`: the env may write into the
+    same arrays), transposed as SB3's ``VecTransposeImage`` transposes it when SB3 wrapped the
+    model's env in one (channel-last image observations, ``HxWxC`` to ``CxHxW``:
+    :func:`rlightning_sb3.image_transpose`, which applies SB3's own
+    ``VecTransposeImage.transpose_image``), so that the model acts on and its buffer stores what
+    ``learn()`` over a VecEnv of the agents would.
+
+    Args:
+        model: The SB3 model that acts for (and stores) the observations.
+
+    Returns:
+        ``intake(observation) -> observation``; the input is not modified.
+    """
+    from rlightning_sb3 import image_transpose
+
+    transpose = image_transpose(model)
+    if transpose is None:
+        return owned
+    transposed = transpose.observations
+
+    def intake(observation: Any) -> Any:
+        return transposed(owned(observation))
+
+    return intake
+
+
+def _shapes(space: spaces.Space[Any]) -> Any:
+    if isinstance(space, spaces.Dict):
+        return {key: _shapes(sub) for key, sub in space.spaces.items()}
+    return space.shape
+
+
+def refuse_unstorable_layout(
+    env: Any, i: int, model: Any, agents: Sequence[Any], caller: str, group: str | None = None
+) -> None:
+    """Refuse, at construction, agents whose observations the model acts on but cannot store.
+
+    SB3's ``obs_to_tensor`` (``maybe_transpose``) lets a model of channel-first images
+    (``CxHxW``) act on channel-last ones (``HxWxC``), and ``respond`` accepts that pair
+    (:func:`rlightning_sb3.observation_space_mismatch`); but a buffer stores the observations
+    as the collector holds them (:func:`observation_intake`: transposed only where SB3 wrapped
+    the model's env in ``VecTransposeImage``), and ``add_rollout_step``/``add_replay_step``
+    would refuse the layout only once a rollout was collected (``learn()`` refuses such an
+    env at once: ``check_for_correct_spaces``).
+
+    Args:
+        env: A PettingZoo env copy (parallel or AEC).
+        i: The copy's index (for the message).
+        model: The model that acts for and stores ``agents``.
+        agents: The agents to check (e.g. ``env.possible_agents``).
+        caller: The collector's name.
+        group: The model's group, for the message.
+
+    Raises:
+        ValueError: an agent's observations, as stored, have not the shapes of the model's
+            ``observation_space`` although the model could act on them (names the agent, the
+            copy, both shapes and the fix).
+    """
+    from rlightning_sb3 import ImageTranspose, image_transpose, observation_space_mismatch
+
+    transpose = image_transpose(model)
+    want = _shapes(model.observation_space)
+    for agent in agents:
+        raw = env.observation_space(agent)
+        if observation_space_mismatch(raw, model.observation_space) is not None:
+            continue  # the model cannot act for it: the fit check names it when it is live
+        stored = raw
+        if transpose is not None and (found := ImageTranspose.for_space(raw)) is not None:
+            stored = found.observation_space
+        if _shapes(stored) != want:
+            whose = f" (the model of group {group!r})" if group is not None else ""
+            raise ValueError(
+                f"{caller}{whose}: agent {agent!r} of {describe_env(env)} (copy {i}) observes "
+                f"{raw}, which the model ({model.observation_space}) acts on but its buffer "
+                f"cannot store (shapes {_shapes(stored)}, not {want}); SB3's learn() refuses "
+                "such an env. Build the model over a VecEnv of the agents' own spaces (for "
+                "channel-last images SB3 then wraps it in VecTransposeImage, which the "
+                "collector applies)"
+            )
+
+
+def refuse_unstarted(model: Any, caller: str, group: str | None = None) -> None:
+    """Refuse, before any env is stepped, a collect() that updates a model that cannot take steps.
+
+    ``add_rollout_step``/``add_replay_step`` with ``update_model`` refuse a model that
+    :func:`rlightning_sb3.start_training` has not started (``rlightning_sb3``'s
+    ``require_started``), and raise ``StopTraining`` again once a callback stopped its run
+    (``refuse_stopped``): the very same rules, applied here before the first step, where a
+    rollout collector would reach them only after stepping its envs for a whole rollout.
+
+    Raises:
+        ValueError: ``model`` has no step budget (named with the caller and the group).
+        rlightning_sb3.StopTraining: a callback stopped ``model``'s run (call
+            ``finish_training``).
+    """
+    from rlightning_sb3 import StopTraining
+    from rlightning_sb3._buffer_checks import require_started
+    from rlightning_sb3._training import refuse_stopped, run_of
+
+    whose = f" (the model of group {group!r})" if group is not None else ""
+    try:
+        require_started(model)
+    except ValueError as error:
+        raise ValueError(f"{caller}{whose}: {error}") from None
+    try:
+        refuse_stopped(run_of(model))
+    except StopTraining as error:
+        raise StopTraining(f"{caller}{whose}: {error}") from None
+
+
+def refuse_recurrent_opponent(opponent: Any, agent: Any, caller: str) -> None:
+    """Refuse a recurrent opponent model (sb3-contrib's ``RecurrentPPO``) at construction.
+
+    An opponent acts through its own adapter with no LSTM state carried from one of its turns to
+    the next (:func:`sb3_rows` refuses a recurrent model without ``episode_starts``).
+
+    Raises:
+        TypeError: ``opponent``'s policy is recurrent (names the agent and the model).
+    """
+    if adapter_for(opponent).is_recurrent:
+        raise TypeError(
+            f"{caller}: opponents[{agent!r}] is a {type(opponent).__name__} with a recurrent "
+            f"policy ({type(opponent.policy).__name__}); an opponent acts with no hidden state "
+            "kept from one of its turns to the next, so only feed-forward opponent models "
+            "(PPO, A2C, MaskablePPO, DQN, ...) or 'random' are accepted"
         )
 
 

@@ -18,9 +18,15 @@ from typing import Any
 import numpy as np
 
 from rlightning import MultiAgentPolicyResponse, rules
-from rlightning_pettingzoo._columns import Transition, owned
-from rlightning_pettingzoo._envs import describe_env, require_distinct, require_parallel
-from rlightning_pettingzoo._sb3 import refuse_unapplied_wrappers, sb3_rows
+from rlightning_pettingzoo._columns import Transition
+from rlightning_pettingzoo._envs import describe_env, refuse_done_but_listed, require_parallel
+from rlightning_pettingzoo._sb3 import (
+    observation_intake,
+    refuse_unapplied_wrappers,
+    refuse_unstorable_layout,
+    sb3_rows,
+)
+from rlightning_pettingzoo._stepper_base import CopyBookkeeping
 from rlightning_pettingzoo.masks import find_action_mask
 from rlightning_pettingzoo.parallel import to_parallel_actions
 from rlightning_pettingzoo.policies import _WAITS, SharedPolicyAdapter, _assemble, _checked_masks
@@ -47,7 +53,7 @@ class _Copy:
     live: list[Any] | None = None  # the copy's live agents in batch order (None: ask the env)
 
 
-class AgentStepper:
+class AgentStepper(CopyBookkeeping):
     """The env copies, their agents' open transitions and episodes (see the module docstring).
 
     Args:
@@ -68,43 +74,28 @@ class AgentStepper:
         seeds: Sequence[int | None] | None,
         caller: str,
     ) -> None:
-        if not env_fns:
-            raise ValueError("env_fns must hold at least one function making a ParallelEnv")
         self.model = model
-        self._envs = [require_parallel(fn(), caller) for fn in env_fns]
-        require_distinct(self._envs, caller)
+        self._make_envs(env_fns, caller, require_parallel, "a ParallelEnv")
         # this collector's own row ids in the model's (shared) adapter: a RecurrentPPO's
         # per-agent LSTM states are never another collector's on the same model
         self._row_prefix = f"{caller}-{next(_COLLECTORS)}/"
         refuse_unapplied_wrappers(model, caller)
+        # each observation's copy, transposed where SB3 wrapped the model's env in
+        # VecTransposeImage (channel-last images): what learn() acts on and stores
+        self._intake = observation_intake(model)
+        self._refuse_unstorable(caller)
         n = len(self._envs)
         # one per copy: each caches the space checks of its own copy's space objects
         self._shared = [SharedPolicyAdapter(model) for _ in range(n)]
-        seeds = [None] * n if seeds is None else list(seeds)
-        if len(seeds) != n:
-            raise ValueError(f"seeds must hold one seed per env copy ({n}), got {len(seeds)}")
-        self._seeds: list[int | None] = seeds
+        # seeds, open transitions, episodes, steps, ranks, dropped (agent-steps taken but not
+        # stored), agent_returns: _stepper_base.CopyBookkeeping
+        self._start_bookkeeping(seeds)
         self._observations: list[dict[Any, Any] | None] = [None] * n
         self._infos: list[dict[Any, Any]] = [{} for _ in range(n)]
-        self._starting: list[set[Any]] = [set() for _ in range(n)]
-        self._open: dict[tuple[int, Any], Transition | None] = {}
-        self._episode: dict[tuple[int, Any], list[float]] = {}
-        self._steps = [0] * n
-        self._rank: list[dict[Any, int]] = [{} for _ in range(n)]
         # per copy: the live agents whose spaces _check_agents passed since the copy's last
         # reset (checked again when they change: a join, a reset), and the copy's env id
         self._checked: list[list[Any] | None] = [None] * n
         self._copy_ids = [f"copy-{i}" for i in range(n)]
-        self._start_time = time.time()
-        #: Agent-steps of the last :meth:`collect` that were taken but not stored.
-        self.dropped = 0
-        #: Per agent id, the returns of its last 100 finished episodes (all copies).
-        self.agent_returns: dict[Any, deque[float]] = {}
-
-    @property
-    def envs(self) -> list[Any]:
-        """The env copies, in copy order (the collector's own objects, not copies)."""
-        return list(self._envs)
 
     def _reset(self, i: int) -> None:
         env = self._envs[i]
@@ -112,20 +103,22 @@ class AgentStepper:
         self._seeds[i] = None
         self._checked[i] = None  # the spaces are checked again after a reset
         # copies: an env may write its next observations into the same arrays (_columns.owned)
-        self._observations[i] = {agent: owned(obs) for agent, obs in observations.items()}
+        self._observations[i] = self._own(observations)
         self._infos[i] = dict(infos or {})
         self._starting[i] = set(env.agents)
         for agent in env.agents:
             self._episode[(i, agent)] = [0.0, 0]
 
-    def _agent_rank(self, i: int, agent: Any) -> int:
-        ranks = self._rank[i]
-        if agent not in ranks:
-            possible = list(getattr(self._envs[i], "possible_agents", None) or [])
-            ranks[agent] = (
-                possible.index(agent) if agent in possible else len(possible) + len(ranks)
-            )
-        return ranks[agent]
+    def _refuse_unstorable(self, caller: str) -> None:
+        """Refuse possible agents the model acts on but cannot store (``_sb3``), at construction."""
+        for i, env in enumerate(self._envs):
+            possible = list(getattr(env, "possible_agents", None) or [])
+            refuse_unstorable_layout(env, i, self.model, possible, caller)
+
+    def _own(self, observations: dict[Any, Any]) -> dict[Any, Any]:
+        """Each agent's observation as it is acted on and stored (``_sb3.observation_intake``)."""
+        intake = self._intake
+        return {agent: intake(obs) for agent, obs in observations.items()}
 
     def _check_agents(self, i: int, env: Any, agents: list[Any]) -> None:
         """Refuse live agents the model cannot act for (one shared model: homogeneous)."""
@@ -217,13 +210,14 @@ class AgentStepper:
         copy: _Copy,
         rows: dict[tuple[int, Any], dict[str, Any]],
         streams: dict[tuple[int, Any], list[Transition]],
-        maskable: bool,
+        maskable: bool | Callable[[Any], bool],
         ended_out: list[Transition] | None = None,
     ) -> int:
         """Step a copy with its acting agents' rows; returns the transitions stored.
 
         New transitions go to ``streams`` (per slot) and become the agents' open ones;
-        transitions that end at this step are also appended to ``ended_out``.
+        transitions that end at this step are also appended to ``ended_out``. ``maskable``
+        (True, or per agent: a group collector's MaskablePPO groups) stores each row's mask.
         """
         i, acting, kept, masks = copy.index, copy.acting, copy.kept, copy.checked
         env = self._envs[i]
@@ -253,7 +247,8 @@ class AgentStepper:
                 self.dropped += 1
                 continue
             fields = rows[slot]
-            if maskable:  # what MaskableRolloutBuffer stores for this row
+            if maskable if isinstance(maskable, bool) else maskable(agent):
+                # what MaskableRolloutBuffer stores for this row
                 fields = dict(fields)
                 mask = masks.get(agent)
                 action_space = env.action_space(agent)
@@ -274,10 +269,7 @@ class AgentStepper:
             open_slots[slot] = transition
             stored += 1
         observations, rewards, terminations, truncations, infos = env.step(actions)
-        observations = {
-            agent: obs.copy() if type(obs) is np.ndarray else owned(obs)  # owned(), inline
-            for agent, obs in observations.items()
-        }
+        observations = self._own(observations)
         self._steps[i] += 1
         agents_now = env.agents
         now = set(agents_now)
@@ -301,6 +293,8 @@ class AgentStepper:
                     "after step(): its next (or final) observation is needed"
                 )
             if terminated or truncated:
+                if agent in now:
+                    refuse_done_but_listed(env, i, agent, terminated)
                 ended = self._open.pop(slot, None)
                 info = {
                     "r": episode[0],

@@ -39,16 +39,21 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning import rules
 from rlightning_pettingzoo._columns import Transition, owned, pack
-from rlightning_pettingzoo._envs import describe_env, require_aec, require_distinct
+from rlightning_pettingzoo._envs import describe_env, require_aec
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
     is_sb3_model,
+    observation_intake,
+    refuse_recurrent_opponent,
     refuse_unapplied_wrappers,
+    refuse_unstarted,
+    refuse_unstorable_layout,
     sb3_rows,
 )
+from rlightning_pettingzoo._stepper_base import CopyBookkeeping
 from rlightning_pettingzoo.collector import Segment, _fill_rollout, _segments
 from rlightning_pettingzoo.masks import find_action_mask
-from rlightning_pettingzoo.policies import _WAITS, _checked_masks
+from rlightning_pettingzoo.policies import _WAITS, _check_model_fits, _checked_masks
 
 __all__ = ["AECRolloutCollector"]
 
@@ -69,7 +74,7 @@ class _Turn:
     mask: Any  # the checked mask in gymnasium's format, or None
 
 
-class AECRolloutCollector:
+class AECRolloutCollector(CopyBookkeeping):
     """Fill one shared on-policy model's ``RolloutBuffer`` from copies of a turn-based env.
 
     Each call to :meth:`collect` is one rollout of ``OnPolicyAlgorithm.collect_rollouts``: it
@@ -104,10 +109,15 @@ class AECRolloutCollector:
 
     Raises:
         TypeError: ``model`` is not an on-policy SB3 model or is recurrent, an env is not an
-            ``AECEnv``, or an opponent is neither an SB3 model nor ``"random"``.
+            ``AECEnv``, an opponent is neither an SB3 model nor ``"random"``, an opponent model
+            is recurrent (no hidden state is kept between its turns), or a ``"random"``
+            opponent's action space is not ``Discrete``.
         ValueError: ``env_fns`` is empty, ``seeds`` is not one per copy, an opponent's agent is
-            not in an env's ``possible_agents``, every agent is an opponent, or an opponent is
-            ``model`` itself (leave the agent out of ``opponents`` for self-play).
+            not in an env's ``possible_agents``, every agent is an opponent, an opponent is
+            ``model`` itself (leave the agent out of ``opponents`` for self-play), or an
+            opponent model's spaces do not fit its agent's. At :meth:`collect` with
+            ``update_model``, before any step: :func:`rlightning_sb3.start_training` was not
+            called.
     """
 
     def __init__(
@@ -128,38 +138,22 @@ class AECRolloutCollector:
                 f"{type(model).__name__} has a recurrent policy; AECRolloutCollector drives "
                 "feed-forward policies only (a hidden state per agent is not kept)"
             )
-        if not env_fns:
-            raise ValueError("env_fns must hold at least one function making an AECEnv")
         self.model = model
-        self._envs = [require_aec(fn(), "AECRolloutCollector") for fn in env_fns]
-        require_distinct(self._envs, "AECRolloutCollector")
+        self._make_envs(env_fns, "AECRolloutCollector", require_aec, "an AECEnv")
         refuse_unapplied_wrappers(model, "AECRolloutCollector")
+        # a trained agent's observation: a copy, transposed as SB3's VecTransposeImage where
+        # SB3 wrapped the model's env in one (opponents' models transpose their own input)
+        self._intake = observation_intake(model)
         n = len(self._envs)
-        seeds = [None] * n if seeds is None else list(seeds)
-        if len(seeds) != n:
-            raise ValueError(f"seeds must hold one seed per env copy ({n}), got {len(seeds)}")
-        self._seeds: list[int | None] = seeds
-        self._rngs = [np.random.default_rng(seed) for seed in seeds]
+        # seeds, open transitions, episodes, steps, ranks, dropped (trained agents' turns acted
+        # but not stored: self-play, closing the open transitions at the rollout's end),
+        # agent_returns (per trained agent): _stepper_base.CopyBookkeeping
+        self._start_bookkeeping(seeds)
+        self._rngs = [np.random.default_rng(seed) for seed in self._seeds]
         self.opponents: dict[Any, Opponent] = dict(opponents or {})
         self._check_opponents()
         self._live = [False] * n  # the copy's game is on (reset and not over)
-        self._starting: list[set[Any]] = [set() for _ in range(n)]
-        self._open: dict[tuple[int, Any], Transition | None] = {}
         self._acted: set[tuple[int, Any]] = set()  # acted since its last turn (reward owed)
-        self._episode: dict[tuple[int, Any], list[float]] = {}
-        self._steps = [0] * n
-        self._rank: list[dict[Any, int]] = [{} for _ in range(n)]
-        self._start_time = time.time()
-        #: Turns of trained agents in the last :meth:`collect` that were acted but not stored
-        #: (self-play, closing the open transitions at the rollout's end).
-        self.dropped = 0
-        #: Per trained agent id, the returns of its last 100 finished episodes (all copies).
-        self.agent_returns: dict[Any, deque[float]] = {}
-
-    @property
-    def envs(self) -> list[Any]:
-        """The env copies, in copy order (the collector's own objects, not copies)."""
-        return list(self._envs)
 
     def _check_opponents(self) -> None:
         for agent, opponent in self.opponents.items():
@@ -180,6 +174,8 @@ class AECRolloutCollector:
                     f"opponents[{agent!r}] must be a frozen SB3 model or 'random', "
                     f"got {type(opponent).__name__}"
                 )
+            else:
+                refuse_recurrent_opponent(opponent, agent, "AECRolloutCollector")
         for i, env in enumerate(self._envs):
             possible = list(env.possible_agents)
             unknown = [a for a in self.opponents if a not in possible]
@@ -193,15 +189,12 @@ class AECRolloutCollector:
                     f"every agent of {describe_env(env)} (copy {i}) is in opponents "
                     f"({possible}): no agent is left to train"
                 )
-
-    def _agent_rank(self, i: int, agent: Any) -> int:
-        ranks = self._rank[i]
-        if agent not in ranks:
-            possible = list(self._envs[i].possible_agents)
-            ranks[agent] = (
-                possible.index(agent) if agent in possible else len(possible) + len(ranks)
-            )
-        return ranks[agent]
+            _check_opponent_spaces(env, i, self.opponents)
+            # the trained agents' spaces fit the model (the parallel collectors check it at each
+            # agent's first round; an AEC env declares every seat's spaces up front)
+            trained = [a for a in possible if a not in self.opponents]
+            _check_model_fits(env, self.model, trained, {})
+            refuse_unstorable_layout(env, i, self.model, trained, "AECRolloutCollector")
 
     def _reset(self, i: int) -> None:
         env = self._envs[i]
@@ -226,8 +219,9 @@ class AECRolloutCollector:
                 self._reset(i)
             agent = env.agent_selection
             observation, reward, terminated, truncated, info = env.last()
-            observation = owned(observation)  # observe() may return the env's own arrays
             trained = agent not in self.opponents
+            # observe() may return the env's own arrays: a copy (transposed for an image model)
+            observation = self._intake(observation) if trained else owned(observation)
             slot = (i, agent)
             done = bool(terminated or truncated)
             if trained and slot in self._acted:  # its reward since it acted: its transition's
@@ -379,6 +373,8 @@ class AECRolloutCollector:
                 were added (as :meth:`SharedRolloutCollector.collect`).
         """
         model: Any = self.model
+        if update_model:  # before any step: add_rollout_step would refuse only at the end
+            refuse_unstarted(model, "AECRolloutCollector")
         buf = model.rollout_buffer
         n_rows, n_columns = int(buf.buffer_size), int(buf.n_envs)
         capacity = n_rows * n_columns
@@ -416,3 +412,29 @@ class AECRolloutCollector:
         placed = pack([streams[s] for s in order], n_rows, n_columns)
         _fill_rollout(model, placed, update_model, self.agent_returns)
         return _segments(placed, n_rows, n_columns)
+
+
+def _check_opponent_spaces(env: Any, i: int, opponents: Mapping[Any, Opponent]) -> None:
+    """Refuse, at construction, an opponent that could not act for its agent's spaces.
+
+    A ``"random"`` opponent needs a ``Discrete`` action space (it draws uniformly from the legal
+    actions); a model opponent must fit its agent's spaces (the check :func:`respond` applies,
+    ``policies._check_model_fits``). Both were found only at the opponent's first turn.
+
+    Raises:
+        TypeError: a random opponent's action space is not ``Discrete``.
+        ValueError: a model opponent's spaces do not fit its agent's (names both).
+    """
+    for agent, opponent in opponents.items():
+        if isinstance(opponent, str):
+            space = env.action_space(agent)
+            if not isinstance(space, spaces.Discrete):
+                raise TypeError(
+                    f"the random opponent {agent!r} of {describe_env(env)} (copy {i}) needs a "
+                    f"Discrete action space, got {space}"
+                )
+        else:
+            try:
+                _check_model_fits(env, opponent, [agent], {})
+            except ValueError as error:
+                raise ValueError(f"opponents[{agent!r}]: {error}") from error

@@ -34,7 +34,7 @@ from rlightning_pettingzoo._columns import (
     stack_agent_observations,
     stack_rows,
 )
-from rlightning_pettingzoo._sb3 import adapter_for
+from rlightning_pettingzoo._sb3 import adapter_for, refuse_unstarted
 from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper
 from rlightning_sb3 import add_rollout_step, finish_rollout
 
@@ -100,7 +100,9 @@ class SharedRolloutCollector(AgentStepper):
     Raises:
         TypeError: ``model`` is not an on-policy SB3 model, or an env is not a
             ``ParallelEnv``.
-        ValueError: ``env_fns`` is empty or ``seeds`` is not one per copy.
+        ValueError: ``env_fns`` is empty or ``seeds`` is not one per copy, or a possible
+            agent observes channel-last images the model acts on but cannot store (a
+            channel-first model without ``VecTransposeImage``).
     """
 
     def __init__(
@@ -138,8 +140,11 @@ class SharedRolloutCollector(AgentStepper):
             envs are stepped.
 
         Raises:
-            ValueError: an agent left without being terminated or truncated, or has no
-                observation; what the SB3 helpers and the adapter raise (spaces, masks).
+            ValueError: before any step, ``update_model`` and the model was not given
+                :func:`rlightning_sb3.start_training`; an agent left without being terminated
+                or truncated, was reported terminated or truncated but left in ``env.agents``,
+                or has no observation; what the SB3 helpers and the adapter raise (spaces,
+                masks).
             RuntimeError: no agent of any copy could act for many rounds in a row.
             rlightning_sb3.StopTraining: a callback's ``on_step`` returned False while the rows
                 were added (the rows before it are in the buffer, as ``collect_rollouts``
@@ -147,6 +152,8 @@ class SharedRolloutCollector(AgentStepper):
                 :func:`rlightning_sb3.finish_training`.
         """
         model: Any = self.model
+        if update_model:  # before any step: add_rollout_step would refuse only at the end
+            refuse_unstarted(model, "SharedRolloutCollector")
         buf = model.rollout_buffer
         n_rows, n_columns = int(buf.buffer_size), int(buf.n_envs)
         capacity = n_rows * n_columns

@@ -31,7 +31,14 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning_pettingzoo._columns import Transition, pack
 from rlightning_pettingzoo._envs import describe_env
-from rlightning_pettingzoo._sb3 import adapter_for, refuse_unapplied_wrappers, sb3_rows
+from rlightning_pettingzoo._sb3 import (
+    adapter_for,
+    observation_intake,
+    refuse_unapplied_wrappers,
+    refuse_unstarted,
+    refuse_unstorable_layout,
+    sb3_rows,
+)
 from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper, _Copy
 from rlightning_pettingzoo.collector import Segment, _fill_rollout, _segments
 from rlightning_pettingzoo.policies import SharedPolicyAdapter
@@ -73,6 +80,8 @@ class _GroupStepper(AgentStepper):
         self.models: dict[str, Any] = dict(models)
         self._group_of = group_of
         self._groups: dict[Any, str] = {}
+        # per group: its model's observation intake (a CnnPolicy's VecTransposeImage)
+        self._intakes = {g: observation_intake(m) for g, m in self.models.items()}
         super().__init__(next(iter(self.models.values())), env_fns, seeds, caller)
         # per copy and group: the model-fit checks of that copy's space objects
         self._fits = [
@@ -129,6 +138,20 @@ class _GroupStepper(AgentStepper):
             )
         self._groups[agent] = group
         return group
+
+    def _refuse_unstorable(self, caller: str) -> None:
+        """The base's check, each possible agent against its group's model."""
+        for i, env in enumerate(self._envs):
+            by_group: dict[str, list[Any]] = {}
+            for agent in list(getattr(env, "possible_agents", None) or []):
+                by_group.setdefault(self.group(agent, env, i), []).append(agent)
+            for group, agents in by_group.items():
+                refuse_unstorable_layout(env, i, self.models[group], agents, caller, group)
+
+    def _own(self, observations: dict[Any, Any]) -> dict[Any, Any]:
+        """Each agent's observation as its group's model acts on and stores it."""
+        intakes, group = self._intakes, self.group
+        return {agent: intakes[group(agent)](obs) for agent, obs in observations.items()}
 
     def _check_agents(self, i: int, env: Any, agents: list[Any]) -> None:
         """Each live agent has a group, shares its group's spaces and fits the group's model."""
@@ -225,9 +248,11 @@ class GroupRolloutCollector(_GroupStepper):
         TypeError: a model is not an on-policy SB3 model or is recurrent, or an env is not a
             ``ParallelEnv``.
         ValueError: ``models`` or ``env_fns`` is empty, ``seeds`` is not one per copy, a
-            possible agent has no group (or one not in ``models``), or a group has no
-            possible agent. At :meth:`collect`: an agent's spaces differ from its group's or do
-            not fit its group's model.
+            possible agent has no group (or one not in ``models``), a group has no
+            possible agent, or a possible agent observes channel-last images its group's
+            model acts on but cannot store. At :meth:`collect`: an agent's spaces differ
+            from its group's or do not fit its group's model; before any step, with
+            ``update_model``, a model was not given ``start_training``.
     """
 
     def __init__(
@@ -327,7 +352,15 @@ class GroupRolloutCollector(_GroupStepper):
             buf = model.rollout_buffer
             shapes[group] = (int(buf.buffer_size), int(buf.n_envs))
         remaining = {g: rows * columns for g, (rows, columns) in shapes.items()}
-        maskable = any(hasattr(m.rollout_buffer, "action_masks") for m in self.models.values())
+        if update_model:  # before any step: add_rollout_step would refuse only at the end
+            for group, model in self.models.items():
+                refuse_unstarted(model, "GroupRolloutCollector", group)
+        # a row's mask is stored only for the agents of a MaskablePPO group (MaskableRolloutBuffer)
+        masked = {g for g, m in self.models.items() if hasattr(m.rollout_buffer, "action_masks")}
+        groups = self._groups
+        maskable: bool | Callable[[Any], bool] = (
+            (lambda agent: groups[agent] in masked) if masked else False
+        )
         streams: dict[tuple[int, Any], list[Transition]] = {}
         self.dropped = 0
         self.group_dropped = dict.fromkeys(self.models, 0)
@@ -386,8 +419,10 @@ class GroupReplayCollector(_GroupStepper):
         ValueError: a buffer has ``optimize_memory_usage`` or a model ``action_noise``
             (one noise process per agent is not kept); ``models`` or ``env_fns`` is
             empty, ``seeds`` is not one per copy, a possible agent has no group (or one not in
-            ``models``), or a group has no possible agent. At :meth:`collect`: an agent's
-            spaces differ from its group's or do not fit its group's model.
+            ``models``), a group has no possible agent, or a possible agent observes
+            channel-last images its group's model acts on but cannot store. At
+            :meth:`collect`: an agent's spaces differ from its group's or do not fit its
+            group's model; before any step, a model was not given ``start_training``.
     """
 
     def __init__(
@@ -432,6 +467,8 @@ class GroupReplayCollector(_GroupStepper):
             RuntimeError: no agent of a group still collecting could act for many rounds.
             rlightning_sb3.StopTraining: a model's callback stopped training.
         """
+        for group, model in self.models.items():  # before any step (add_replay_step's rule)
+            refuse_unstarted(model, "GroupReplayCollector", group)
         stored = dict.fromkeys(self.models, 0)
         done = dict.fromkeys(self.models, False)
         idle = 0

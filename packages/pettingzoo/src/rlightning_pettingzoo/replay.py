@@ -24,7 +24,7 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from rlightning import PolicyResponse
 from rlightning_pettingzoo._columns import Transition
-from rlightning_pettingzoo._sb3 import adapter_for, stack_observations
+from rlightning_pettingzoo._sb3 import adapter_for, refuse_unstarted, stack_observations
 from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper
 from rlightning_sb3 import add_replay_step
 
@@ -59,7 +59,9 @@ class SharedReplayCollector(AgentStepper):
         ValueError: the buffer has ``optimize_memory_usage`` (it reads a cell's next
             observation from the next row, which here holds another transition), the model
             has an ``action_noise`` (TD3/DDPG/SAC: one noise process per agent is not kept),
-            ``env_fns`` is empty or ``seeds`` is not one per copy.
+            ``env_fns`` is empty or ``seeds`` is not one per copy, or a possible agent
+            observes channel-last images the model acts on but cannot store (a
+            channel-first model without ``VecTransposeImage``).
     """
 
     def __init__(
@@ -97,13 +99,16 @@ class SharedReplayCollector(AgentStepper):
             where ``collect_rollouts`` calls them.
 
         Raises:
-            ValueError: an agent left without being terminated or truncated, or has no
-                observation; what :func:`rlightning_sb3.add_replay_step` and the adapter
-                raise (spaces, masks, ``start_training`` not called).
+            ValueError: before any step, ``start_training`` was not called; an agent left
+                without being terminated or truncated, was reported terminated or truncated
+                but left in ``env.agents``, or has no observation; what
+                :func:`rlightning_sb3.add_replay_step` and the adapter raise (spaces, masks).
             RuntimeError: no agent of any copy could act for many rounds in a row.
-            rlightning_sb3.StopTraining: a callback stopped training.
+            rlightning_sb3.StopTraining: a callback stopped training (before any step when
+                it stopped an earlier rollout).
         """
         model: Any = self.model
+        refuse_unstarted(model, "SharedReplayCollector")  # before any step
         n_columns = int(model.replay_buffer.n_envs)
         stored, idle = 0, 0
         while True:

@@ -1,0 +1,93 @@
+"""The per-copy bookkeeping that every collector keeps: its env copies, seeds and agents' episodes.
+
+Shared by the parallel collectors' :class:`~rlightning_pettingzoo._stepping.AgentStepper` and
+:class:`~rlightning_pettingzoo.AECRolloutCollector`; what they do with it (who acts, what is
+stored) is theirs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rlightning_pettingzoo._columns import Transition
+from rlightning_pettingzoo._envs import require_distinct
+
+__all__ = ["CopyBookkeeping"]
+
+
+class CopyBookkeeping:
+    """A collector's env copies and, per (copy, agent) slot, its open transition and episode.
+
+    Subclasses call :meth:`_make_envs`, then :meth:`_start_bookkeeping`, in their constructor.
+
+    Attributes:
+        dropped: What the last ``collect()`` acted but did not store (agent-steps; for the AEC
+            collector, trained agents' turns).
+        agent_returns: Per agent id, the returns of its last 100 finished episodes (all
+            copies).
+    """
+
+    _envs: list[Any]
+    _seeds: list[int | None]
+
+    def _make_envs(
+        self,
+        env_fns: Sequence[Callable[[], Any]],
+        caller: str,
+        require: Callable[[Any, str], Any],
+        kind: str,
+    ) -> None:
+        """Make one env per function, each checked by ``require`` and all distinct objects.
+
+        Args:
+            env_fns: One function per env copy.
+            caller: The collector's name, for error messages.
+            require: ``require(env, caller)`` returns the env or raises (``_envs.require_*``).
+            kind: The env kind for the empty-list message (``"a ParallelEnv"``).
+
+        Raises:
+            ValueError: ``env_fns`` is empty, or two functions returned the same object.
+            TypeError: what ``require`` raises.
+        """
+        if not env_fns:
+            raise ValueError(f"env_fns must hold at least one function making {kind}")
+        self._envs = [require(fn(), caller) for fn in env_fns]
+        require_distinct(self._envs, caller)
+
+    def _start_bookkeeping(self, seeds: Sequence[int | None] | None) -> None:
+        """The seeds of the copies' first resets and the empty per-slot records.
+
+        Raises:
+            ValueError: ``seeds`` is not one per copy.
+        """
+        n = len(self._envs)
+        seeds = [None] * n if seeds is None else list(seeds)
+        if len(seeds) != n:
+            raise ValueError(f"seeds must hold one seed per env copy ({n}), got {len(seeds)}")
+        self._seeds = seeds
+        self._starting: list[set[Any]] = [set() for _ in range(n)]
+        self._open: dict[tuple[int, Any], Transition | None] = {}
+        self._episode: dict[tuple[int, Any], list[float]] = {}
+        self._steps = [0] * n
+        self._rank: list[dict[Any, int]] = [{} for _ in range(n)]
+        self._start_time = time.time()
+        self.dropped = 0
+        self.agent_returns: dict[Any, deque[float]] = {}
+
+    @property
+    def envs(self) -> list[Any]:
+        """The env copies, in copy order (the collector's own objects, not copies)."""
+        return list(self._envs)
+
+    def _agent_rank(self, i: int, agent: Any) -> int:
+        """The agent's place in copy ``i``'s ``possible_agents`` (others after them, as seen)."""
+        ranks = self._rank[i]
+        if agent not in ranks:
+            possible = list(getattr(self._envs[i], "possible_agents", None) or [])
+            ranks[agent] = (
+                possible.index(agent) if agent in possible else len(possible) + len(ranks)
+            )
+        return ranks[agent]
