@@ -309,7 +309,7 @@ class EnvRunner:
                 current_version=current_version,
                 max_staleness=max_staleness,
             )
-            hops[t] = self._hops(answer, sent, received, self.env_ids)
+            hops[t] = self._hops(answer, sent, received)
             try:
                 records.append(group.step(answer))
             except Exception as exc:
@@ -427,11 +427,14 @@ class EnvRunner:
         cause = exc.__cause__ or exc
         return RuntimeError(f"{env} raised {where}: {type(cause).__name__}: {cause}")
 
-    def _hops(self, answer: Any, sent: int, received: int, env_ids: list[str]) -> np.ndarray:
+    def _hops(
+        self, answer: Any, sent: int, received: int, env_ids: list[str] | None = None
+    ) -> np.ndarray:
         """The four hop durations of one answer, ns (see :data:`rlightning_ray.HOPS`).
 
         Checks every part's stamps: a stacked response has one part, a multi-agent answer one
-        per env; a ``ts_env_sent_ns`` may be one int for its rows or one per row.
+        per env; a ``ts_env_sent_ns`` may be one int for its rows or one per row. ``env_ids``
+        are the answer's envs, for the message (None: the runner's; a pipelined half's own).
 
         Raises:
             ValueError: a row's ``ts_env_sent_ns`` is not ``sent`` (the stamp did not cross
@@ -445,7 +448,8 @@ class EnvRunner:
         if not echoed or any(check_stamp("ts_env_sent_ns", e, "answer.") != sent for e in echoed):
             raise ValueError(
                 f"runner {self.runner_id!r} sent ts_env_sent_ns={sent} but the answer for envs "
-                f"{env_ids} carries {echoed}: the stamp did not cross intact"
+                f"{self.env_ids if env_ids is None else env_ids} carries {echoed}: the stamp did "
+                "not cross intact"
             )
         first = parts[0]
         recv = check_stamp("ts_policy_recv_ns", first.ts_policy_recv_ns, "answer.")
