@@ -7,8 +7,9 @@ draws would then depend on timing. The policy here acts deterministically on bot
 (``SB3BatchPolicy(..., explore=False)`` on the server; SB3's ``collect_rollouts`` with the
 policy's ``forward(..., deterministic=True)``): every action is the mode of the distribution,
 whichever batch a row was in, so the buffers must agree column for column: observations,
-actions, rewards and episode starts exactly (the same envs, seeds and actions), values,
-log-probs, advantages and returns allclose (batches of other sizes: other float kernels).
+actions and episode starts exactly (the same envs, seeds and actions), rewards (truncations add
+a bootstrapped value), values, log-probs, advantages and returns allclose (batches of other
+sizes: other float kernels).
 
 Two runners of 3 envs (halves of 2 and 1: an odd split), CartPole-v1 with a 12-step limit
 (truncations bootstrapped), two rollouts with a PPO update in between (the second rollout's
@@ -33,8 +34,10 @@ from rlightning_sb3 import start_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
 
-EXACT = ("observations", "actions", "rewards", "episode_starts")
-CLOSE = ("values", "log_probs", "advantages", "returns")
+EXACT = ("observations", "actions", "episode_starts")
+#: rewards too: a truncated episode's reward holds SB3's bootstrap ``gamma * V(terminal obs)``,
+#: a value of the server's batch (another size than SB3's: other float kernels)
+CLOSE = ("rewards", "values", "log_probs", "advantages", "returns")
 N_RUNNERS, K, N_STEPS, SEED, LIMIT, TOTAL = 2, 3, 16, 3, 12, 10_000
 
 
