@@ -6,12 +6,13 @@ One run measures, on this machine and under its current load:
   same policy (an SB3 PPO ``MlpPolicy`` answering through ``SB3PolicyAdapter.act``, one batched
   forward pass per step) by SB3's ``DummyVecEnv`` (one process), SB3's ``SubprocVecEnv`` (one
   process per env, the policy in the driver), rlightning-ray in the server mode (1, 2 and 4
-  ``EnvRunner`` actors and one ``PolicyServer``) and in the local mode (the same runners, each
-  acting with its own replica of the model: ``start_runners(..., policy=...)``; and its floor,
-  the same actors running a bare loop of ``env.step`` and ``SB3PolicyAdapter.act``), and RLlib's
-  ``SingleAgentEnvRunner`` actors (1, 2 and 4, its own PPO
-  module with the same 64x64 tanh MLP), for CartPole-v1 and a costly env (CartPole-v1 spending
-  ``--busy-ms`` of CPU per step in a busy loop);
+  ``EnvRunner`` actors and one ``PolicyServer``), in the pipelined server mode (the same, each
+  runner's two halves alternating: ``start_runners(..., pipeline=True)``) and in the local
+  mode (the same runners, each acting with its own replica of the model:
+  ``start_runners(..., policy=...)``; and its floor, the same actors running a bare loop of
+  ``env.step`` and ``SB3PolicyAdapter.act``), and RLlib's ``SingleAgentEnvRunner`` actors (1,
+  2 and 4, its own PPO module with the same 64x64 tanh MLP), for CartPole-v1 and a costly env
+  (CartPole-v1 spending ``--busy-ms`` of CPU per step in a busy loop);
 * the batch size vs latency trade-off of the server's ``max_wait_us`` (4 runners x 2 envs);
 * the per-hop latency (p50/p99) of one run, plotted to ``docs/_static/ray/latency.png``.
 
@@ -107,8 +108,12 @@ def bench_ours(
     *,
     chunk: int,
     max_wait_us: int = 1000,
+    pipeline: bool = False,
 ) -> dict[str, Any]:
-    """Steps per second of ``n_runners`` EnvRunners x ``k`` envs and one PolicyServer."""
+    """Steps per second of ``n_runners`` EnvRunners x ``k`` envs and one PolicyServer.
+
+    ``pipeline``: the pipelined server mode (each runner's two halves alternate).
+    """
     n_envs = n_runners * k
     server, registry = rlightning_ray.start_server(
         partial(SB3BatchPolicy, partial(make_model, n_envs)),
@@ -117,7 +122,13 @@ def bench_ours(
         num_cpus=0,
     )
     runners = rlightning_ray.start_runners(
-        env_fn, server, n_runners=n_runners, envs_per_runner=k, seed=0, num_cpus=0
+        env_fn,
+        server,
+        n_runners=n_runners,
+        envs_per_runner=k,
+        seed=0,
+        num_cpus=0,
+        pipeline=pipeline,
     )
     rlightning_ray.publish_weights(server, registry, 0, policy_weights(make_model(n_envs)))
     collector = rlightning_ray.Collector(runners)
@@ -289,6 +300,7 @@ def main() -> None:
         for n_runners in args.runners:
             k = args.envs // n_runners
             ours = bench_ours(env_fn, n_runners, k, args.seconds, chunk=chunk)
+            piped = bench_ours(env_fn, n_runners, k, args.seconds, chunk=chunk, pipeline=True)
             local = bench_local(env_fn, n_runners, k, args.seconds, chunk=chunk)
             floor = bench_floor(env_fn, n_runners, k, args.seconds, chunk=chunk)
             rllib = float("nan")
@@ -296,16 +308,18 @@ def main() -> None:
                 rllib = bench_rllib(rllib_name, n_runners, k, args.seconds, chunk)
             print(
                 f"{name}: {n_runners} runners x {k}: ours {ours['rate']:,.0f}/s "
-                f"(mean batch {ours['batch']:.1f} rows), local {local:,.0f}/s, "
+                f"(mean batch {ours['batch']:.1f} rows), pipelined {piped['rate']:,.0f}/s "
+                f"(mean batch {piped['batch']:.1f} rows), local {local:,.0f}/s, "
                 f"floor {floor:,.0f}/s, "
                 f"RLlib {rllib:,.0f}/s",
                 flush=True,
             )
             rows.append(
-                f"| {name} | {n_runners} x {k} | {ours['rate']:,.0f} | {local:,.0f} | "
-                f"{floor:,.0f} | {dummy:,.0f} | {subproc:,.0f} | {rllib:,.0f} | "
-                f"{ours['rate'] / subproc:.2f} | {local / subproc:.2f} | {local / dummy:.2f} | "
-                f"{local / rllib:.2f} | {local / floor:.2f} |"
+                f"| {name} | {n_runners} x {k} | {ours['rate']:,.0f} | {piped['rate']:,.0f} | "
+                f"{local:,.0f} | {floor:,.0f} | {dummy:,.0f} | {subproc:,.0f} | {rllib:,.0f} | "
+                f"{ours['rate'] / subproc:.2f} | {piped['rate'] / subproc:.2f} | "
+                f"{piped['rate'] / ours['rate']:.2f} | {local / subproc:.2f} | "
+                f"{local / dummy:.2f} | {local / rllib:.2f} | {local / floor:.2f} |"
             )
             if n_runners == 2 and name == "CartPole-v1":
                 latency_run = (ours["report"], f"{name}, {n_runners} runners x {k} envs")
@@ -330,10 +344,11 @@ def main() -> None:
     )
     table = "\n".join(
         [
-            "| env | runners x envs | server mode steps/s | local mode steps/s | floor | "
-            "DummyVecEnv | SubprocVecEnv | RLlib | server / Subproc | local / Subproc | "
+            "| env | runners x envs | server mode steps/s | pipelined server steps/s | "
+            "local mode steps/s | floor | DummyVecEnv | SubprocVecEnv | RLlib | "
+            "server / Subproc | pipelined / Subproc | pipelined / server | local / Subproc | "
             "local / Dummy | local / RLlib | local / floor |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
             *rows,
         ]
     )

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rlightning.rules import check_count
-from rlightning_ray.runner import EnvRunner
+from rlightning_ray.runner import EnvRunner, check_pipeline
 from rlightning_ray.server import BatchPolicy, PolicyServer
 from rlightning_ray.weights import WeightsRegistry
 
@@ -99,6 +99,7 @@ def start_runners(
     runner_class: type = EnvRunner,
     env_group: Callable[[Sequence[Callable[[], Any]]], Any] | None = None,
     policy: Callable[[], Any] | Sequence[Callable[[], Any]] | None = None,
+    pipeline: bool = False,
 ) -> list[Any]:
     """Start ``n_runners`` :class:`~rlightning_ray.EnvRunner` actors of ``envs_per_runner`` envs.
 
@@ -134,6 +135,13 @@ def start_runners(
             runner acts with (e.g. ``partial(rlightning_ray.sb3.SB3BatchPolicy, make_model,
             seed=s)``, whose model is built for ``envs_per_runner`` envs), or one factory per
             runner (distinct seeds: a seeded factory seeds every runner's replica alike).
+        pipeline: The pipelined server mode (docs/ray.md, "Pipelined server mode"): each
+            runner splits its envs in two halves (the first ``k - k // 2``, then the last
+            ``k // 2``; every env keeps its seed) that alternate, one half stepping while the
+            other's request is in the server; each runner's ``sample`` returns one fragment per
+            half and :class:`~rlightning_ray.Collector` returns them in env order. Needs a
+            server with dynamic batching (not the deterministic ``order=``), gymnasium runners
+            (:class:`~rlightning_ray.EnvRunner`) and ``envs_per_runner >= 2``.
 
     Returns:
         The runner handles, in runner order.
@@ -141,9 +149,14 @@ def start_runners(
     Raises:
         ValueError: ``n_runners`` or ``envs_per_runner`` < 1, a sequence ``env_fn`` (or
             ``policy``) of another length than ``n_runners * envs_per_runner`` (``n_runners``),
-            or both or neither of ``server`` and ``policy``.
+            or both or neither of ``server`` and ``policy``; ``pipeline=True`` with
+            ``envs_per_runner`` < 2, in the local mode, with a ``runner_class`` other than
+            :class:`~rlightning_ray.EnvRunner`, or with a server in the deterministic mode
+            (``order=``: its batches need every runner's same step, which one half cannot
+            reach while the other half's request waits).
         TypeError: ``n_runners`` or ``envs_per_runner`` is not an int (a bool, float or str
-            included; :func:`rlightning.rules.check_count`), or ``num_cpus`` not a number.
+            included; :func:`rlightning.rules.check_count`), ``num_cpus`` not a number, or
+            ``pipeline`` not a bool.
     """
     import ray
 
@@ -155,6 +168,22 @@ def start_runners(
             "start_runners needs a server (server mode) or a policy factory (local mode), "
             f"exactly one; got server={server!r} and policy={policy!r}"
         )
+    check_pipeline(pipeline, envs_per_runner, local=policy is not None, subject="start_runners")
+    if pipeline and runner_class is not EnvRunner:
+        raise ValueError(
+            f"start_runners: pipeline=True is for gymnasium runners (runner_class=EnvRunner), "
+            f"got runner_class={runner_class.__name__}"
+        )
+    if pipeline:
+        order = ray.get(server.info.remote()).get("order")
+        if order is not None:
+            raise ValueError(
+                f"start_runners: pipeline=True needs a server with dynamic batching, but the "
+                f"server is in the deterministic mode (order={order}): each of its batches holds "
+                f"the same step of every runner's envs, which one half cannot reach while the "
+                f"other half's request waits; start the server without order= (the buffers are "
+                f"then not SB3's array for array where the policy samples: docs/ray.md)"
+            )
     factories: list[Any] = (
         [None] * n_runners
         if policy is None
@@ -197,6 +226,7 @@ def start_runners(
                 seeds=None if seed is None else [seed + i for i in indices],
                 **({} if env_group is None else {"env_group": env_group}),
                 **({} if policy is None else {"policy": factories[r], "registry": registry}),
+                **({"pipeline": True} if pipeline else {}),
             )
         )
     return runners

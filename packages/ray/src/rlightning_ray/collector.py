@@ -61,13 +61,17 @@ class Collector:
         ValueError: no runner, a runner id or env id repeated (the same runner twice, or two
             ``start_runners`` calls naming theirs alike), a server's deterministic ``order`` is
             not this collector's runner ids in this order (another set would hang; another
-            order would put each runner's rows in another runner's buffer columns), or
+            order would put each runner's rows in another runner's buffer columns), pipelined
+            runners with a server in the deterministic mode (it would hang), or
             ``timeout_s`` is not > 0.
         TypeError: ``timeout_s`` is not a number.
 
     Attributes:
         env_ids: Every runner's env ids, concatenated in runner order (the buffer's columns).
-        restarts: How many fragments came from a restarted runner so far.
+        restarts: How many fragments came from a restarted runner so far (a pipelined runner's
+            two halves count once).
+        pipelined: Whether some runner is pipelined (its fragments come per half).
+        runner_streams: Per runner, the env ids of each fragment it returns.
         deterministic: Whether the runners' servers all batch in the deterministic mode
             (``order=``: every batch holds every runner's rows, in that order).
         local: Whether every runner acts with its own policy (the local mode,
@@ -93,6 +97,11 @@ class Collector:
         self.runner_ids: list[str] = [d["runner_id"] for d in described]
         self.runner_env_ids: list[list[str]] = [list(d["env_ids"]) for d in described]
         self.env_ids: list[str] = [e for ids in self.runner_env_ids for e in ids]
+        #: Per runner, the env ids of each fragment it returns (pipelined: its two halves').
+        self.runner_streams: list[list[list[str]]] = [
+            [list(ids) for ids in d.get("streams", [d["env_ids"]])] for d in described
+        ]
+        self.pipelined = any(len(streams) > 1 for streams in self.runner_streams)
         for kind, ids in (("runner", self.runner_ids), ("env", self.env_ids)):
             repeated = sorted({i for i in ids if ids.count(i) > 1})
             if repeated:
@@ -118,6 +127,17 @@ class Collector:
         self._server_runners: list[list[str]] = []
         self._server_lost: str | None = None  # set once a server restarted: every call refused
         self.deterministic = bool(infos) and all(i.get("order") is not None for i in infos)
+        ordered = [i.get("order") for i in infos if i.get("order") is not None]
+        if self.pipelined and ordered:
+            piped = [
+                r for r, st in zip(self.runner_ids, self.runner_streams, strict=True) if len(st) > 1
+            ]
+            raise ValueError(
+                f"runners {piped} are pipelined (start_runners(..., pipeline=True)) but their "
+                f"server is in the deterministic mode (order={ordered[0]}): its batches need "
+                f"every runner's same step, which one half cannot reach while the other half's "
+                f"request waits, so sampling would hang; start the server without order="
+            )
         seen: dict[str, int] = {}
         for (runner_id, handle), info in zip(served, infos, strict=True):
             if info["actor_id"] not in seen:
@@ -212,7 +232,10 @@ class Collector:
 
         Returns:
             One :class:`~rlightning_ray.Fragment` per runner, in runner order
-            (:class:`~rlightning_pettingzoo.ParallelFragment` for PettingZoo runners).
+            (:class:`~rlightning_pettingzoo.ParallelFragment` for PettingZoo runners); for a
+            pipelined runner (``start_runners(..., pipeline=True)``) one per half, in env
+            order, in its runner's place: their env ids, concatenated, are always
+            :attr:`env_ids` (the buffer's columns), each checked as its own runner's.
 
         Raises:
             RuntimeError: a runner failed; the message names it and its envs (and the runner's
@@ -277,9 +300,20 @@ class Collector:
         if self._servers:
             budget = None if deadline is None else max(1.0, deadline - time.monotonic())
             self._check_servers(budget)
-        for runner_id, env_ids, frag in zip(
-            self.runner_ids, self.runner_env_ids, fragments, strict=True
+        streams: list[tuple[str, list[str], Any]] = []
+        for runner_id, expected, got in zip(
+            self.runner_ids, self.runner_streams, fragments, strict=True
         ):
+            parts = list(got) if isinstance(got, list) else [got]
+            if len(parts) != len(expected):
+                raise ValueError(
+                    f"runner {runner_id!r} returned {len(parts)} fragments, expected "
+                    f"{len(expected)} (one per stream of envs {expected})"
+                )
+            streams.extend(
+                (runner_id, ids, part) for ids, part in zip(expected, parts, strict=True)
+            )
+        for runner_id, env_ids, frag in streams:
             if frag.runner_id != runner_id or frag.env_ids != env_ids:
                 raise ValueError(
                     f"runner {runner_id!r} (envs {env_ids}) returned the fragment of runner "
@@ -297,9 +331,13 @@ class Collector:
                     current_version=current_version,
                     max_staleness=self.max_staleness,
                 )
-            self.restarts += int(frag.restarted)
             self._hops.append(frag.hops_ns)
-        return fragments
+        self.restarts += sum(int(p[2].restarted) for p in streams if p[1] == self._first(p[0]))
+        return [frag for _, _, frag in streams]
+
+    def _first(self, runner_id: str) -> list[str]:
+        """The env ids of ``runner_id``'s first stream (a restart is counted once per runner)."""
+        return self.runner_streams[self.runner_ids.index(runner_id)][0]
 
     def _fail_pending(self, reason: str, call_id: str) -> list[str]:
         """Fail the requests waiting in every server and abandon ``call_id`` there.

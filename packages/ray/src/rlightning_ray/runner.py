@@ -14,6 +14,13 @@ by default, ``rlightning_pettingzoo.ParallelEnvGroup`` for
 In the local mode (``policy=``, :mod:`rlightning_ray.local`) the runner asks no server: its own
 :class:`~rlightning_ray.LocalPolicy` answers each step, stamped and versioned as a server's, and
 loads newer weights before each fragment; everything else above is the same.
+
+In the **pipelined** server mode (``pipeline=True``; docs/ray.md, "Pipelined server mode") the
+runner splits its ``k`` envs into two halves, each its own env group (the first ``k - k // 2``
+envs, then the last ``k // 2``; every env keeps its seed), that alternate as Sample Factory's
+double-buffered sampling: one half steps while the other half's request is in the server. Each
+half is its own stream of requests, answers and checks, and ``sample`` returns one fragment per
+half; the pipeline is drained before ``sample`` returns (no request crosses a fragment boundary).
 """
 
 from __future__ import annotations
@@ -38,7 +45,15 @@ from rlightning_ray.groups import (
 from rlightning_ray.latency import HOPS
 from rlightning_ray.local import LocalPolicy
 
-__all__ = ["EnvRunner", "Fragment", "StepTag", "checked_env_ids", "stack_observations"]
+__all__ = [
+    "EnvRunner",
+    "Fragment",
+    "StepTag",
+    "check_pipeline",
+    "checked_env_ids",
+    "pipeline_halves",
+    "stack_observations",
+]
 
 #: A request's lockstep tag: ``(call_id, step, restarted, incarnation)`` -- the collector's id
 #: of the ``sample`` call, the step index in it, whether the runner is a restarted one, and the
@@ -70,16 +85,20 @@ class EnvRunner:
             after its envs are reset; no server is asked). None: the server mode.
         registry: In the local mode, the :class:`~rlightning_ray.WeightsRegistry` the runner
             loads newer weights from before each fragment (None: the factory's weights).
+        pipeline: The pipelined server mode (module docstring): two env groups of the first
+            ``k - k // 2`` and the last ``k // 2`` envs (env ``i`` still reset with
+            ``seeds[i]``), alternating; :meth:`sample` then returns one fragment per half.
 
     Raises:
         ValueError: no env, ``env_ids`` or ``seeds`` of another length than ``env_fns``, or
             repeated env ids (:func:`checked_env_ids`); both or neither of ``server`` and
-            ``policy`` given; an env's first ``reset`` broke gymnasium's API (an old-gym
+            ``policy`` given; ``pipeline=True`` with fewer than 2 envs or in the local mode
+            (:func:`check_pipeline`); an env's first ``reset`` broke gymnasium's API (an old-gym
             ``reset``, an observation of another shape: names the env, the runner and the
             space); or what the group's constructor raises.
         RuntimeError: an env raised in its first ``reset`` (names the env and the runner).
-        TypeError: the group built is no :class:`~rlightning_ray.EnvGroup`, or ``policy`` is
-            not callable.
+        TypeError: the group built is no :class:`~rlightning_ray.EnvGroup`, ``policy`` is
+            not callable, or ``pipeline`` is not a bool.
     """
 
     #: The group a runner builds when ``env_group`` is not given.
@@ -96,6 +115,7 @@ class EnvRunner:
         env_group: Callable[[Sequence[Callable[[], Any]]], Any] | None = None,
         policy: Callable[[], Any] | None = None,
         registry: Any = None,
+        pipeline: bool = False,
     ) -> None:
         ids = checked_env_ids(runner_id, env_fns, env_ids, seeds)
         if (server is None) == (policy is None):
@@ -104,43 +124,63 @@ class EnvRunner:
                 f"to act with in its own process (local mode), exactly one; got server={server!r}"
                 f" and policy={policy!r}"
             )
+        check_pipeline(
+            pipeline, len(ids), local=policy is not None, subject=f"runner {runner_id!r}"
+        )
         import ray
 
         self.runner_id = runner_id
         self.env_ids = ids
         self._server = server
         factory = type(self).default_env_group if env_group is None else env_group
-        group = factory(list(env_fns))
-        if not isinstance(group, EnvGroup):
-            raise TypeError(
-                f"runner {runner_id!r}: env_group built a {type(group).__name__}, which is no "
-                "EnvGroup (it needs num_envs, reset, observe, step and fragment)"
-            )
-        if group.num_envs != len(ids):
-            raise ValueError(
-                f"runner {runner_id!r}: env_group built {group.num_envs} envs for {len(ids)} "
-                "env_fns"
-            )
-        self._group = group
+        #: The row ranges of the runner's streams: one (all envs), or two halves (pipelined).
+        self._slices = pipeline_halves(len(ids)) if pipeline else [slice(0, len(ids))]
+        fns = list(env_fns)
+        self._groups: list[EnvGroup] = []
+        for rows in self._slices:
+            group = factory(fns[rows])
+            if not isinstance(group, EnvGroup):
+                raise TypeError(
+                    f"runner {runner_id!r}: env_group built a {type(group).__name__}, which is "
+                    "no EnvGroup (it needs num_envs, reset, observe, step and fragment)"
+                )
+            if group.num_envs != len(fns[rows]):
+                raise ValueError(
+                    f"runner {runner_id!r}: env_group built {group.num_envs} envs for "
+                    f"{len(fns[rows])} env_fns"
+                )
+            self._groups.append(group)
+        self._group = self._groups[0]
         context = ray.get_runtime_context()
         self.restarted = bool(context.was_current_actor_reconstructed)
         self._incarnation = f"{context.get_worker_id()}:{os.getpid()}"
         first = [None] * len(ids) if seeds is None or self.restarted else list(seeds)
-        try:
-            group.reset(first)
-        except Exception as exc:
-            named = self._env_error(exc, "in its first reset")
-            if named is None:
-                raise
-            raise named from exc.__cause__ or exc
+        for rows, group in zip(self._slices, self._groups, strict=True):
+            try:
+                group.reset(first[rows])
+            except Exception as exc:
+                named = self._env_error(exc, "in its first reset", offset=rows.start or 0)
+                if named is None:
+                    raise
+                raise named from exc.__cause__ or exc
         self._local: LocalPolicy | None = None
         if policy is not None:  # built last: its seeding is not consumed by the envs
             self._local = LocalPolicy(policy, registry=registry, runner_id=runner_id)
 
     @property
     def group(self) -> EnvGroup:
-        """The runner's env group."""
+        """The runner's env group (pipelined: the first half's; :attr:`groups` has both)."""
         return self._group
+
+    @property
+    def groups(self) -> list[EnvGroup]:
+        """The runner's env groups: one, or the two halves' in the pipelined mode (a new list)."""
+        return list(self._groups)
+
+    @property
+    def streams(self) -> list[list[str]]:
+        """The env ids of each stream (one fragment per stream): all, or each half's."""
+        return [self.env_ids[rows] for rows in self._slices]
 
     def describe(self) -> dict[str, Any]:
         """Where this runner lives, and what it asks.
@@ -148,8 +188,10 @@ class EnvRunner:
         Keys: ``runner_id``, ``env_ids``, Ray ``node_id``, ``restarted``, ``server`` (the handle
         it asks; None in the local mode), ``env_group`` (its group's class name), ``mode``
         (``"server"`` or ``"local"``), ``registry`` (the local mode's weights registry, else
-        None) and ``policy_version`` (the local policy's version, else None). ``restarted`` is
-        True in a runner Ray re-created after a crash.
+        None), ``policy_version`` (the local policy's version, else None), ``pipeline`` (whether
+        the runner pipelines two halves) and ``streams`` (the env ids of each fragment
+        :meth:`sample` returns, in order: ``[env_ids]``, or the two halves' when pipelined).
+        ``restarted`` is True in a runner Ray re-created after a crash.
         """
         import ray
 
@@ -164,6 +206,8 @@ class EnvRunner:
             "mode": "server" if self._local is None else "local",
             "registry": None if self._local is None else self._local._registry,
             "policy_version": None if self._local is None else self._local.version,
+            "pipeline": len(self._slices) > 1,
+            "streams": self.streams,
         }
 
     def sample(
@@ -195,9 +239,18 @@ class EnvRunner:
                 :meth:`Collector.sample <rlightning_ray.Collector.sample>`), which the server's
                 deterministic mode uses to keep the runners in lockstep; None sends no tag.
 
+        Pipelined (``pipeline=True``): each half is its own stream. Both halves' step-0
+        requests are sent (``.remote()``, not waited for); then, per step, for each half in
+        turn: wait for its answer, check it (the same rules, against the half's env ids),
+        ``step`` the half, and send its next request at once, so that the other half's request
+        is in the server while this half steps. The last step's requests are the last sent: the
+        pipeline is empty when ``sample`` returns.
+
         Returns:
             The group's fragment of the ``n_steps`` steps (:class:`~rlightning_ray.Fragment`
-            for gymnasium envs). The runner keeps its envs' state for the next call.
+            for gymnasium envs); pipelined, a list of the two halves' fragments, in env order
+            (each with its half's env ids, answers, hops). The runner keeps its envs' state for
+            the next call.
 
         Raises:
             ValueError: ``n_steps`` is not positive, an answer breaks a rule of
@@ -212,6 +265,8 @@ class EnvRunner:
 
         if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps <= 0:
             raise ValueError(f"n_steps must be a positive int, got {n_steps!r}")
+        if len(self._slices) > 1:
+            return self._sample_pipelined(n_steps, current_version, max_staleness, call_id)
         group = self._group
         local = self._local
         if local is not None:
@@ -277,14 +332,93 @@ class EnvRunner:
         self.restarted = False  # the next fragment continues this one's episodes
         return frag
 
-    def _env_error(self, exc: BaseException, where: str) -> Exception | None:
+    def _sample_pipelined(
+        self,
+        n_steps: int,
+        current_version: int | None,
+        max_staleness: int,
+        call_id: str | None,
+    ) -> list[Any]:
+        """:meth:`sample` of the pipelined mode: the halves alternate (see :meth:`sample`)."""
+        import ray
+
+        streams = self.streams
+        n = len(self._groups)
+        observed: list[list[GroupObservation]] = [[] for _ in range(n)]
+        answers: list[list[Any]] = [[] for _ in range(n)]
+        records: list[list[Any]] = [[] for _ in range(n)]
+        hops = [np.zeros((n_steps, len(HOPS)), dtype=np.int64) for _ in range(n)]
+
+        def send(h: int, t: int) -> tuple[GroupObservation, int, Any]:
+            seen = self._groups[h].observe()
+            tag: StepTag | None = (
+                None if call_id is None else (call_id, t, self.restarted, self._incarnation)
+            )
+            sent = time.time_ns()
+            ref = self._server.act.remote(
+                self.runner_id,
+                seen.observation,
+                streams[h],
+                seen.episode_start,
+                sent,
+                action_masks=seen.action_masks,
+                step=tag,
+            )
+            return seen, sent, ref
+
+        in_flight = [send(h, 0) for h in range(n)]
+        for t in range(n_steps):
+            for h in range(n):
+                seen, sent, ref = in_flight[h]
+                answer = ray.get(ref)
+                received = time.time_ns()
+                check_answer(
+                    answer,
+                    streams[h],
+                    runner_id=self.runner_id,
+                    current_version=current_version,
+                    max_staleness=max_staleness,
+                )
+                hops[h][t] = self._hops(answer, sent, received, streams[h])
+                try:
+                    records[h].append(self._groups[h].step(answer))
+                except Exception as exc:
+                    offset = self._slices[h].start or 0
+                    named = self._env_error(exc, f"in step {t} of this fragment", offset=offset)
+                    if named is None:
+                        raise
+                    raise named from exc.__cause__ or exc
+                observed[h].append(seen)
+                answers[h].append(answer)
+                if t + 1 < n_steps:  # the next request leaves at once; the other half steps
+                    in_flight[h] = send(h, t + 1)
+        fragments = [
+            group.fragment(
+                runner_id=self.runner_id,
+                env_ids=list(streams[h]),
+                observed=observed[h],
+                answers=answers[h],
+                records=records[h],
+                last=group.observe(),
+                hops_ns=hops[h],
+                restarted=self.restarted,
+            )
+            for h, group in enumerate(self._groups)
+        ]
+        self.restarted = False
+        return fragments
+
+    def _env_error(self, exc: BaseException, where: str, *, offset: int = 0) -> Exception | None:
         """The error naming this runner and the env of ``exc`` (its ``env_index``), or None.
 
         An :class:`~rlightning_ray.groups.EnvContractError` (gymnasium's API broken: an old-gym
         ``reset`` or ``step``, an observation of another shape than the space's) becomes a
         ``ValueError``; what an env raised, a ``RuntimeError`` with the env's message.
+        ``offset`` is the first row of the group that raised (a pipelined runner's second half).
         """
         index = getattr(exc, "env_index", None)
+        if isinstance(index, int) and not isinstance(index, bool):
+            index += offset
         if not isinstance(index, int) or not 0 <= index < len(self.env_ids):
             return None
         env = f"env {self.env_ids[index]!r} of runner {self.runner_id!r}"
@@ -293,11 +427,14 @@ class EnvRunner:
         cause = exc.__cause__ or exc
         return RuntimeError(f"{env} raised {where}: {type(cause).__name__}: {cause}")
 
-    def _hops(self, answer: Any, sent: int, received: int) -> np.ndarray:
+    def _hops(
+        self, answer: Any, sent: int, received: int, env_ids: list[str] | None = None
+    ) -> np.ndarray:
         """The four hop durations of one answer, ns (see :data:`rlightning_ray.HOPS`).
 
         Checks every part's stamps: a stacked response has one part, a multi-agent answer one
-        per env; a ``ts_env_sent_ns`` may be one int for its rows or one per row.
+        per env; a ``ts_env_sent_ns`` may be one int for its rows or one per row. ``env_ids``
+        are the answer's envs, for the message (None: the runner's; a pipelined half's own).
 
         Raises:
             ValueError: a row's ``ts_env_sent_ns`` is not ``sent`` (the stamp did not cross
@@ -311,7 +448,8 @@ class EnvRunner:
         if not echoed or any(check_stamp("ts_env_sent_ns", e, "answer.") != sent for e in echoed):
             raise ValueError(
                 f"runner {self.runner_id!r} sent ts_env_sent_ns={sent} but the answer for envs "
-                f"{self.env_ids} carries {echoed}: the stamp did not cross intact"
+                f"{self.env_ids if env_ids is None else env_ids} carries {echoed}: the stamp did "
+                "not cross intact"
             )
         first = parts[0]
         recv = check_stamp("ts_policy_recv_ns", first.ts_policy_recv_ns, "answer.")
@@ -369,3 +507,54 @@ def checked_env_ids(
             "give one seed (or None) per env"
         )
     return ids
+
+
+def pipeline_halves(k: int) -> list[slice]:
+    """The row ranges of a pipelined runner's two halves: ``[0, k - k // 2)`` and the rest.
+
+    Args:
+        k: The runner's env count, >= 2.
+
+    Returns:
+        Two slices in env order (the first half is the larger one for an odd ``k``).
+
+    Raises:
+        ValueError: ``k`` < 2.
+    """
+    if k < 2:
+        raise ValueError(f"pipelining needs >= 2 envs per runner to split in two halves, got {k}")
+    first = k - k // 2
+    return [slice(0, first), slice(first, k)]
+
+
+def check_pipeline(pipeline: Any, k: int, *, local: bool, subject: str) -> None:
+    """Refuse a ``pipeline`` argument that cannot be honoured (docs/ray.md, "Pipelined ...").
+
+    Args:
+        pipeline: The argument (a bool).
+        k: Envs per runner.
+        local: Whether the runners act with their own policy (the local mode).
+        subject: Who got it, for the message (``"start_runners"``, ``"runner 'runner-0'"``).
+
+    Raises:
+        TypeError: ``pipeline`` is not a bool.
+        ValueError: ``pipeline=True`` with fewer than 2 envs per runner (nothing to split), or
+            in the local mode (there is no server whose inference the other half could overlap:
+            the runner's own process infers).
+    """
+    if not isinstance(pipeline, bool):
+        raise TypeError(f"{subject}: pipeline must be a bool, got {type(pipeline).__name__}")
+    if not pipeline:
+        return
+    if k < 2:
+        raise ValueError(
+            f"{subject}: pipeline=True splits each runner's envs in two halves that alternate, "
+            f"so it needs envs_per_runner >= 2, got {k} env(s) per runner"
+        )
+    if local:
+        raise ValueError(
+            f"{subject}: pipeline=True overlaps one half's env steps with the other half's "
+            "inference in the policy server; in the local mode (policy=...) the runner infers "
+            "in its own process, so there is nothing to overlap: pass pipeline=False, or a "
+            "server instead of policy"
+        )
