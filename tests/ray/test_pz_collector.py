@@ -236,3 +236,24 @@ def test_arguments_are_checked_before_any_runner_starts(local_ray: None) -> None
         RaySharedRolloutCollector(model, fns, n_runners=1.0)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="needs an on-policy SB3 model"):
         RaySharedRolloutCollector(object(), fns)  # type: ignore[arg-type]
+
+
+def test_a_recurrent_model_is_refused(local_ray: None) -> None:
+    from sb3_contrib import RecurrentPPO
+
+    model = RecurrentPPO("MlpLstmPolicy", DummyVecEnv([ENVS.AgentSlot]), n_steps=8, device="cpu")
+    with pytest.raises(TypeError, match="does not support recurrent models"):
+        RaySharedRolloutCollector(model, _env_fns(range(1), False))
+
+
+def _not_parallel() -> Any:
+    return ENVS.AgentSlot()  # a gymnasium env, not a PettingZoo ParallelEnv
+
+
+def test_a_runner_that_fails_to_build_is_named(local_ray: None) -> None:
+    model = _model(PPO, 2)
+    with pytest.raises(
+        RuntimeError,
+        match=r"(?s)runner 'pz-runner-0' failed to build.*needs a PettingZoo ParallelEnv",
+    ):
+        RaySharedRolloutCollector(model, env_fn=_not_parallel, num_cpus=0.5)

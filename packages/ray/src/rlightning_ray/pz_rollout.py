@@ -258,7 +258,11 @@ class RaySharedRolloutCollector:
             )
             for r in range(n_runners)
         ]
-        self._get([runner.ready.remote() for runner in self._runners], "build")
+        try:
+            self._get([runner.ready.remote() for runner in self._runners], "build")
+        except RuntimeError:
+            self.close()  # the runners that were built end too
+            raise
 
     def _get(self, refs: list[Any], what: str) -> list[Any]:
         import ray
