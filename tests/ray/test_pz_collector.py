@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import ray
@@ -259,3 +260,17 @@ def test_a_runner_that_fails_to_build_is_named(local_ray: None) -> None:
         match=r"(?s)runner 'pz-runner-0' failed to build.*needs a PettingZoo ParallelEnv",
     ):
         RaySharedRolloutCollector(model, env_fn=_not_parallel, num_cpus=0.5)
+
+
+class _BoxSlot(gym.Env[Any, Any]):
+    observation_space = ENVS.OBS
+    action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        return np.zeros(4, np.float32), {}
+
+
+def test_gsde_is_refused(local_ray: None) -> None:
+    model = PPO("MlpPolicy", DummyVecEnv([_BoxSlot]), n_steps=8, batch_size=8, use_sde=True, device="cpu")
+    with pytest.raises(ValueError, match=r"does not support gSDE \(use_sde=True\)"):
+        RaySharedRolloutCollector(model, _env_fns(range(1), False))

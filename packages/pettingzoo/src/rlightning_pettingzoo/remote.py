@@ -82,7 +82,9 @@ def check_rollout_model(model: Any, caller: str) -> None:
     Raises:
         TypeError: ``model`` is not an on-policy SB3 model, or is a RecurrentPPO (its LSTM
             states are not carried between processes here).
-        ValueError: ``model``'s env has VecEnv wrappers the collector does not apply.
+        ValueError: ``model``'s env has VecEnv wrappers the collector does not apply, or the
+            model explores with gSDE (``use_sde=True``: the replica's noise matrix is not the
+            learner's and is never resampled where ``collect_rollouts`` resamples it).
     """
     if not isinstance(model, OnPolicyAlgorithm):
         raise TypeError(
@@ -93,6 +95,12 @@ def check_rollout_model(model: Any, caller: str) -> None:
         raise TypeError(
             f"{caller} does not support recurrent models ({type(model).__name__}): use "
             "rlightning_pettingzoo.SharedRolloutCollector in one process"
+        )
+    if getattr(model, "use_sde", False):
+        raise ValueError(
+            f"{caller} does not support gSDE (use_sde=True): the runners' replicas would "
+            "explore with noise matrices of their own, never resampled where SB3's "
+            "collect_rollouts resamples them; build the model with use_sde=False"
         )
     refuse_unapplied_wrappers(model, caller)
 
