@@ -271,6 +271,8 @@ class _BoxSlot(gym.Env[Any, Any]):
 
 
 def test_gsde_is_refused(local_ray: None) -> None:
-    model = PPO("MlpPolicy", DummyVecEnv([_BoxSlot]), n_steps=8, batch_size=8, use_sde=True, device="cpu")
+    model = PPO(
+        "MlpPolicy", DummyVecEnv([_BoxSlot]), n_steps=8, batch_size=8, use_sde=True, device="cpu"
+    )
     with pytest.raises(ValueError, match=r"does not support gSDE \(use_sde=True\)"):
         RaySharedRolloutCollector(model, _env_fns(range(1), False))
