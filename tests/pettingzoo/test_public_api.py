@@ -14,10 +14,22 @@ from rlightning_pettingzoo import (
     masks,
     parallel,
     policies,
+    remote,
     replay,
 )
 
-MODULES = [aec, aec_collector, collector, env_group, groups, masks, parallel, policies, replay]
+MODULES = [
+    aec,
+    aec_collector,
+    collector,
+    env_group,
+    groups,
+    masks,
+    parallel,
+    policies,
+    remote,
+    replay,
+]
 
 
 def test_all_lists_every_public_name_of_the_modules() -> None:

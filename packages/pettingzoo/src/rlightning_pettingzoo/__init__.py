@@ -65,6 +65,10 @@ _SB3_NAMES = {
     "SharedReplayCollector": "replay",
     "GroupRolloutCollector": "groups",
     "GroupReplayCollector": "groups",
+    "RecordedRollout": "remote",
+    "RolloutRecorder": "remote",
+    "check_rollout_model": "remote",
+    "fill_recorded": "remote",
 }
 
 
@@ -90,6 +94,8 @@ __all__ = [
     "ParallelObservation",
     "ParallelStep",
     "Policy",
+    "RecordedRollout",
+    "RolloutRecorder",
     "Segment",
     "SharedPolicyAdapter",
     "SharedReplayCollector",
@@ -97,6 +103,8 @@ __all__ = [
     "UntestedVersionWarning",
     "__version__",
     "aec_action",
+    "check_rollout_model",
+    "fill_recorded",
     "find_action_mask",
     "from_parallel_actions",
     "respond",

@@ -25,6 +25,7 @@ from rlightning import MultiAgentPolicyResponse, PolicyResponse
 from rlightning.rules import flat_mask, mask_size
 from rlightning_ray._parallel import ParallelEnvRunner
 from rlightning_ray.collector import Collector
+from rlightning_ray.pz_rollout import RaySharedRolloutCollector
 
 try:
     import torch
@@ -46,6 +47,7 @@ __all__ = [
     "LiveAgents",
     "ParallelEnvRunner",
     "ParallelFragment",
+    "RaySharedRolloutCollector",
     "SharedBatchPolicy",
     "collect_shared_rollout",
 ]

@@ -1,0 +1,231 @@
+"""The shared on-policy collector split in two: record a rollout in one process, fill in another.
+
+:class:`SharedRolloutCollector.collect <rlightning_pettingzoo.SharedRolloutCollector.collect>`
+steps the copies, records each agent's own trajectory, lays the trajectories into the buffer's
+columns (``_columns.pack``) and fills the model's buffer. For acting away from the learner (a
+Ray runner holding a replica of the model, ``rlightning_ray.pettingzoo.RaySharedRolloutCollector``)
+the two halves run in two processes, with the very same code:
+
+* :class:`RolloutRecorder` is a :class:`~rlightning_pettingzoo.SharedRolloutCollector` whose
+  fill is replaced by keeping the packed rows: :meth:`RolloutRecorder.record` runs ``collect``
+  unchanged (acting, stepping, the transition rules, the column layout) over the replica's
+  buffer shape (its ``n_steps`` rows and ``n_envs`` columns: the runner's share of the learner's
+  columns) and returns them as a :class:`RecordedRollout` (picklable).
+* :func:`fill_recorded` lays the recorded rollouts side by side (rollout ``r``'s columns after
+  rollout ``r - 1``'s) and fills the learner's buffer with the function ``collect`` fills with
+  (``rlightning_sb3.add_rollout_step`` row by row, then ``finish_rollout``): callbacks, the
+  logger, ``num_timesteps`` and ``ep_info_buffer`` are the learner's.
+
+So one runner's rollout fills the learner's buffer exactly as ``SharedRolloutCollector.collect``
+over the runner's copies fills it, and several runners' columns each exactly as the in-process
+collector over that runner's copies (tests/ray/test_pz_collector.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+
+from rlightning_pettingzoo._columns import Placed
+from rlightning_pettingzoo._sb3 import adapter_for, refuse_unapplied_wrappers
+from rlightning_pettingzoo.collector import (
+    Segment,
+    SharedRolloutCollector,
+    _fill_rollout,
+    _segments,
+)
+
+__all__ = ["RecordedRollout", "RolloutRecorder", "check_rollout_model", "fill_recorded"]
+
+
+@dataclass(frozen=True)
+class RecordedRollout:
+    """One rollout of a :class:`RolloutRecorder`: its packed rows and its episodes.
+
+    Attributes:
+        rows: ``rows[r][c]``: the packed transition of the recorder's column ``c``, row ``r``
+            (``n_rows`` lists of ``n_columns``), with what ``add_rollout_step`` is given for it
+            (``episode_start``, ``done``, the info: ``terminal_observation``,
+            ``TimeLimit.truncated``, ``episode``). Observations are numpy arrays (dicts of them
+            for a Dict space); ``value`` and ``log_prob`` as the adapter answered them.
+        n_rows: The recorder's buffer rows (``n_steps``).
+        n_columns: The recorder's buffer columns (its model's ``n_envs``).
+        n_copies: The recorder's env copies.
+        dropped: Agent-steps taken but not stored (see ``SharedRolloutCollector``).
+        agent_returns: Per agent id, the returns of its last 100 finished episodes (all the
+            recorder's copies, oldest first), after this rollout.
+    """
+
+    rows: list[list[Placed]]
+    n_rows: int
+    n_columns: int
+    n_copies: int
+    dropped: int
+    agent_returns: dict[Any, list[float]]
+
+
+def check_rollout_model(model: Any, caller: str) -> None:
+    """Refuse a model :func:`fill_recorded` cannot fill (checked before anything starts).
+
+    Args:
+        model: The learner's model.
+        caller: Named in the messages.
+
+    Returns:
+        None; nothing is mutated.
+
+    Raises:
+        TypeError: ``model`` is not an on-policy SB3 model, or is a RecurrentPPO (its LSTM
+            states are not carried between processes here).
+        ValueError: ``model``'s env has VecEnv wrappers the collector does not apply, or the
+            model explores with gSDE (``use_sde=True``: the replica's noise matrix is not the
+            learner's and is never resampled where ``collect_rollouts`` resamples it).
+    """
+    if not isinstance(model, OnPolicyAlgorithm):
+        raise TypeError(
+            f"{caller} needs an on-policy SB3 model (PPO, A2C, MaskablePPO), got "
+            f"{type(model).__name__}"
+        )
+    if adapter_for(model).is_recurrent:
+        raise TypeError(
+            f"{caller} does not support recurrent models ({type(model).__name__}): use "
+            "rlightning_pettingzoo.SharedRolloutCollector in one process"
+        )
+    if getattr(model, "use_sde", False):
+        raise ValueError(
+            f"{caller} does not support gSDE (use_sde=True): the runners' replicas would "
+            "explore with noise matrices of their own, never resampled where SB3's "
+            "collect_rollouts resamples them; build the model with use_sde=False"
+        )
+    refuse_unapplied_wrappers(model, caller)
+
+
+class RolloutRecorder(SharedRolloutCollector):
+    """A :class:`~rlightning_pettingzoo.SharedRolloutCollector` that keeps its rows unfilled.
+
+    Args:
+        model: The replica acting (its ``n_steps`` and ``n_envs`` shape the rollout; its
+            buffer is never written).
+        env_fns: One function per env copy, each returning a PettingZoo ``ParallelEnv``.
+        seeds: The seed of each copy's first reset (None: no seed).
+
+    Raises:
+        What ``SharedRolloutCollector`` raises, and TypeError for a recurrent model.
+    """
+
+    def __init__(
+        self,
+        model: OnPolicyAlgorithm,
+        env_fns: Sequence[Callable[[], Any]],
+        *,
+        seeds: Sequence[int | None] | None = None,
+    ) -> None:
+        super().__init__(model, env_fns, seeds=seeds)
+        if self._recurrent:
+            raise TypeError("RolloutRecorder does not support recurrent models")
+        self._kept: list[list[list[Placed]]] = []
+
+    def _fill(self, placed: list[list[Placed]], update_model: bool) -> None:
+        self._kept.append(placed)  # kept for record(): the learner fills
+
+    def record(self) -> RecordedRollout:
+        """Act and step one rollout as ``SharedRolloutCollector.collect`` does; fill nothing.
+
+        Returns:
+            The packed rows and the episodes (:class:`RecordedRollout`). The envs are stepped
+            and the model's random draws made (torch's global generator); the model's buffer,
+            ``num_timesteps`` and logger are untouched.
+
+        Raises:
+            What ``SharedRolloutCollector.collect`` raises.
+        """
+        self._kept.clear()
+        self.collect(update_model=False)
+        assert len(self._kept) == 1, "internal: collect() did not pack once"
+        buf: Any = self.model.rollout_buffer
+        return RecordedRollout(
+            rows=self._kept.pop(),
+            n_rows=int(buf.buffer_size),
+            n_columns=int(buf.n_envs),
+            n_copies=len(self._envs),
+            dropped=self.dropped,
+            agent_returns={agent: list(r) for agent, r in self.agent_returns.items()},
+        )
+
+
+def fill_recorded(
+    model: OnPolicyAlgorithm,
+    rollouts: Sequence[RecordedRollout],
+    *,
+    update_model: bool = True,
+    agent_returns: dict[Any, deque[float]] | None = None,
+) -> list[Segment]:
+    """Fill ``model.rollout_buffer`` from recorded rollouts laid side by side, as ``collect``.
+
+    Rollout ``r``'s columns follow rollout ``r - 1``'s (its column ``c`` is the buffer's
+    ``sum(n_columns of the rollouts before) + c``); the rows go to
+    :func:`rlightning_sb3.add_rollout_step` row by row and :func:`rlightning_sb3.finish_rollout`
+    ends the rollout, by the function ``SharedRolloutCollector.collect`` fills with.
+
+    Args:
+        model: The learner's on-policy model (``n_steps`` rows; ``n_envs`` the rollouts'
+            columns together).
+        rollouts: The rollouts, in column order.
+        update_model: As in ``SharedRolloutCollector.collect`` (``num_timesteps``, episodes for
+            ``rollout/ep_rew_mean``, the callback, the logger; needs
+            :func:`rlightning_sb3.start_training`).
+        agent_returns: Per agent id, the returns recorded as ``rollout/ep_rew_mean/<agent_id>``
+            before the logger's dump (None: each rollout's :attr:`RecordedRollout.agent_returns`
+            together).
+
+    Returns:
+        The buffer's segments, column by column (``env_index`` counts the copies of the
+        rollouts before: rollout ``r``'s copy ``i`` is ``sum(n_copies before) + i``).
+
+    Raises:
+        ValueError: no rollouts, a rollout's rows are not the model's ``n_steps``, or the
+            rollouts' columns are not the model's ``n_envs`` (each named).
+        What ``add_rollout_step`` and ``finish_rollout`` raise.
+    """
+    if not rollouts:
+        raise ValueError("fill_recorded needs at least one recorded rollout")
+    buf: Any = model.rollout_buffer
+    n_rows, n_columns = int(buf.buffer_size), int(buf.n_envs)
+    for r, rollout in enumerate(rollouts):
+        if rollout.n_rows != n_rows or len(rollout.rows) != n_rows:
+            raise ValueError(
+                f"rollout {r} has {len(rollout.rows)} rows, the model's buffer n_steps={n_rows}"
+            )
+    total = sum(rollout.n_columns for rollout in rollouts)
+    if total != n_columns:
+        raise ValueError(
+            f"the rollouts have {[r.n_columns for r in rollouts]} columns ({total} in all), the "
+            f"model's buffer n_envs={n_columns}"
+        )
+    rows: list[list[Placed]] = [[] for _ in range(n_rows)]
+    column_offset, copy_offset = 0, 0
+    for rollout in rollouts:
+        for r, row in enumerate(rollout.rows):
+            for p in row:
+                t = p.transition
+                moved = dataclasses.replace(t, env_index=t.env_index + copy_offset)
+                rows[r].append(
+                    dataclasses.replace(p, transition=moved, column=p.column + column_offset)
+                )
+        column_offset += rollout.n_columns
+        copy_offset += rollout.n_copies
+    if agent_returns is None:
+        merged: dict[Any, list[float]] = {}
+        for rollout in rollouts:
+            for agent, returns in rollout.agent_returns.items():
+                merged.setdefault(agent, []).extend(returns)
+        returns_of: Any = merged
+    else:
+        returns_of = agent_returns
+    _fill_rollout(model, rows, update_model, returns_of)
+    return _segments(rows, n_rows, n_columns)

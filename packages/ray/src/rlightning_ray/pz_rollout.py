@@ -1,0 +1,326 @@
+"""The shared on-policy PettingZoo collector on Ray runners (agents that die, join and wait).
+
+:class:`RaySharedRolloutCollector` is :class:`rlightning_pettingzoo.SharedRolloutCollector` with
+its env copies spread over Ray actors (local mode: each runner acts with a replica of the
+model in its own process). Nothing of PettingZoo's or SB3's rules is written here again:
+
+* each runner holds a :class:`rlightning_pettingzoo.RolloutRecorder` (the in-process collector,
+  its fill replaced by keeping the packed rows) over its copies and a replica of the model
+  with the runner's share of the learner's buffer columns (SB3's own ``save``/``load`` of the
+  learner's model, ``n_envs`` set to the share: the same class, hyper-parameters, spaces and
+  weights);
+* each :meth:`RaySharedRolloutCollector.collect` publishes the learner's policy weights
+  (``rlightning_sb3.policy_weights``, one ``ray.put``) to every runner, which loads them and
+  records one rollout (``SharedRolloutCollector.collect``'s acting, stepping, transition rules
+  and column layout, unchanged) and returns it (:class:`rlightning_pettingzoo.RecordedRollout`);
+* the learner fills its buffer from the runners' rollouts side by side
+  (:func:`rlightning_pettingzoo.fill_recorded`: ``SharedRolloutCollector``'s own fill, through
+  ``rlightning_sb3.add_rollout_step`` and ``finish_rollout``), so callbacks, the logger,
+  ``num_timesteps`` and ``ep_info_buffer`` are the learner's.
+
+With one runner its buffer equals the in-process collector's over the same copies, seeds and
+torch seed, array for array; with several, runner ``r``'s columns equal the in-process
+collector's over runner ``r``'s copies (tests/ray/test_pz_collector.py).
+"""
+
+from __future__ import annotations
+
+import io
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from rlightning.rules import check_count
+
+try:
+    from rlightning_pettingzoo.collector import Segment
+    from rlightning_pettingzoo.remote import (
+        RecordedRollout,
+        RolloutRecorder,
+        check_rollout_model,
+        fill_recorded,
+    )
+    from rlightning_sb3 import policy_weights, set_acting_seed
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "rlightning_ray.pettingzoo needs the [pettingzoo] extra: "
+        f'pip install "rlightning-ray[pettingzoo]" ({exc})'
+    ) from exc
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+
+__all__ = ["RaySharedRolloutCollector", "SharedRolloutRunner"]
+
+
+class SharedRolloutRunner:
+    """A Ray actor's state: a replica of the learner's model and a :class:`RolloutRecorder`.
+
+    Built in the actor's process by :class:`RaySharedRolloutCollector` (not meant to be built by
+    hand).
+
+    Args:
+        model_class: The learner's model class (``PPO``, ``A2C``, ``MaskablePPO``).
+        saved: The learner's model as SB3's ``model.save`` wrote it (bytes).
+        n_columns: The runner's share of the learner's buffer columns (the replica's
+            ``n_envs``).
+        env_fns: One function per env copy of this runner.
+        seeds: Each copy's first-reset seed (None: no seed).
+        acting_seed: When given, :func:`rlightning_sb3.set_acting_seed` after the replica is
+            built (torch's, numpy's and Python's global generators: the replica samples its
+            actions from torch's).
+        device: The replica's torch device.
+        runner_id: For messages.
+
+    Raises:
+        What ``model_class.load`` and :class:`RolloutRecorder` raise.
+    """
+
+    def __init__(
+        self,
+        model_class: Any,
+        saved: bytes,
+        n_columns: int,
+        env_fns: Sequence[Callable[[], Any]],
+        seeds: Sequence[int | None],
+        acting_seed: int | None,
+        device: str,
+        runner_id: str,
+    ) -> None:
+        # SB3's load: kwargs override the saved attributes before _setup_model builds the buffer
+        self.model = model_class.load(io.BytesIO(saved), device=device, n_envs=n_columns)
+        if acting_seed is not None:
+            set_acting_seed(acting_seed)
+        self.recorder = RolloutRecorder(self.model, env_fns, seeds=seeds)
+        self.runner_id = runner_id
+
+    def ready(self) -> str:
+        """The runner's id, once built (surfaces a failed construction to the caller)."""
+        return self.runner_id
+
+    def record(self, weights: Any) -> RecordedRollout:
+        """Load ``weights`` (a ``policy.state_dict()``) and record one rollout.
+
+        Returns:
+            The rollout (:meth:`RolloutRecorder.record`).
+
+        Raises:
+            What ``load_state_dict`` and :meth:`RolloutRecorder.record` raise.
+        """
+        self.model.policy.load_state_dict(weights)
+        return self.recorder.record()
+
+
+class RaySharedRolloutCollector:
+    """Fill one shared on-policy model's buffer from env copies stepped on Ray runners.
+
+    The copies (``env_fns``, or ``env_fn`` called once per copy) are split into ``n_runners``
+    consecutive blocks of ``copies_per_runner``; runner ``r`` holds copies ``r *
+    copies_per_runner ...`` and fills the learner's buffer columns ``r * m ... (r + 1) * m - 1``
+    with ``m = model.n_envs // n_runners`` (its replica's ``n_envs``). Each :meth:`collect` is
+    one rollout, as :meth:`rlightning_pettingzoo.SharedRolloutCollector.collect` over each
+    runner's copies and columns (see the module docstring and ``docs/ray.md``, "PettingZoo").
+    Call :func:`rlightning_sb3.start_training` before, ``model.train()`` after each
+    :meth:`collect`, and :meth:`close` at the end.
+
+    Needs ``ray.init`` first. Builds the runners at once (each imports torch and SB3: seconds)
+    and waits until they are built.
+
+    Args:
+        model: The learner's PPO, A2C or MaskablePPO, built over a VecEnv of ``n_envs`` slots
+            of one agent's spaces (it sizes the buffer; never stepped); ``n_envs`` a multiple
+            of ``n_runners``.
+        env_fns: One function per copy (``n_runners * copies_per_runner``), each returning a
+            PettingZoo ``ParallelEnv`` (called in the runners' processes).
+        env_fn: Instead of ``env_fns``: one function for every copy.
+        n_runners: The Ray actors.
+        copies_per_runner: Copies per runner (with ``env_fns`` it defaults to
+            ``len(env_fns) // n_runners``; with ``env_fn`` to 1).
+        seeds: Each copy's first-reset seed, in copy order (None: no seeds).
+        acting_seeds: Each runner's acting seed (:func:`rlightning_sb3.set_acting_seed` in the
+            runner after its replica is built). None: ``model.seed + r`` for runner ``r`` where
+            the model has a seed, else no seeding (each replica then starts from its load's
+            ``set_random_seed(model.seed)``, the same for all: give seeds).
+        num_cpus: CPUs each runner reserves.
+        device: The replicas' torch device.
+        timeout_s: Seconds to wait for the runners' rollouts (None: no limit).
+
+    Raises:
+        TypeError: ``model`` is not an on-policy SB3 model or is recurrent; an ``env_fns``
+            entry or ``env_fn`` is not callable.
+        ValueError: neither or both of ``env_fns`` and ``env_fn``; the copies are not
+            ``n_runners * copies_per_runner``; ``model.n_envs`` is not a multiple of
+            ``n_runners``; ``seeds`` or ``acting_seeds`` has the wrong length; bad counts.
+        RuntimeError: Ray is not initialised, or a runner failed to build (named, the cause
+            chained).
+    """
+
+    def __init__(
+        self,
+        model: OnPolicyAlgorithm,
+        env_fns: Sequence[Callable[[], Any]] | None = None,
+        *,
+        env_fn: Callable[[], Any] | None = None,
+        n_runners: int = 1,
+        copies_per_runner: int | None = None,
+        seeds: Sequence[int | None] | None = None,
+        acting_seeds: Sequence[int | None] | None = None,
+        num_cpus: float = 1,
+        device: str = "cpu",
+        timeout_s: float | None = None,
+    ) -> None:
+        import ray
+
+        name = "RaySharedRolloutCollector"
+        check_rollout_model(model, name)
+        check_count(n_runners, f"{name} n_runners", minimum=1)
+        check_count(num_cpus, f"{name} num_cpus", minimum=0, integer=False)
+        if (env_fns is None) == (env_fn is None):
+            raise ValueError(f"{name}: give exactly one of env_fns (one per copy) and env_fn")
+        if env_fns is not None:
+            fns = list(env_fns)
+            if copies_per_runner is None:
+                if len(fns) % n_runners or not fns:
+                    raise ValueError(
+                        f"{name}: {len(fns)} env_fns cannot be split into {n_runners} runners "
+                        "of equal copies"
+                    )
+                copies_per_runner = len(fns) // n_runners
+            check_count(copies_per_runner, f"{name} copies_per_runner", minimum=1)
+            if len(fns) != n_runners * copies_per_runner:
+                raise ValueError(
+                    f"{name}: env_fns holds {len(fns)} functions, n_runners * "
+                    f"copies_per_runner = {n_runners} * {copies_per_runner} copies need "
+                    f"{n_runners * copies_per_runner}"
+                )
+        else:
+            copies_per_runner = 1 if copies_per_runner is None else copies_per_runner
+            check_count(copies_per_runner, f"{name} copies_per_runner", minimum=1)
+            fns = [env_fn] * (n_runners * copies_per_runner)  # type: ignore[list-item]
+        for k, fn in enumerate(fns):
+            if not callable(fn):
+                raise TypeError(
+                    f"{name}: env function of copy {k} must be callable (returning a "
+                    f"ParallelEnv), got {type(fn).__name__}"
+                )
+        n_copies = len(fns)
+        n_envs = int(model.n_envs)
+        if n_envs % n_runners:
+            raise ValueError(
+                f"{name}: the model's n_envs={n_envs} buffer columns cannot be split into "
+                f"{n_runners} runners of equal columns: build the model with a multiple of "
+                "n_runners slots"
+            )
+        copy_seeds = [None] * n_copies if seeds is None else list(seeds)
+        if len(copy_seeds) != n_copies:
+            raise ValueError(
+                f"{name}: seeds must hold one seed per env copy ({n_copies}), got {len(copy_seeds)}"
+            )
+        if acting_seeds is None:
+            base = getattr(model, "seed", None)
+            runner_seeds: list[int | None] = [
+                None if base is None else int(base) + r for r in range(n_runners)
+            ]
+        else:
+            runner_seeds = list(acting_seeds)
+            if len(runner_seeds) != n_runners:
+                raise ValueError(
+                    f"{name}: acting_seeds must hold one seed per runner ({n_runners}), got "
+                    f"{len(runner_seeds)}"
+                )
+        if not ray.is_initialized():
+            raise RuntimeError(f"{name} needs Ray: call ray.init(...) first")
+        self.model = model
+        self.n_runners = n_runners
+        self.copies_per_runner = copies_per_runner
+        self.timeout_s = timeout_s
+        #: Agent-steps of the last :meth:`collect` taken but not stored (all runners).
+        self.dropped = 0
+        #: Per agent id, the returns of its last 100 finished episodes, per runner (see
+        #: :meth:`collect`).
+        self.agent_returns: dict[Any, deque[float]] = {}
+        saved = io.BytesIO()
+        model.save(saved)
+        blob = ray.put(saved.getvalue())
+        columns = n_envs // n_runners
+        actor: Any = ray.remote(SharedRolloutRunner).options(num_cpus=num_cpus)
+        self._ids = [f"pz-runner-{r}" for r in range(n_runners)]
+        self._runners = [
+            actor.remote(
+                type(model),
+                blob,
+                columns,
+                fns[r * copies_per_runner : (r + 1) * copies_per_runner],
+                copy_seeds[r * copies_per_runner : (r + 1) * copies_per_runner],
+                runner_seeds[r],
+                device,
+                self._ids[r],
+            )
+            for r in range(n_runners)
+        ]
+        try:
+            self._get([runner.ready.remote() for runner in self._runners], "build")
+        except RuntimeError:
+            self.close()  # the runners that were built end too
+            raise
+
+    def _get(self, refs: list[Any], what: str) -> list[Any]:
+        import ray
+
+        out = []
+        for runner_id, ref in zip(self._ids, refs, strict=True):
+            try:
+                out.append(ray.get(ref, timeout=self.timeout_s))
+            except ray.exceptions.GetTimeoutError as exc:
+                raise RuntimeError(
+                    f"RaySharedRolloutCollector: runner {runner_id!r} did not {what} within "
+                    f"timeout_s={self.timeout_s}"
+                ) from exc
+            except ray.exceptions.RayError as exc:
+                raise RuntimeError(
+                    f"RaySharedRolloutCollector: runner {runner_id!r} failed to {what}: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+        return out
+
+    def collect(self, *, update_model: bool = True) -> list[Segment]:
+        """Publish the weights, record one rollout on every runner, fill the learner's buffer.
+
+        Args:
+            update_model: As in :meth:`rlightning_pettingzoo.SharedRolloutCollector.collect`
+                (``num_timesteps``, episodes, the callback and the logger, on the learner).
+
+        Returns:
+            The buffer's segments, column by column (:func:`rlightning_pettingzoo
+            .fill_recorded`: ``env_index`` is the global copy index). ``model.rollout_buffer``
+            is filled (``reset`` first when full) with its ``returns`` and ``advantages``;
+            the runners' envs are stepped. ``rollout/ep_rew_mean/<agent_id>`` is the mean of
+            each runner's last 100 episodes of the agent together (with one runner: its last
+            100, as in-process).
+
+        Raises:
+            RuntimeError: a runner failed (named; its error in the message) or timed out.
+            What :func:`rlightning_pettingzoo.fill_recorded` raises
+            (``rlightning_sb3.StopTraining`` when a callback stops the loop).
+        """
+        import ray
+
+        weights = ray.put(policy_weights(self.model))
+        rollouts: list[RecordedRollout] = self._get(
+            [runner.record.remote(weights) for runner in self._runners], "record a rollout"
+        )
+        self.dropped = sum(rollout.dropped for rollout in rollouts)
+        merged: dict[Any, deque[float]] = {}
+        for rollout in rollouts:
+            for agent, returns in rollout.agent_returns.items():
+                merged.setdefault(agent, deque()).extend(returns)
+        self.agent_returns = merged
+        return fill_recorded(self.model, rollouts, update_model=update_model, agent_returns=merged)
+
+    def close(self) -> None:
+        """End the runners' actors (their envs are not closed: they die with the process)."""
+        import ray
+
+        for runner in self._runners:
+            ray.kill(runner)
+        self._runners = []
