@@ -91,6 +91,7 @@ def test_all_is_complete() -> None:
         "weights",
         "sb3",
         "pettingzoo",
+        "pz_rollout",
     }
     imports = {"annotations", "PackageNotFoundError", "version"}
     assert public - modules - imports == set(rlightning_ray.__all__) - {"__version__"}

@@ -184,27 +184,23 @@ def refuse_unstarted(model: Any, caller: str, group: str | None = None) -> None:
     """Refuse, before any env is stepped, a collect() that updates a model that cannot take steps.
 
     ``add_rollout_step``/``add_replay_step`` with ``update_model`` refuse a model that
-    :func:`rlightning_sb3.start_training` has not started (``rlightning_sb3``'s
-    ``require_started``), and raise ``StopTraining`` again once a callback stopped its run
-    (``refuse_stopped``): the very same rules, applied here before the first step, where a
-    rollout collector would reach them only after stepping its envs for a whole rollout.
+    :func:`rlightning_sb3.start_training` has not started and raise ``StopTraining`` again once
+    a callback stopped its run (:func:`rlightning_sb3.check_training`): the very same rules,
+    applied here before the first step, where a rollout collector would reach them only after
+    stepping its envs for a whole rollout.
 
     Raises:
         ValueError: ``model`` has no step budget (named with the caller and the group).
         rlightning_sb3.StopTraining: a callback stopped ``model``'s run (call
             ``finish_training``).
     """
-    from rlightning_sb3 import StopTraining
-    from rlightning_sb3._buffer_checks import require_started
-    from rlightning_sb3._training import refuse_stopped, run_of
+    from rlightning_sb3 import StopTraining, check_training
 
     whose = f" (the model of group {group!r})" if group is not None else ""
     try:
-        require_started(model)
+        check_training(model)
     except ValueError as error:
         raise ValueError(f"{caller}{whose}: {error}") from None
-    try:
-        refuse_stopped(run_of(model))
     except StopTraining as error:
         raise StopTraining(f"{caller}{whose}: {error}") from None
 

@@ -9,9 +9,10 @@ Public names:
 * :func:`observation_space_mismatch` -- why observations of one space cannot go to a model of
   another, by SB3's ``obs_to_tensor`` rules;
 * :func:`start_training`, :func:`add_rollout_step`, :func:`finish_rollout`,
-  :func:`add_replay_step`, :func:`finish_training` -- fill SB3's rollout and replay buffers from
-  responses, exactly as SB3's ``collect_rollouts`` does, calling SB3 callbacks and dumping SB3's
-  logger where ``learn()`` does (:class:`StopTraining` when a callback stops the loop);
+  :func:`add_replay_step`, :func:`finish_training`, :func:`check_training` -- fill SB3's
+  rollout and replay buffers from responses, exactly as SB3's ``collect_rollouts`` does,
+  calling SB3 callbacks and dumping SB3's logger where ``learn()`` does (:class:`StopTraining`
+  when a callback stops the loop; ``check_training`` applies their refusals before any step);
 * :class:`ActingReplica`, :class:`ActingState`, :func:`acting_state`, :func:`policy_weights`,
   :func:`rollout_steps`, :func:`set_acting_seed` -- the acting side of ``collect_rollouts`` for a
   replica of the model that acts away from its learner (:mod:`rlightning_sb3.acting`);
@@ -59,6 +60,7 @@ from rlightning_sb3.buffers import (  # noqa: E402
     StopTraining,
     add_replay_step,
     add_rollout_step,
+    check_training,
     finish_rollout,
     finish_training,
     start_training,
@@ -89,6 +91,7 @@ __all__ = [
     "acting_state",
     "add_replay_step",
     "add_rollout_step",
+    "check_training",
     "check_version",
     "finish_rollout",
     "finish_training",

@@ -91,10 +91,30 @@ __all__ = [
     "StopTraining",
     "add_replay_step",
     "add_rollout_step",
+    "check_training",
     "finish_rollout",
     "finish_training",
     "start_training",
 ]
+
+
+def check_training(model: BaseAlgorithm) -> None:
+    """Refuse a model that ``add_rollout_step``/``add_replay_step`` with ``update_model`` would.
+
+    The same two rules those helpers apply at their first step, for a caller that steps envs
+    before it calls them (a rollout collector) and wants the refusal before any env step:
+    the model must have been started by :func:`start_training`, and its run must not have been
+    stopped by a callback. Reads the model; changes nothing.
+
+    Args:
+        model: An SB3 algorithm (``OnPolicyAlgorithm`` or ``OffPolicyAlgorithm``).
+
+    Raises:
+        ValueError: :func:`start_training` has not been called on ``model`` (no step budget).
+        StopTraining: a callback stopped ``model``'s run (call :func:`finish_training`).
+    """
+    require_started(model)
+    refuse_stopped(run_of(model))
 
 
 def add_rollout_step(
