@@ -97,7 +97,7 @@ class Collector:
         self.runner_ids: list[str] = [d["runner_id"] for d in described]
         self.runner_env_ids: list[list[str]] = [list(d["env_ids"]) for d in described]
         self.env_ids: list[str] = [e for ids in self.runner_env_ids for e in ids]
-        #: Per runner, the env ids of each fragment it returns (pipelined: its two halves').
+        # per runner, the env ids of each fragment it returns (pipelined: its two halves')
         self.runner_streams: list[list[list[str]]] = [
             [list(ids) for ids in d.get("streams", [d["env_ids"]])] for d in described
         ]

@@ -300,8 +300,8 @@ class RaySharedRolloutCollector:
 
         Raises:
             RuntimeError: a runner failed (named; its error in the message) or timed out.
-            What :func:`rlightning_pettingzoo.fill_recorded` raises
-            (``rlightning_sb3.StopTraining`` when a callback stops the loop).
+            rlightning_sb3.StopTraining: a callback stopped the loop (and whatever else
+                :func:`rlightning_pettingzoo.fill_recorded` raises).
         """
         import ray
 
