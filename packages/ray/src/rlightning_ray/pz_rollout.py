@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import io
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlightning.rules import check_count
@@ -147,10 +147,13 @@ class RaySharedRolloutCollector:
 
     Raises:
         TypeError: ``model`` is not an on-policy SB3 model or is recurrent; an ``env_fns``
-            entry or ``env_fn`` is not callable.
+            entry or ``env_fn`` is not callable; ``seeds`` or ``acting_seeds`` is not a
+            sequence, or one of its seeds is not None or an int (a bool, float, str; named
+            by index); ``timeout_s`` is not None or a number.
         ValueError: neither or both of ``env_fns`` and ``env_fn``; the copies are not
             ``n_runners * copies_per_runner``; ``model.n_envs`` is not a multiple of
-            ``n_runners``; ``seeds`` or ``acting_seeds`` has the wrong length; bad counts.
+            ``n_runners``; ``seeds`` or ``acting_seeds`` has the wrong length or a negative
+            seed; ``timeout_s`` is not > 0; bad counts.
         RuntimeError: Ray is not initialised, or a runner failed to build (named, the cause
             chained).
     """
@@ -211,7 +214,7 @@ class RaySharedRolloutCollector:
                 f"{n_runners} runners of equal columns: build the model with a multiple of "
                 "n_runners slots"
             )
-        copy_seeds = [None] * n_copies if seeds is None else list(seeds)
+        copy_seeds = [None] * n_copies if seeds is None else _seed_list(seeds, "seeds", name)
         if len(copy_seeds) != n_copies:
             raise ValueError(
                 f"{name}: seeds must hold one seed per env copy ({n_copies}), got {len(copy_seeds)}"
@@ -222,12 +225,24 @@ class RaySharedRolloutCollector:
                 None if base is None else int(base) + r for r in range(n_runners)
             ]
         else:
-            runner_seeds = list(acting_seeds)
+            runner_seeds = _seed_list(acting_seeds, "acting_seeds", name)
             if len(runner_seeds) != n_runners:
                 raise ValueError(
                     f"{name}: acting_seeds must hold one seed per runner ({n_runners}), got "
                     f"{len(runner_seeds)}"
                 )
+        if timeout_s is not None and (
+            isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float)
+        ):
+            raise TypeError(
+                f"{name}: timeout_s must be None (no limit) or a number of seconds, got "
+                f"{type(timeout_s).__name__} {timeout_s!r}"
+            )
+        if timeout_s is not None and not timeout_s > 0:  # NaN too
+            raise ValueError(
+                f"{name}: timeout_s must be None (no limit) or a number of seconds > 0, got "
+                f"{timeout_s!r}"
+            )
         if not ray.is_initialized():
             raise RuntimeError(f"{name} needs Ray: call ray.init(...) first")
         self.model = model
@@ -324,3 +339,30 @@ class RaySharedRolloutCollector:
         for runner in self._runners:
             ray.kill(runner)
         self._runners = []
+
+
+def _seed_list(seeds: Any, what: str, name: str) -> list[int | None]:
+    """``seeds`` as a list of seeds, each None or an int >= 0 (``rlightning.rules.check_count``).
+
+    Args:
+        seeds: The argument given (a list, tuple or numpy array of seeds).
+        what: Its name (``"seeds"``, ``"acting_seeds"``), for the messages.
+        name: The caller, for the messages.
+
+    Returns:
+        A new list: None kept, every other seed as a Python int. Nothing is mutated.
+
+    Raises:
+        TypeError: ``seeds`` is not iterable (a lone int) or is a str or mapping, or an entry
+            is a bool, float or str (named by its index).
+        ValueError: an entry is negative.
+    """
+    if isinstance(seeds, str | bytes | Mapping) or not isinstance(seeds, Iterable):
+        raise TypeError(
+            f"{name}: {what} must be a sequence (one seed, or None, per item), got "
+            f"{type(seeds).__name__} {seeds!r}"
+        )
+    return [
+        None if seed is None else int(check_count(seed, f"{name} {what}[{k}]", minimum=0))
+        for k, seed in enumerate(seeds)
+    ]
