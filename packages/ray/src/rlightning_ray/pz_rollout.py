@@ -40,7 +40,7 @@ try:
         check_rollout_model,
         fill_recorded,
     )
-    from rlightning_sb3 import policy_weights, set_acting_seed
+    from rlightning_sb3 import image_transpose, policy_weights, set_acting_seed
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "rlightning_ray.pettingzoo needs the [pettingzoo] extra: "
@@ -71,6 +71,13 @@ class SharedRolloutRunner:
             actions from torch's).
         device: The replica's torch device.
         runner_id: For messages.
+        image_spaces: When the learner's env is wrapped in ``VecTransposeImage`` (SB3 wraps an
+            env of channel-last images), the raw observation space it wraps and the action
+            space: the replica is then loaded over a never-stepped ``DummyVecEnv`` of
+            ``n_columns`` slots of those spaces, which SB3's ``load`` wraps in
+            ``VecTransposeImage`` as it wrapped the learner's, so that the recorder transposes
+            the agents' images as the in-process collector does
+            (:func:`rlightning_sb3.image_transpose`). None: no env.
 
     Raises:
         What ``model_class.load`` and :class:`RolloutRecorder` raise.
@@ -86,9 +93,11 @@ class SharedRolloutRunner:
         acting_seed: int | None,
         device: str,
         runner_id: str,
+        image_spaces: tuple[Any, Any] | None = None,
     ) -> None:
         # SB3's load: kwargs override the saved attributes before _setup_model builds the buffer
-        self.model = model_class.load(io.BytesIO(saved), device=device, n_envs=n_columns)
+        env = None if image_spaces is None else _slots(*image_spaces, n_columns)
+        self.model = model_class.load(io.BytesIO(saved), env=env, device=device, n_envs=n_columns)
         if acting_seed is not None:
             set_acting_seed(acting_seed)
         self.recorder = RolloutRecorder(self.model, env_fns, seeds=seeds)
@@ -258,6 +267,8 @@ class RaySharedRolloutCollector:
         model.save(saved)
         blob = ray.put(saved.getvalue())
         columns = n_envs // n_runners
+        transpose = image_transpose(model)  # the replicas transpose images as the learner's env
+        image_spaces = None if transpose is None else (transpose.raw_space, model.action_space)
         actor: Any = ray.remote(SharedRolloutRunner).options(num_cpus=num_cpus)
         self._ids = [f"pz-runner-{r}" for r in range(n_runners)]
         self._runners = [
@@ -270,6 +281,7 @@ class RaySharedRolloutCollector:
                 runner_seeds[r],
                 device,
                 self._ids[r],
+                image_spaces,
             )
             for r in range(n_runners)
         ]
@@ -366,3 +378,32 @@ def _seed_list(seeds: Any, what: str, name: str) -> list[int | None]:
         None if seed is None else int(check_count(seed, f"{name} {what}[{k}]", minimum=0))
         for k, seed in enumerate(seeds)
     ]
+
+
+def _slots(observation_space: Any, action_space: Any, n: int) -> Any:
+    """A ``DummyVecEnv`` of ``n`` never-stepped slots of the spaces (for SB3's ``load``).
+
+    Args:
+        observation_space: The raw (pre-``VecTransposeImage``) observation space.
+        action_space: The model's action space.
+        n: The slots (the replica's ``n_envs``).
+
+    Returns:
+        The VecEnv; its slots refuse ``step`` (the recorder steps the PettingZoo copies).
+    """
+    import gymnasium as gym
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    class _Slot(gym.Env):
+        def __init__(self) -> None:
+            self.observation_space = observation_space
+            self.action_space = action_space
+
+        def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+            super().reset(seed=seed)
+            return observation_space.sample(), {}
+
+        def step(self, action: Any) -> Any:
+            raise RuntimeError("a replica's slot is never stepped")
+
+    return DummyVecEnv([_Slot] * n)
