@@ -6,6 +6,10 @@ store" the agents' images ("build the model over a VecEnv of the agents' own spa
 was): the replica was loaded without an env, so it did not transpose. Now its buffer equals the
 in-process collector's (which transposes as ``VecTransposeImage``), array for array.
 
+Unstarted: ``collect()`` on a model not given ``start_training`` stepped every runner for a whole
+rollout and only then refused (the in-process collector refuses before any step); the rollout
+was lost and the envs had moved on. Now it refuses first: the next rollout is the in-process one.
+
 Seeds and timeouts:
 Before: ``seeds=5`` or ``acting_seeds=5`` failed with Python's bare ``'int' object is not
 iterable``; a float, str or negative seed reached the runners' processes (``env.reset(seed=1.5)``
@@ -209,3 +213,35 @@ def test_channel_last_images_are_transposed_as_in_process(local_ray: None) -> No
                 err_msg=f"rollout {k} {name}",
             )
     assert ours[0]["observations"].shape == (8, 4, 3, 36, 36)  # channel-first, as stored
+
+
+def test_an_unstarted_model_is_refused_before_any_runner_steps(local_ray: None) -> None:
+    ray.cloudpickle.register_pickle_by_value(ENVS)
+    env_fns = [partial(ENVS.ScheduleEnv, SCHEDULE, 0)]
+
+    def build() -> Any:
+        slots = DummyVecEnv([ENVS.AgentSlot] * 2)
+        return PPO("MlpPolicy", slots, n_steps=8, batch_size=8, n_epochs=1, seed=0, device="cpu")
+
+    model = build()
+    collector = RaySharedRolloutCollector(model, env_fns, seeds=[3], acting_seeds=[7], num_cpus=0.5)
+    try:
+        with pytest.raises(ValueError, match="start_training"):
+            collector.collect()
+        start_training(model, 10_000)
+        collector.collect()
+    finally:
+        collector.close()
+    reference = build()
+    start_training(reference, 10_000)
+    inproc = SharedRolloutCollector(reference, env_fns, seeds=[3])
+    set_acting_seed(7)
+    inproc.collect()  # the runner's first rollout: the refused collect() stepped nothing
+    for name in ("observations", "actions", "episode_starts", "rewards", "log_probs"):
+        np.testing.assert_allclose(
+            getattr(model.rollout_buffer, name),
+            getattr(reference.rollout_buffer, name),
+            rtol=1e-5,
+            atol=1e-6,
+            err_msg=name,
+        )

@@ -40,7 +40,7 @@ try:
         check_rollout_model,
         fill_recorded,
     )
-    from rlightning_sb3 import image_transpose, policy_weights, set_acting_seed
+    from rlightning_sb3 import check_training, image_transpose, policy_weights, set_acting_seed
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "rlightning_ray.pettingzoo needs the [pettingzoo] extra: "
@@ -326,12 +326,18 @@ class RaySharedRolloutCollector:
             100, as in-process).
 
         Raises:
+            ValueError: ``update_model`` and the model was not given
+                :func:`rlightning_sb3.start_training` (before any runner steps).
+            rlightning_sb3.StopTraining: ``update_model`` and a callback stopped the run
+                (before any runner steps), or stops it while the rows are added.
             RuntimeError: a runner failed (named; its error in the message) or timed out.
             What :func:`rlightning_pettingzoo.fill_recorded` raises
             (``rlightning_sb3.StopTraining`` when a callback stops the loop).
         """
         import ray
 
+        if update_model:  # before any runner steps (fill_recorded would refuse only at the end)
+            check_training(self.model)
         weights = ray.put(policy_weights(self.model))
         rollouts: list[RecordedRollout] = self._get(
             [runner.record.remote(weights) for runner in self._runners], "record a rollout"
