@@ -39,6 +39,7 @@ try:
         RolloutRecorder,
         check_rollout_model,
         fill_recorded,
+        replica_slots,
     )
     from rlightning_sb3 import check_training, image_transpose, policy_weights, set_acting_seed
 except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -96,7 +97,7 @@ class SharedRolloutRunner:
         image_spaces: tuple[Any, Any] | None = None,
     ) -> None:
         # SB3's load: kwargs override the saved attributes before _setup_model builds the buffer
-        env = None if image_spaces is None else _slots(*image_spaces, n_columns)
+        env = None if image_spaces is None else replica_slots(*image_spaces, n_columns)
         self.model = model_class.load(io.BytesIO(saved), env=env, device=device, n_envs=n_columns)
         if acting_seed is not None:
             set_acting_seed(acting_seed)
@@ -384,32 +385,3 @@ def _seed_list(seeds: Any, what: str, name: str) -> list[int | None]:
         None if seed is None else int(check_count(seed, f"{name} {what}[{k}]", minimum=0))
         for k, seed in enumerate(seeds)
     ]
-
-
-def _slots(observation_space: Any, action_space: Any, n: int) -> Any:
-    """A ``DummyVecEnv`` of ``n`` never-stepped slots of the spaces (for SB3's ``load``).
-
-    Args:
-        observation_space: The raw (pre-``VecTransposeImage``) observation space.
-        action_space: The model's action space.
-        n: The slots (the replica's ``n_envs``).
-
-    Returns:
-        The VecEnv; its slots refuse ``step`` (the recorder steps the PettingZoo copies).
-    """
-    import gymnasium as gym
-    from stable_baselines3.common.vec_env import DummyVecEnv
-
-    class _Slot(gym.Env):
-        def __init__(self) -> None:
-            self.observation_space = observation_space
-            self.action_space = action_space
-
-        def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
-            super().reset(seed=seed)
-            return observation_space.sample(), {}
-
-        def step(self, action: Any) -> Any:
-            raise RuntimeError("a replica's slot is never stepped")
-
-    return DummyVecEnv([_Slot] * n)
