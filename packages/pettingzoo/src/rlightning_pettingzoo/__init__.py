@@ -69,6 +69,7 @@ _SB3_NAMES = {
     "RolloutRecorder": "remote",
     "check_rollout_model": "remote",
     "fill_recorded": "remote",
+    "replica_slots": "remote",
 }
 
 
@@ -107,6 +108,7 @@ __all__ = [
     "fill_recorded",
     "find_action_mask",
     "from_parallel_actions",
+    "replica_slots",
     "respond",
     "sample_response",
     "to_parallel_actions",

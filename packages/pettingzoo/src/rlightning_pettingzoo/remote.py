@@ -29,7 +29,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import gymnasium as gym
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rlightning_pettingzoo._columns import Placed
 from rlightning_pettingzoo._sb3 import adapter_for, refuse_unapplied_wrappers
@@ -40,7 +42,13 @@ from rlightning_pettingzoo.collector import (
     _segments,
 )
 
-__all__ = ["RecordedRollout", "RolloutRecorder", "check_rollout_model", "fill_recorded"]
+__all__ = [
+    "RecordedRollout",
+    "RolloutRecorder",
+    "check_rollout_model",
+    "fill_recorded",
+    "replica_slots",
+]
 
 
 @dataclass(frozen=True)
@@ -229,3 +237,40 @@ def fill_recorded(
         returns_of = agent_returns
     _fill_rollout(model, rows, update_model, returns_of)
     return _segments(rows, n_rows, n_columns)
+
+
+def replica_slots(observation_space: Any, action_space: Any, n: int) -> Any:
+    """A ``DummyVecEnv`` of ``n`` never-stepped slots of the spaces (for SB3's ``load``).
+
+    A replica of a learner whose env SB3 wrapped in ``VecTransposeImage`` (channel-last images)
+    is loaded over it (``type(model).load(..., env=replica_slots(raw_space, action_space, n))``):
+    SB3's ``load`` wraps it as it wrapped the learner's (``BaseAlgorithm._wrap_env``), so that
+    :func:`rlightning_sb3.image_transpose` of the replica, and so a :class:`RolloutRecorder`
+    over it, transposes as the learner's collector does.
+
+    Args:
+        observation_space: The raw (pre-``VecTransposeImage``) observation space.
+        action_space: The model's action space.
+        n: The slots (the replica's ``n_envs``).
+
+    Returns:
+        The VecEnv; its slots refuse ``step`` (the recorder steps the PettingZoo copies).
+
+    Raises:
+        Nothing itself; what ``DummyVecEnv`` raises for spaces it cannot hold (its buffers are
+        built from ``observation_space``).
+    """
+
+    class _Slot(gym.Env):
+        def __init__(self) -> None:
+            self.observation_space = observation_space
+            self.action_space = action_space
+
+        def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+            super().reset(seed=seed)
+            return observation_space.sample(), {}
+
+        def step(self, action: Any) -> Any:
+            raise RuntimeError("a replica's slot is never stepped")
+
+    return DummyVecEnv([_Slot] * n)

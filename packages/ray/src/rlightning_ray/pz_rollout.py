@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import io
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlightning.rules import check_count
@@ -39,8 +39,9 @@ try:
         RolloutRecorder,
         check_rollout_model,
         fill_recorded,
+        replica_slots,
     )
-    from rlightning_sb3 import policy_weights, set_acting_seed
+    from rlightning_sb3 import check_training, image_transpose, policy_weights, set_acting_seed
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "rlightning_ray.pettingzoo needs the [pettingzoo] extra: "
@@ -71,6 +72,13 @@ class SharedRolloutRunner:
             actions from torch's).
         device: The replica's torch device.
         runner_id: For messages.
+        image_spaces: When the learner's env is wrapped in ``VecTransposeImage`` (SB3 wraps an
+            env of channel-last images), the raw observation space it wraps and the action
+            space: the replica is then loaded over a never-stepped ``DummyVecEnv`` of
+            ``n_columns`` slots of those spaces, which SB3's ``load`` wraps in
+            ``VecTransposeImage`` as it wrapped the learner's, so that the recorder transposes
+            the agents' images as the in-process collector does
+            (:func:`rlightning_sb3.image_transpose`). None: no env.
 
     Raises:
         What ``model_class.load`` and :class:`RolloutRecorder` raise.
@@ -86,9 +94,11 @@ class SharedRolloutRunner:
         acting_seed: int | None,
         device: str,
         runner_id: str,
+        image_spaces: tuple[Any, Any] | None = None,
     ) -> None:
         # SB3's load: kwargs override the saved attributes before _setup_model builds the buffer
-        self.model = model_class.load(io.BytesIO(saved), device=device, n_envs=n_columns)
+        env = None if image_spaces is None else replica_slots(*image_spaces, n_columns)
+        self.model = model_class.load(io.BytesIO(saved), env=env, device=device, n_envs=n_columns)
         if acting_seed is not None:
             set_acting_seed(acting_seed)
         self.recorder = RolloutRecorder(self.model, env_fns, seeds=seeds)
@@ -147,10 +157,13 @@ class RaySharedRolloutCollector:
 
     Raises:
         TypeError: ``model`` is not an on-policy SB3 model or is recurrent; an ``env_fns``
-            entry or ``env_fn`` is not callable.
+            entry or ``env_fn`` is not callable; ``seeds`` or ``acting_seeds`` is not a
+            sequence, or one of its seeds is not None or an int (a bool, float, str; named
+            by index); ``timeout_s`` is not None or a number.
         ValueError: neither or both of ``env_fns`` and ``env_fn``; the copies are not
             ``n_runners * copies_per_runner``; ``model.n_envs`` is not a multiple of
-            ``n_runners``; ``seeds`` or ``acting_seeds`` has the wrong length; bad counts.
+            ``n_runners``; ``seeds`` or ``acting_seeds`` has the wrong length or a negative
+            seed; ``timeout_s`` is not > 0; bad counts.
         RuntimeError: Ray is not initialised, or a runner failed to build (named, the cause
             chained).
     """
@@ -211,7 +224,7 @@ class RaySharedRolloutCollector:
                 f"{n_runners} runners of equal columns: build the model with a multiple of "
                 "n_runners slots"
             )
-        copy_seeds = [None] * n_copies if seeds is None else list(seeds)
+        copy_seeds = [None] * n_copies if seeds is None else _seed_list(seeds, "seeds", name)
         if len(copy_seeds) != n_copies:
             raise ValueError(
                 f"{name}: seeds must hold one seed per env copy ({n_copies}), got {len(copy_seeds)}"
@@ -222,12 +235,24 @@ class RaySharedRolloutCollector:
                 None if base is None else int(base) + r for r in range(n_runners)
             ]
         else:
-            runner_seeds = list(acting_seeds)
+            runner_seeds = _seed_list(acting_seeds, "acting_seeds", name)
             if len(runner_seeds) != n_runners:
                 raise ValueError(
                     f"{name}: acting_seeds must hold one seed per runner ({n_runners}), got "
                     f"{len(runner_seeds)}"
                 )
+        if timeout_s is not None and (
+            isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float)
+        ):
+            raise TypeError(
+                f"{name}: timeout_s must be None (no limit) or a number of seconds, got "
+                f"{type(timeout_s).__name__} {timeout_s!r}"
+            )
+        if timeout_s is not None and not timeout_s > 0:  # NaN too
+            raise ValueError(
+                f"{name}: timeout_s must be None (no limit) or a number of seconds > 0, got "
+                f"{timeout_s!r}"
+            )
         if not ray.is_initialized():
             raise RuntimeError(f"{name} needs Ray: call ray.init(...) first")
         self.model = model
@@ -243,6 +268,8 @@ class RaySharedRolloutCollector:
         model.save(saved)
         blob = ray.put(saved.getvalue())
         columns = n_envs // n_runners
+        transpose = image_transpose(model)  # the replicas transpose images as the learner's env
+        image_spaces = None if transpose is None else (transpose.raw_space, model.action_space)
         actor: Any = ray.remote(SharedRolloutRunner).options(num_cpus=num_cpus)
         self._ids = [f"pz-runner-{r}" for r in range(n_runners)]
         self._runners = [
@@ -255,6 +282,7 @@ class RaySharedRolloutCollector:
                 runner_seeds[r],
                 device,
                 self._ids[r],
+                image_spaces,
             )
             for r in range(n_runners)
         ]
@@ -299,12 +327,18 @@ class RaySharedRolloutCollector:
             100, as in-process).
 
         Raises:
+            ValueError: ``update_model`` and the model was not given
+                :func:`rlightning_sb3.start_training` (before any runner steps).
+            rlightning_sb3.StopTraining: ``update_model`` and a callback stopped the run
+                (before any runner steps), or stops it while the rows are added.
             RuntimeError: a runner failed (named; its error in the message) or timed out.
             rlightning_sb3.StopTraining: a callback stopped the loop (and whatever else
                 :func:`rlightning_pettingzoo.fill_recorded` raises).
         """
         import ray
 
+        if update_model:  # before any runner steps (fill_recorded would refuse only at the end)
+            check_training(self.model)
         weights = ray.put(policy_weights(self.model))
         rollouts: list[RecordedRollout] = self._get(
             [runner.record.remote(weights) for runner in self._runners], "record a rollout"
@@ -324,3 +358,30 @@ class RaySharedRolloutCollector:
         for runner in self._runners:
             ray.kill(runner)
         self._runners = []
+
+
+def _seed_list(seeds: Any, what: str, name: str) -> list[int | None]:
+    """``seeds`` as a list of seeds, each None or an int >= 0 (``rlightning.rules.check_count``).
+
+    Args:
+        seeds: The argument given (a list, tuple or numpy array of seeds).
+        what: Its name (``"seeds"``, ``"acting_seeds"``), for the messages.
+        name: The caller, for the messages.
+
+    Returns:
+        A new list: None kept, every other seed as a Python int. Nothing is mutated.
+
+    Raises:
+        TypeError: ``seeds`` is not iterable (a lone int) or is a str or mapping, or an entry
+            is a bool, float or str (named by its index).
+        ValueError: an entry is negative.
+    """
+    if isinstance(seeds, str | bytes | Mapping) or not isinstance(seeds, Iterable):
+        raise TypeError(
+            f"{name}: {what} must be a sequence (one seed, or None, per item), got "
+            f"{type(seeds).__name__} {seeds!r}"
+        )
+    return [
+        None if seed is None else int(check_count(seed, f"{name} {what}[{k}]", minimum=0))
+        for k, seed in enumerate(seeds)
+    ]
