@@ -155,7 +155,10 @@ def refuse_unstorable_layout(
     Raises:
         ValueError: an agent's observations, as stored, have not the shapes of the model's
             ``observation_space`` although the model could act on them (names the agent, the
-            copy, both shapes and the fix).
+            copy, both shapes and the fix); or the model's env is wrapped in
+            ``VecTransposeImage`` but the agent's observation space is not one SB3 transposes
+            (e.g. channel-first images equal to the model's space: :func:`observation_intake`
+            would transpose them, ``learn()`` over the agents would store them as they are).
     """
     from rlightning_sb3 import ImageTranspose, image_transpose, observation_space_mismatch
 
@@ -166,10 +169,20 @@ def refuse_unstorable_layout(
         if observation_space_mismatch(raw, model.observation_space) is not None:
             continue  # the model cannot act for it: the fit check names it when it is live
         stored = raw
-        if transpose is not None and (found := ImageTranspose.for_space(raw)) is not None:
+        whose = f" (the model of group {group!r})" if group is not None else ""
+        if transpose is not None:
+            found = ImageTranspose.for_space(raw)
+            if found is None:  # observation_intake would transpose what learn() stores as is
+                raise ValueError(
+                    f"{caller}{whose}: agent {agent!r} of {describe_env(env)} (copy {i}) "
+                    f"observes {raw}, which SB3 does not transpose (not a channel-last "
+                    "image), but the model's env is wrapped in VecTransposeImage (of "
+                    f"{transpose.raw_space}), so the collector would transpose its "
+                    "observations as that wrapper does. Build the model over a VecEnv of the "
+                    "agents' own spaces"
+                )
             stored = found.observation_space
         if _shapes(stored) != want:
-            whose = f" (the model of group {group!r})" if group is not None else ""
             raise ValueError(
                 f"{caller}{whose}: agent {agent!r} of {describe_env(env)} (copy {i}) observes "
                 f"{raw}, which the model ({model.observation_space}) acts on but its buffer "

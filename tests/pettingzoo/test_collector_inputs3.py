@@ -1,0 +1,98 @@
+"""The collectors against inputs found by a third adversarial review (each test failed before).
+
+* A model whose env SB3 wrapped in ``VecTransposeImage`` (built over channel-last images) with
+  agents that observe channel-first images equal to the model's ``observation_space``: the
+  collector transposed every observation as that wrapper does (``(C, H, W)`` became
+  ``(W, C, H)``) and crashed deep inside SB3 (``Unexpected observation shape (2, 36, 3, 36)``,
+  no agent named), where ``learn()`` over a VecEnv of those agents stores them as they are.
+  Now refused at construction, by all three rollout collectors, naming the agent and the fix.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+from stable_baselines3 import PPO
+
+from rlightning_pettingzoo import (
+    AECRolloutCollector,
+    GroupRolloutCollector,
+    SharedRolloutCollector,
+)
+
+
+def _load(file: str) -> ModuleType:
+    """A module beside this file (the suite runs in importlib mode)."""
+    name = f"rlightning_pettingzoo_{Path(file).stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(file))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+INPUTS2 = _load("test_collector_inputs2.py")
+IMAGE, ACT, ImageParallel, ImageTurns, slots = (
+    INPUTS2.IMAGE,
+    INPUTS2.ACT,
+    INPUTS2.ImageParallel,
+    INPUTS2.ImageTurns,
+    INPUTS2._slots,
+)
+CHANNELS_FIRST = spaces.Box(0, 255, (IMAGE.shape[2], *IMAGE.shape[:2]), np.uint8)
+
+
+class ChannelsFirstParallel(ImageParallel):  # type: ignore[misc, valid-type]
+    """``ImageParallel``'s images, channel first (what SB3 stores of them without a transpose)."""
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        return CHANNELS_FIRST
+
+    def _observe(self, actions: dict[str, Any]) -> dict[str, np.ndarray]:
+        return {
+            agent: np.ascontiguousarray(np.transpose(image, (2, 0, 1)))
+            for agent, image in super()._observe(actions).items()
+        }
+
+
+class ChannelsFirstTurns(ImageTurns):  # type: ignore[misc, valid-type]
+    """``ImageTurns``' images, channel first."""
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        return CHANNELS_FIRST
+
+    def observe(self, agent: str) -> np.ndarray:
+        return np.ascontiguousarray(np.transpose(super().observe(agent), (2, 0, 1)))
+
+
+def test_a_transposing_model_with_channel_first_agents_is_refused_at_construction() -> None:
+    kwargs: dict[str, Any] = {
+        "n_steps": 4,
+        "batch_size": 8,
+        "device": "cpu",
+        "policy_kwargs": {"features_extractor_kwargs": {"features_dim": 8}, "net_arch": [8]},
+    }
+    model = PPO("CnnPolicy", slots(IMAGE, ACT, 2), **kwargs)
+    # the agents' space is the model's own: SB3's learn() over them would store them as they are
+    assert model.observation_space == CHANNELS_FIRST
+    match = r"agent 'a0' of .*ChannelsFirstParallel \(copy 0\) observes .*does not transpose"
+    with pytest.raises(ValueError, match=match):
+        SharedRolloutCollector(model, [ChannelsFirstParallel], seeds=[0])
+    with pytest.raises(
+        ValueError, match=r"\(the model of group 'g'\).*" + "observes .*does not transpose"
+    ):
+        GroupRolloutCollector({"g": model}, [ChannelsFirstParallel], group_of=lambda agent: "g")
+    with pytest.raises(
+        ValueError, match=r"agent 'p0' of .*ChannelsFirstTurns .*does not transpose"
+    ):
+        AECRolloutCollector(model, [ChannelsFirstTurns], opponents={"p1": "random"})
