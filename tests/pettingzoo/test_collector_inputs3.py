@@ -6,11 +6,17 @@
   ``(W, C, H)``) and crashed deep inside SB3 (``Unexpected observation shape (2, 36, 3, 36)``,
   no agent named), where ``learn()`` over a VecEnv of those agents stores them as they are.
   Now refused at construction, by all three rollout collectors, naming the agent and the fix.
+* ``RaySharedRolloutCollector`` with such a model (channel-last images, ``CnnPolicy``): each
+  runner's replica, loaded from ``model.save`` without an env, did not transpose, and its
+  recorder refused the agents' own spaces with advice the user had followed ("build the model
+  over a VecEnv of the agents' own spaces"). Now refused before any runner starts
+  (``remote.check_rollout_model``), saying why and what to use.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import io
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -26,6 +32,7 @@ from rlightning_pettingzoo import (
     GroupRolloutCollector,
     SharedRolloutCollector,
 )
+from rlightning_pettingzoo.remote import RolloutRecorder, check_rollout_model
 
 
 def _load(file: str) -> ModuleType:
@@ -96,3 +103,24 @@ def test_a_transposing_model_with_channel_first_agents_is_refused_at_constructio
         ValueError, match=r"agent 'p0' of .*ChannelsFirstTurns .*does not transpose"
     ):
         AECRolloutCollector(model, [ChannelsFirstTurns], opponents={"p1": "random"})
+
+
+def test_the_split_collector_refuses_a_transposing_model_before_any_runner_starts() -> None:
+    kwargs: dict[str, Any] = {
+        "n_steps": 4,
+        "batch_size": 8,
+        "device": "cpu",
+        "policy_kwargs": {"features_extractor_kwargs": {"features_dim": 8}, "net_arch": [8]},
+    }
+    model = PPO("CnnPolicy", slots(IMAGE, ACT, 2), **kwargs)
+    # in one process the model is collected for (its env holds the VecTransposeImage)
+    RolloutRecorder(model, [ImageParallel], seeds=[0])
+    with pytest.raises(ValueError, match=r"RaySharedRolloutCollector does not support .*VecTr"):
+        check_rollout_model(model, "RaySharedRolloutCollector")
+    # what a runner's replica was: loaded without an env, so nothing to transpose with
+    saved = io.BytesIO()
+    model.save(saved)
+    replica = PPO.load(io.BytesIO(saved.getvalue()), device="cpu", n_envs=2)
+    assert replica.get_env() is None
+    with pytest.raises(ValueError, match="its buffer cannot store"):
+        RolloutRecorder(replica, [ImageParallel], seeds=[0])

@@ -84,7 +84,11 @@ def check_rollout_model(model: Any, caller: str) -> None:
             states are not carried between processes here).
         ValueError: ``model``'s env has VecEnv wrappers the collector does not apply, or the
             model explores with gSDE (``use_sde=True``: the replica's noise matrix is not the
-            learner's and is never resampled where ``collect_rollouts`` resamples it).
+            learner's and is never resampled where ``collect_rollouts`` resamples it), or SB3
+            wrapped the model's env in ``VecTransposeImage`` (channel-last images): a replica
+            loaded from ``model.save`` has no env, so it would not transpose the runners'
+            observations (``_sb3.observation_intake``) and its recorder refuses the agents'
+            channel-last spaces.
     """
     if not isinstance(model, OnPolicyAlgorithm):
         raise TypeError(
@@ -103,6 +107,16 @@ def check_rollout_model(model: Any, caller: str) -> None:
             "collect_rollouts resamples them; build the model with use_sde=False"
         )
     refuse_unapplied_wrappers(model, caller)
+    from rlightning_sb3 import image_transpose
+
+    transpose = image_transpose(model)
+    if transpose is not None:
+        raise ValueError(
+            f"{caller} does not support a model whose env SB3 wrapped in VecTransposeImage "
+            f"(channel-last images, {transpose.raw_space}): the runners' replicas, loaded "
+            "without an env, would not transpose the observations; use "
+            "rlightning_pettingzoo.SharedRolloutCollector in one process"
+        )
 
 
 class RolloutRecorder(SharedRolloutCollector):
