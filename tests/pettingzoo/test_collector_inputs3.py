@@ -11,6 +11,11 @@
   recorder refused the agents' own spaces with advice the user had followed ("build the model
   over a VecEnv of the agents' own spaces"). Now refused before any runner starts
   (``remote.check_rollout_model``), saying why and what to use.
+* An agent whose observation has not its space's shape at some step: the parallel collectors
+  (shared, group, replay) raised numpy's "all input arrays must have the same shape" or SB3's
+  "Unexpected observation shape (2, 3)", naming no agent, where ``respond`` and
+  ``SharedPolicyAdapter`` name it. Now the agent, its copy (and its group) are named (the replay
+  collector names it where it stores it: as a transition's next observation).
 """
 
 from __future__ import annotations
@@ -25,14 +30,16 @@ from typing import Any
 import numpy as np
 import pytest
 from gymnasium import spaces
-from stable_baselines3 import PPO
+from stable_baselines3 import DQN, PPO
 
 from rlightning_pettingzoo import (
     AECRolloutCollector,
     GroupRolloutCollector,
+    SharedReplayCollector,
     SharedRolloutCollector,
 )
 from rlightning_pettingzoo.remote import RolloutRecorder, check_rollout_model
+from rlightning_sb3 import start_training
 
 
 def _load(file: str) -> ModuleType:
@@ -49,6 +56,8 @@ def _load(file: str) -> ModuleType:
 
 
 INPUTS2 = _load("test_collector_inputs2.py")
+INPUTS = _load("test_collector_inputs.py")
+InPlaceParallel, OBS = INPUTS.InPlaceParallel, INPUTS.OBS
 IMAGE, ACT, ImageParallel, ImageTurns, slots = (
     INPUTS2.IMAGE,
     INPUTS2.ACT,
@@ -124,3 +133,39 @@ def test_the_split_collector_refuses_a_transposing_model_before_any_runner_start
     assert replica.get_env() is None
     with pytest.raises(ValueError, match="its buffer cannot store"):
         RolloutRecorder(replica, [ImageParallel], seeds=[0])
+
+
+class MisshapenAt2(InPlaceParallel):  # type: ignore[misc, valid-type]
+    """``InPlaceParallel`` whose agent ``a1`` observes a 3-vector (its space: 2) at step 2."""
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        observations = super()._observe()
+        if self.t == 2:
+            observations["a1"] = np.zeros(3, np.float32)
+        return observations
+
+
+@pytest.mark.parametrize("kind", ["shared", "group", "replay"])
+def test_a_misshapen_observation_names_its_agent(kind: str) -> None:
+    env = slots(OBS, ACT, 2)
+    if kind == "replay":
+        model: Any = DQN("MlpPolicy", env, learning_starts=0, train_freq=8, device="cpu")
+        collector: Any = SharedReplayCollector(model, [MisshapenAt2], seeds=[0])
+    else:
+        model = PPO("MlpPolicy", env, n_steps=8, batch_size=16, device="cpu")
+        if kind == "shared":
+            collector = SharedRolloutCollector(model, [MisshapenAt2], seeds=[0])
+        else:
+            collector = GroupRolloutCollector(
+                {"g": model}, [MisshapenAt2], group_of=lambda agent: "g", seeds=[0]
+            )
+    start_training(model, 16)
+    where = r"group 'g': " if kind == "group" else ""
+    match = (
+        where + r"observation of agent 'a1' of .*MisshapenAt2 \(copy 0\) does not fit "
+        r"observation_space\('a1'\) .*its shape is \(3,\), not \(2,\)"
+    )
+    if kind == "replay":  # stored (as the next observation) before it is acted on
+        match = r"next_observation of agent 'a1' \(copy 0\) does not fit .*\(3,\), not \(2,\)"
+    with pytest.raises(ValueError, match=match):
+        collector.collect()
