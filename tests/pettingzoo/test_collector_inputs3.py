@@ -15,7 +15,9 @@
   (shared, group, replay) raised numpy's "all input arrays must have the same shape" or SB3's
   "Unexpected observation shape (2, 3)", naming no agent, where ``respond`` and
   ``SharedPolicyAdapter`` name it. Now the agent, its copy (and its group) are named (the replay
-  collector names it where it stores it: as a transition's next observation).
+  collector names it where it stores it: as a transition's next observation). Likewise the AEC
+  collector, and a rollout collector whose agent's final observation is misshapen (never acted
+  on: numpy's error at the fill).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def _load(file: str) -> ModuleType:
 
 INPUTS2 = _load("test_collector_inputs2.py")
 INPUTS = _load("test_collector_inputs.py")
-InPlaceParallel, OBS = INPUTS.InPlaceParallel, INPUTS.OBS
+InPlaceParallel, InPlaceTurns, OBS = INPUTS.InPlaceParallel, INPUTS.InPlaceTurns, INPUTS.OBS
 IMAGE, ACT, ImageParallel, ImageTurns, slots = (
     INPUTS2.IMAGE,
     INPUTS2.ACT,
@@ -169,3 +171,34 @@ def test_a_misshapen_observation_names_its_agent(kind: str) -> None:
         match = r"next_observation of agent 'a1' \(copy 0\) does not fit .*\(3,\), not \(2,\)"
     with pytest.raises(ValueError, match=match):
         collector.collect()
+
+
+class MisshapenTurns(InPlaceTurns):  # type: ignore[misc, valid-type]
+    """``InPlaceTurns`` whose player ``p0`` observes a 3-vector (its space: 2) at move 2."""
+
+    def observe(self, agent: str) -> np.ndarray:
+        observation = super().observe(agent)
+        return np.zeros(3, np.float32) if self.moves == 2 else observation
+
+
+class MisshapenAtTheEnd(InPlaceParallel):  # type: ignore[misc, valid-type]
+    """``InPlaceParallel`` whose agent ``a1``'s final observation is a 3-vector (its space: 2)."""
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        observations = super()._observe()
+        if self.t >= self.length:
+            observations["a1"] = np.zeros(3, np.float32)
+        return observations
+
+
+def test_a_misshapen_turn_or_final_observation_names_its_agent() -> None:
+    model = PPO("MlpPolicy", slots(OBS, ACT, 2), n_steps=8, batch_size=16, device="cpu")
+    start_training(model, 32)
+    turns = AECRolloutCollector(model, [MisshapenTurns], opponents={"p1": "random"}, seeds=[0])
+    match = r"observation of agent 'p0' of .*MisshapenTurns \(copy 0\) does not fit .*\(3,\)"
+    with pytest.raises(ValueError, match=match):
+        turns.collect()
+    shared = SharedRolloutCollector(model, [lambda: MisshapenAtTheEnd(3)], seeds=[0])
+    match = r"next_observation of agent 'a1' \(copy 0\) does not fit .*\(3,\), not \(2,\)"
+    with pytest.raises(ValueError, match=match):
+        shared.collect()

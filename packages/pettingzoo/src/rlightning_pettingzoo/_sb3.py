@@ -35,6 +35,7 @@ __all__ = [
     "refuse_unstarted",
     "refuse_unstorable_layout",
     "sb3_rows",
+    "stack_named",
     "stack_observations",
 ]
 
@@ -270,6 +271,40 @@ def stack_observations(observations: Sequence[Any]) -> Any:
     if _same_plain_arrays(observations):  # np.stack's array, at less cost (_columns.stack_rows)
         return np.array(observations)
     return np.stack([np.asarray(o) for o in observations])
+
+
+def stack_named(
+    model: Any, transitions: Sequence[Any], name: str, stack: Callable[[Sequence[Any]], Any]
+) -> Any:
+    """``stack`` of the transitions' ``name`` observations; a misshapen one is named.
+
+    Args:
+        model: The model whose buffer stores them (its ``observation_space``: the stored shape).
+        transitions: ``_columns.Transition`` objects (``agent_id``, ``env_index``, ``name``).
+        name: ``"observation"`` or ``"next_observation"``.
+        stack: ``stack_observations`` or ``_columns.stack_agent_observations``.
+
+    Returns:
+        What ``stack`` returns.
+
+    Raises:
+        ValueError: ``stack``'s shape error, as the agent (and copy) whose observation has not
+            the shape of ``model.observation_space``, where one has; else ``stack``'s own.
+    """
+    values = [getattr(t, name) for t in transitions]
+    try:
+        return stack(values)
+    except ValueError as error:
+        for t, value in zip(transitions, values, strict=True):
+            reason = observation_shape_mismatch(model.observation_space, value)
+            if reason is not None:
+                raise ValueError(
+                    f"{name} of agent {t.agent_id!r} (copy {t.env_index}) does not fit the "
+                    f"model's observation_space {model.observation_space}: {reason} "
+                    "(PettingZoo: an agent's observation is an element of "
+                    "env.observation_space(agent))"
+                ) from error
+        raise
 
 
 def _row_ids(agents: Sequence[Any], prefix: str = "") -> list[str]:

@@ -26,8 +26,8 @@ from rlightning import PolicyResponse
 from rlightning_pettingzoo._columns import Transition
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
-    observation_shape_mismatch,
     refuse_unstarted,
+    stack_named,
     stack_observations,
 )
 from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper
@@ -172,37 +172,14 @@ def _add_replay_row(model: Any, row: list[Transition]) -> bool:
     ]
     return add_replay_step(
         model,
-        _stacked(model, row, "observation"),
+        stack_named(model, row, "observation", stack_observations),
         responses,
-        _stacked(model, row, "next_observation"),
+        stack_named(model, row, "next_observation", stack_observations),
         np.asarray([t.reward for t in row], dtype=np.float32),
         np.asarray([t.end is not None for t in row], dtype=bool),
         infos,
         env_ids=env_ids,
     )
-
-
-def _stacked(model: Any, row: list[Transition], name: str) -> Any:
-    """``stack_observations`` of the row's ``name`` observations; a misshapen one is named.
-
-    Raises:
-        ValueError: ``np.stack``'s shape error, as the agent (and copy) whose observation has not
-            the shape of ``model.observation_space`` (what the buffer stores), where one has.
-    """
-    values = [getattr(t, name) for t in row]
-    try:
-        return stack_observations(values)
-    except ValueError as error:
-        for t, value in zip(row, values, strict=True):
-            reason = observation_shape_mismatch(model.observation_space, value)
-            if reason is not None:
-                raise ValueError(
-                    f"{name} of agent {t.agent_id!r} (copy {t.env_index}) does not fit the "
-                    f"model's observation_space {model.observation_space}: {reason} "
-                    "(PettingZoo: an agent's observation is an element of "
-                    "env.observation_space(agent))"
-                ) from error
-        raise
 
 
 def _refuse_action_noise(model: Any, caller: str, group: str | None = None) -> None:
