@@ -35,6 +35,7 @@ __all__ = [
     "refuse_unstarted",
     "refuse_unstorable_layout",
     "sb3_rows",
+    "stack_named",
     "stack_observations",
 ]
 
@@ -155,7 +156,10 @@ def refuse_unstorable_layout(
     Raises:
         ValueError: an agent's observations, as stored, have not the shapes of the model's
             ``observation_space`` although the model could act on them (names the agent, the
-            copy, both shapes and the fix).
+            copy, both shapes and the fix); or the model's env is wrapped in
+            ``VecTransposeImage`` but the agent's observation space is not one SB3 transposes
+            (e.g. channel-first images equal to the model's space: :func:`observation_intake`
+            would transpose them, ``learn()`` over the agents would store them as they are).
     """
     from rlightning_sb3 import ImageTranspose, image_transpose, observation_space_mismatch
 
@@ -166,10 +170,20 @@ def refuse_unstorable_layout(
         if observation_space_mismatch(raw, model.observation_space) is not None:
             continue  # the model cannot act for it: the fit check names it when it is live
         stored = raw
-        if transpose is not None and (found := ImageTranspose.for_space(raw)) is not None:
+        whose = f" (the model of group {group!r})" if group is not None else ""
+        if transpose is not None:
+            found = ImageTranspose.for_space(raw)
+            if found is None:  # observation_intake would transpose what learn() stores as is
+                raise ValueError(
+                    f"{caller}{whose}: agent {agent!r} of {describe_env(env)} (copy {i}) "
+                    f"observes {raw}, which SB3 does not transpose (not a channel-last "
+                    "image), but the model's env is wrapped in VecTransposeImage (of "
+                    f"{transpose.raw_space}), so the collector would transpose its "
+                    "observations as that wrapper does. Build the model over a VecEnv of the "
+                    "agents' own spaces"
+                )
             stored = found.observation_space
         if _shapes(stored) != want:
-            whose = f" (the model of group {group!r})" if group is not None else ""
             raise ValueError(
                 f"{caller}{whose}: agent {agent!r} of {describe_env(env)} (copy {i}) observes "
                 f"{raw}, which the model ({model.observation_space}) acts on but its buffer "
@@ -257,6 +271,40 @@ def stack_observations(observations: Sequence[Any]) -> Any:
     if _same_plain_arrays(observations):  # np.stack's array, at less cost (_columns.stack_rows)
         return np.array(observations)
     return np.stack([np.asarray(o) for o in observations])
+
+
+def stack_named(
+    model: Any, transitions: Sequence[Any], name: str, stack: Callable[[Sequence[Any]], Any]
+) -> Any:
+    """``stack`` of the transitions' ``name`` observations; a misshapen one is named.
+
+    Args:
+        model: The model whose buffer stores them (its ``observation_space``: the stored shape).
+        transitions: ``_columns.Transition`` objects (``agent_id``, ``env_index``, ``name``).
+        name: ``"observation"`` or ``"next_observation"``.
+        stack: ``stack_observations`` or ``_columns.stack_agent_observations``.
+
+    Returns:
+        What ``stack`` returns.
+
+    Raises:
+        ValueError: ``stack``'s shape error, as the agent (and copy) whose observation has not
+            the shape of ``model.observation_space``, where one has; else ``stack``'s own.
+    """
+    values = [getattr(t, name) for t in transitions]
+    try:
+        return stack(values)
+    except ValueError as error:
+        for t, value in zip(transitions, values, strict=True):
+            reason = observation_shape_mismatch(model.observation_space, value)
+            if reason is not None:
+                raise ValueError(
+                    f"{name} of agent {t.agent_id!r} (copy {t.env_index}) does not fit the "
+                    f"model's observation_space {model.observation_space}: {reason} "
+                    "(PettingZoo: an agent's observation is an element of "
+                    "env.observation_space(agent))"
+                ) from error
+        raise
 
 
 def _row_ids(agents: Sequence[Any], prefix: str = "") -> list[str]:

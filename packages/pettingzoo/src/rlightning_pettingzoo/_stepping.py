@@ -22,6 +22,7 @@ from rlightning_pettingzoo._columns import Transition
 from rlightning_pettingzoo._envs import describe_env, refuse_done_but_listed, require_parallel
 from rlightning_pettingzoo._sb3 import (
     observation_intake,
+    observation_shape_mismatch,
     refuse_unapplied_wrappers,
     refuse_unstorable_layout,
     sb3_rows,
@@ -194,16 +195,53 @@ class AgentStepper(CopyBookkeeping):
             masks += map(copy.checked.__getitem__, copy.acting)
         first_copy, first_agent = keys[0]
         action_space = self._envs[first_copy].action_space(first_agent)
-        return sb3_rows(
-            self.model,
-            keys,
-            observations,
-            masks,
-            action_space,
-            deterministic=False,
-            episode_starts=starts,
-            row_prefix=self._row_prefix,
-        )
+        try:
+            return sb3_rows(
+                self.model,
+                keys,
+                observations,
+                masks,
+                action_space,
+                deterministic=False,
+                episode_starts=starts,
+                row_prefix=self._row_prefix,
+            )
+        except ValueError as error:  # np.stack's or SB3's shape error: name the agent
+            culprit = self._culprit(plan, lambda agent: self.model)
+            if culprit is None:
+                raise
+            raise ValueError(culprit) from error
+
+    def _culprit(self, plan: list[_Copy], model_of: Callable[[Any], Any]) -> str | None:
+        """The first acting agent whose observation has not its space's shape, named; or None.
+
+        Only on the error path of a forward pass (``np.stack``'s "all input arrays must have
+        the same shape", SB3's "Unexpected observation shape"). The shape looked for is the
+        agent's ``observation_space`` as the collector holds it: transposed as
+        ``VecTransposeImage`` transposes it where ``model_of(agent)``'s env is wrapped in one
+        (``_sb3.observation_intake``).
+        """
+        from rlightning_sb3 import ImageTranspose, image_transpose
+
+        for copy in plan:
+            env = self._envs[copy.index]
+            observations = self._observations[copy.index]
+            assert observations is not None
+            for agent in copy.acting:
+                raw = space = env.observation_space(agent)
+                transposed = image_transpose(model_of(agent)) is not None
+                if transposed and (found := ImageTranspose.for_space(raw)) is not None:
+                    space = found.observation_space
+                reason = observation_shape_mismatch(space, observations[agent])
+                if reason is not None:
+                    after = " (after the VecTransposeImage transpose)" if space is not raw else ""
+                    return (
+                        f"observation of agent {agent!r} of {describe_env(env)} (copy "
+                        f"{copy.index}) does not fit observation_space({agent!r}) {raw}{after}: "
+                        f"{reason} (PettingZoo: an agent's observation is an element of "
+                        "env.observation_space(agent))"
+                    )
+        return None
 
     def _step(
         self,

@@ -44,6 +44,7 @@ from rlightning_pettingzoo._sb3 import (
     adapter_for,
     is_sb3_model,
     observation_intake,
+    observation_shape_mismatch,
     refuse_recurrent_opponent,
     refuse_unapplied_wrappers,
     refuse_unstarted,
@@ -305,14 +306,27 @@ class AECRolloutCollector(CopyBookkeeping):
         first = turns[0]
         action_space = self._envs[first.index].action_space(first.agent)
         keys = [(t.index, t.agent) for t in turns]
-        rows = sb3_rows(
-            self.model,
-            keys,
-            [t.observation for t in turns],
-            [t.mask for t in turns],
-            action_space,
-            deterministic=False,
-        )
+        try:
+            rows = sb3_rows(
+                self.model,
+                keys,
+                [t.observation for t in turns],
+                [t.mask for t in turns],
+                action_space,
+                deterministic=False,
+            )
+        except ValueError as error:  # np.stack's or SB3's shape error: name the agent
+            for t in turns:
+                reason = observation_shape_mismatch(self.model.observation_space, t.observation)
+                if reason is not None:
+                    raise ValueError(
+                        f"observation of agent {t.agent!r} of {describe_env(self._envs[t.index])}"
+                        f" (copy {t.index}) does not fit the model's observation_space "
+                        f"{self.model.observation_space} (as the collector holds it): {reason} "
+                        "(PettingZoo: an agent's observation is an element of "
+                        "env.observation_space(agent))"
+                    ) from error
+            raise
         for turn, key in zip(turns, keys, strict=True):
             i, agent = key
             env = self._envs[i]

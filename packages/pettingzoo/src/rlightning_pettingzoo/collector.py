@@ -34,7 +34,7 @@ from rlightning_pettingzoo._columns import (
     stack_agent_observations,
     stack_rows,
 )
-from rlightning_pettingzoo._sb3 import adapter_for, refuse_unstarted
+from rlightning_pettingzoo._sb3 import adapter_for, refuse_unstarted, stack_named
 from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper
 from rlightning_sb3 import add_rollout_step, finish_rollout
 
@@ -305,8 +305,14 @@ def _fill_rollout(
             reward_list = tuple(p.transition.reward for p in row)
             done_list = tuple(p.done for p in row)
             infos = tuple(p.info for p in row)
-        observation = stack_agent_observations(observations)
-        new_observation = stack_agent_observations(next_observations)
+        try:
+            observation = stack_agent_observations(observations)
+            new_observation = stack_agent_observations(next_observations)
+        except ValueError:  # a misshapen (final) observation: name its agent
+            cells = [p.transition for p in row]
+            stack_named(model, cells, "observation", stack_agent_observations)
+            stack_named(model, cells, "next_observation", stack_agent_observations)
+            raise
         rewards = np.array(reward_list, dtype=np.float32)
         dones = np.array(done_list, dtype=bool)
         add_rollout_step(

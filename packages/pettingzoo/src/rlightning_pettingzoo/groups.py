@@ -208,9 +208,15 @@ class _GroupStepper(AgentStepper):
             if group_keys:
                 first_copy, first_agent = group_keys[0]
                 space = self._envs[first_copy].action_space(first_agent)
-                rows.update(
-                    sb3_rows(model, group_keys, observations, masks, space, deterministic=False)
-                )
+                try:
+                    rows.update(
+                        sb3_rows(model, group_keys, observations, masks, space, deterministic=False)
+                    )
+                except ValueError as error:  # a shape error: name the agent (the base's)
+                    culprit = self._culprit(plan, lambda agent: self.models[self._groups[agent]])
+                    if culprit is None:
+                        raise
+                    raise ValueError(f"group {group!r}: {culprit}") from error
         return rows
 
     def _ordered(self, slots: Sequence[tuple[int, Any]]) -> list[tuple[int, Any]]:

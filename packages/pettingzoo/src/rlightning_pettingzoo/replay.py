@@ -24,7 +24,12 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from rlightning import PolicyResponse
 from rlightning_pettingzoo._columns import Transition
-from rlightning_pettingzoo._sb3 import adapter_for, refuse_unstarted, stack_observations
+from rlightning_pettingzoo._sb3 import (
+    adapter_for,
+    refuse_unstarted,
+    stack_named,
+    stack_observations,
+)
 from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper
 from rlightning_sb3 import add_replay_step
 
@@ -167,9 +172,9 @@ def _add_replay_row(model: Any, row: list[Transition]) -> bool:
     ]
     return add_replay_step(
         model,
-        stack_observations([t.observation for t in row]),
+        stack_named(model, row, "observation", stack_observations),
         responses,
-        stack_observations([t.next_observation for t in row]),
+        stack_named(model, row, "next_observation", stack_observations),
         np.asarray([t.reward for t in row], dtype=np.float32),
         np.asarray([t.end is not None for t in row], dtype=bool),
         infos,
