@@ -193,3 +193,50 @@ class DictSlot(gym.Env[Any, Any]):
     def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
         super().reset(seed=seed)
         return {"observation": np.zeros(4, np.float32), "action_mask": np.ones(3, np.int8)}, {}
+
+
+#: Channel-last images (SB3 wraps a CnnPolicy model over them in VecTransposeImage).
+IMAGE = spaces.Box(0, 255, (36, 36, 3), np.uint8)
+
+
+class ImageParallel(ParallelEnv):  # type: ignore[misc]
+    """Two agents seeing 36x36x3 uint8 images (channel-last) of the step, themselves and the
+    last actions; every agent is truncated after 5 steps."""
+
+    metadata: ClassVar[dict[str, Any]] = {"name": "image_v0"}
+    _base = np.arange(36 * 36 * 3, dtype=np.int64).reshape(36, 36, 3)
+
+    def __init__(self) -> None:
+        self.possible_agents = ["a0", "a1"]
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        return IMAGE
+
+    def action_space(self, agent: str) -> spaces.Discrete:
+        return ACT
+
+    def _observe(self, actions: dict[str, Any]) -> dict[str, np.ndarray]:
+        out = {}
+        for k, agent in enumerate(self.possible_agents):
+            salt = 7 * self.t + 31 * k + 13 * int(actions.get(agent, 0))
+            out[agent] = ((self._base * (k + 1) + salt) % 256).astype(np.uint8)
+        return out
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        self.t = 0
+        self.agents = list(self.possible_agents)
+        return self._observe({}), {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        self.t += 1
+        truncated = self.t >= 5
+        out = (
+            self._observe(actions),
+            {a: float(actions[a]) - 0.5 * k for k, a in enumerate(self.agents)},
+            {a: False for a in self.agents},
+            {a: truncated for a in self.agents},
+            {a: {} for a in self.agents},
+        )
+        if truncated:
+            self.agents = []
+        return out

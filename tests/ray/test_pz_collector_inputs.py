@@ -26,7 +26,7 @@ import sys
 from functools import partial
 from pathlib import Path
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -36,7 +36,6 @@ from gymnasium import spaces
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv, VecTransposeImage
 
-from pettingzoo import ParallelEnv
 from rlightning_pettingzoo import SharedRolloutCollector
 from rlightning_ray.pettingzoo import RaySharedRolloutCollector
 from rlightning_sb3 import set_acting_seed, start_training
@@ -102,7 +101,7 @@ def test_numpy_seeds_pass_the_checks(model: Any) -> None:
         )
 
 
-IMAGE = spaces.Box(0, 255, (36, 36, 3), np.uint8)
+IMAGE = ENVS.IMAGE
 ACT = spaces.Discrete(3)
 
 
@@ -119,47 +118,7 @@ class ImageSlot(gym.Env):  # type: ignore[type-arg]
         raise AssertionError("never stepped")
 
 
-class ImageParallel(ParallelEnv):  # type: ignore[misc]
-    """Two agents seeing 36x36x3 uint8 images of the step, themselves and their last actions;
-    both truncated after 5 steps."""
-
-    metadata: ClassVar[dict[str, Any]] = {"name": "image_v0"}
-    _base = np.arange(36 * 36 * 3, dtype=np.int64).reshape(36, 36, 3)
-
-    def __init__(self) -> None:
-        self.possible_agents = ["a0", "a1"]
-
-    def observation_space(self, agent: str) -> spaces.Box:
-        return IMAGE
-
-    def action_space(self, agent: str) -> spaces.Discrete:
-        return ACT
-
-    def _observe(self, actions: dict[str, Any]) -> dict[str, np.ndarray]:
-        out = {}
-        for k, agent in enumerate(self.possible_agents):
-            salt = 7 * self.t + 31 * k + 13 * int(actions.get(agent, 0))
-            out[agent] = ((self._base * (k + 1) + salt) % 256).astype(np.uint8)
-        return out
-
-    def reset(self, seed: int | None = None, options: Any = None) -> Any:
-        self.t = 0
-        self.agents = list(self.possible_agents)
-        return self._observe({}), {a: {} for a in self.agents}
-
-    def step(self, actions: dict[str, Any]) -> Any:
-        self.t += 1
-        truncated = self.t >= 5
-        out = (
-            self._observe(actions),
-            {a: float(actions[a]) - 0.5 * k for k, a in enumerate(self.agents)},
-            {a: False for a in self.agents},
-            {a: truncated for a in self.agents},
-            {a: {} for a in self.agents},
-        )
-        if truncated:
-            self.agents = []
-        return out
+ImageParallel = ENVS.ImageParallel
 
 
 def _cnn_model() -> Any:
@@ -184,6 +143,7 @@ IMAGE_FIELDS = ("observations", "actions", "episode_starts", "rewards", "values"
 def test_channel_last_images_are_transposed_as_in_process(local_ray: None) -> None:
     """1 runner x 2 copies, 4 columns, two rollouts with a train between: the in-process buffer."""
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the runner needs no tests
+    ray.cloudpickle.register_pickle_by_value(ENVS)  # ImageParallel lives there
     model = _cnn_model()
     collector = RaySharedRolloutCollector(
         model, [ImageParallel] * 2, seeds=[0, 1], acting_seeds=[5], num_cpus=0.5
