@@ -271,15 +271,9 @@ class EnvRunner:
         local = self._local
         if local is not None:
             local.refresh()
-        observed: list[GroupObservation] = []
-        answers: list[Any] = []
-        records: list[Any] = []
-        hops = np.zeros((n_steps, len(HOPS)), dtype=np.int64)
+        stream = _Stream(self, group, self.env_ids, slice(0, len(self.env_ids)), n_steps)
         for t in range(n_steps):
             seen = group.observe()
-            tag: StepTag | None = (
-                None if call_id is None else (call_id, t, self.restarted, self._incarnation)
-            )
             sent = time.time_ns()
             if local is not None:
                 answer = local.act(
@@ -290,45 +284,9 @@ class EnvRunner:
                     action_masks=seen.action_masks,
                 )
             else:
-                answer = ray.get(
-                    self._server.act.remote(
-                        self.runner_id,
-                        seen.observation,
-                        self.env_ids,
-                        seen.episode_start,
-                        sent,
-                        action_masks=seen.action_masks,
-                        step=tag,
-                    )
-                )
-            received = time.time_ns()
-            check_answer(
-                answer,
-                self.env_ids,
-                runner_id=self.runner_id,
-                current_version=current_version,
-                max_staleness=max_staleness,
-            )
-            hops[t] = self._hops(answer, sent, received)
-            try:
-                records.append(group.step(answer))
-            except Exception as exc:
-                named = self._env_error(exc, f"in step {t} of this fragment")
-                if named is None:
-                    raise
-                raise named from exc.__cause__ or exc
-            observed.append(seen)
-            answers.append(answer)
-        frag = group.fragment(
-            runner_id=self.runner_id,
-            env_ids=list(self.env_ids),
-            observed=observed,
-            answers=answers,
-            records=records,
-            last=group.observe(),
-            hops_ns=hops,
-            restarted=self.restarted,
-        )
+                answer = ray.get(self._request(seen, self.env_ids, sent, t, call_id))
+            stream.take(t, seen, answer, sent, time.time_ns(), current_version, max_staleness)
+        frag = stream.fragment()
         self.restarted = False  # the next fragment continues this one's episodes
         return frag
 
@@ -342,71 +300,48 @@ class EnvRunner:
         """:meth:`sample` of the pipelined mode: the halves alternate (see :meth:`sample`)."""
         import ray
 
-        streams = self.streams
-        n = len(self._groups)
-        observed: list[list[GroupObservation]] = [[] for _ in range(n)]
-        answers: list[list[Any]] = [[] for _ in range(n)]
-        records: list[list[Any]] = [[] for _ in range(n)]
-        hops = [np.zeros((n_steps, len(HOPS)), dtype=np.int64) for _ in range(n)]
+        halves = [
+            _Stream(self, group, self.env_ids[rows], rows, n_steps)
+            for group, rows in zip(self._groups, self._slices, strict=True)
+        ]
 
-        def send(h: int, t: int) -> tuple[GroupObservation, int, Any]:
-            seen = self._groups[h].observe()
-            tag: StepTag | None = (
-                None if call_id is None else (call_id, t, self.restarted, self._incarnation)
-            )
+        def send(half: _Stream, t: int) -> tuple[GroupObservation, int, Any]:
+            seen = half.group.observe()
             sent = time.time_ns()
-            ref = self._server.act.remote(
-                self.runner_id,
-                seen.observation,
-                streams[h],
-                seen.episode_start,
-                sent,
-                action_masks=seen.action_masks,
-                step=tag,
-            )
-            return seen, sent, ref
+            return seen, sent, self._request(seen, half.env_ids, sent, t, call_id)
 
-        in_flight = [send(h, 0) for h in range(n)]
+        in_flight = [send(half, 0) for half in halves]
         for t in range(n_steps):
-            for h in range(n):
+            for h, half in enumerate(halves):
                 seen, sent, ref = in_flight[h]
                 answer = ray.get(ref)
-                received = time.time_ns()
-                check_answer(
-                    answer,
-                    streams[h],
-                    runner_id=self.runner_id,
-                    current_version=current_version,
-                    max_staleness=max_staleness,
-                )
-                hops[h][t] = self._hops(answer, sent, received, streams[h])
-                try:
-                    records[h].append(self._groups[h].step(answer))
-                except Exception as exc:
-                    offset = self._slices[h].start or 0
-                    named = self._env_error(exc, f"in step {t} of this fragment", offset=offset)
-                    if named is None:
-                        raise
-                    raise named from exc.__cause__ or exc
-                observed[h].append(seen)
-                answers[h].append(answer)
+                half.take(t, seen, answer, sent, time.time_ns(), current_version, max_staleness)
                 if t + 1 < n_steps:  # the next request leaves at once; the other half steps
-                    in_flight[h] = send(h, t + 1)
-        fragments = [
-            group.fragment(
-                runner_id=self.runner_id,
-                env_ids=list(streams[h]),
-                observed=observed[h],
-                answers=answers[h],
-                records=records[h],
-                last=group.observe(),
-                hops_ns=hops[h],
-                restarted=self.restarted,
-            )
-            for h, group in enumerate(self._groups)
-        ]
+                    in_flight[h] = send(half, t + 1)
+        fragments = [half.fragment() for half in halves]
         self.restarted = False
         return fragments
+
+    def _request(
+        self, seen: GroupObservation, env_ids: list[str], sent: int, t: int, call_id: str | None
+    ) -> Any:
+        """Send one step's request of ``env_ids`` to the server; return its ``ObjectRef``.
+
+        The request carries the observation, episode starts, masks, ``sent`` (``ts_env_sent_ns``)
+        and, with ``call_id``, the lockstep tag ``(call_id, t, restarted, incarnation)``.
+        """
+        tag: StepTag | None = (
+            None if call_id is None else (call_id, t, self.restarted, self._incarnation)
+        )
+        return self._server.act.remote(
+            self.runner_id,
+            seen.observation,
+            env_ids,
+            seen.episode_start,
+            sent,
+            action_masks=seen.action_masks,
+            step=tag,
+        )
 
     def _env_error(self, exc: BaseException, where: str, *, offset: int = 0) -> Exception | None:
         """The error naming this runner and the env of ``exc`` (its ``env_index``), or None.
@@ -557,4 +492,72 @@ def check_pipeline(pipeline: Any, k: int, *, local: bool, subject: str) -> None:
             "inference in the policy server; in the local mode (policy=...) the runner infers "
             "in its own process, so there is nothing to overlap: pass pipeline=False, or a "
             "server instead of policy"
+        )
+
+
+class _Stream:
+    """One stream of a :meth:`EnvRunner.sample` call: a group's steps, checked, and its fragment.
+
+    A runner has one stream (all its envs) or, pipelined, one per half; each checks its answers
+    against its own env ids and builds its own fragment.
+    """
+
+    def __init__(
+        self, runner: EnvRunner, group: EnvGroup, env_ids: list[str], rows: slice, n_steps: int
+    ) -> None:
+        self.runner = runner
+        self.group = group
+        self.env_ids = env_ids
+        self.offset = rows.start or 0  # the group's first row among the runner's envs
+        self.observed: list[GroupObservation] = []
+        self.answers: list[Any] = []
+        self.records: list[Any] = []
+        self.hops = np.zeros((n_steps, len(HOPS)), dtype=np.int64)
+
+    def take(
+        self,
+        t: int,
+        seen: GroupObservation,
+        answer: Any,
+        sent: int,
+        received: int,
+        current_version: int | None,
+        max_staleness: int,
+    ) -> None:
+        """Check step ``t``'s answer (:func:`check_answer`, the stamps), step the group with it.
+
+        Raises:
+            ValueError: the answer breaks a rule, or an env broke gymnasium's API (named).
+            RuntimeError: an env raised in ``step`` (named, the cause chained).
+        """
+        runner = self.runner
+        check_answer(
+            answer,
+            self.env_ids,
+            runner_id=runner.runner_id,
+            current_version=current_version,
+            max_staleness=max_staleness,
+        )
+        self.hops[t] = runner._hops(answer, sent, received, self.env_ids)
+        try:
+            self.records.append(self.group.step(answer))
+        except Exception as exc:
+            named = runner._env_error(exc, f"in step {t} of this fragment", offset=self.offset)
+            if named is None:
+                raise
+            raise named from exc.__cause__ or exc
+        self.observed.append(seen)
+        self.answers.append(answer)
+
+    def fragment(self) -> Any:
+        """The group's fragment of the steps taken (the runner's ``restarted`` flag in it)."""
+        return self.group.fragment(
+            runner_id=self.runner.runner_id,
+            env_ids=list(self.env_ids),
+            observed=self.observed,
+            answers=self.answers,
+            records=self.records,
+            last=self.group.observe(),
+            hops_ns=self.hops,
+            restarted=self.runner.restarted,
         )
