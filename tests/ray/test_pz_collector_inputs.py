@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
+import time
 from functools import partial
 from pathlib import Path
 from types import ModuleType
@@ -205,3 +206,46 @@ def test_an_unstarted_model_is_refused_before_any_runner_steps(local_ray: None) 
             atol=1e-6,
             err_msg=name,
         )
+
+
+class _SlowReset(ENVS.ScheduleEnv):  # type: ignore[misc, name-defined]
+    """``ScheduleEnv`` whose first reset sleeps ``delay_s`` seconds (a slow runner)."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__(SCHEDULE, 0)
+        self.delay_s = delay_s
+
+    def reset(self, seed: int | None = None, options: Any = None) -> Any:
+        if self.delay_s:
+            time.sleep(self.delay_s)
+            self.delay_s = 0.0
+        return super().reset(seed=seed, options=options)
+
+
+def test_timeout_is_one_deadline_for_all_runners(local_ray: None) -> None:
+    """Runner 0 answers after ~1.5 s, runner 1 after ~3.5 s, ``timeout_s=2.5``: refused at 2.5 s.
+
+    Before, each runner's ``ray.get`` had its own ``timeout_s`` (runner 1's wait began only once
+    runner 0 had answered), so the call returned after 3.5 s, beyond the limit given.
+    """
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.cloudpickle.register_pickle_by_value(ENVS)
+    slots = DummyVecEnv([ENVS.AgentSlot] * 2)
+    model = PPO("MlpPolicy", slots, n_steps=4, batch_size=8, n_epochs=1, seed=0, device="cpu")
+    start_training(model, 10_000)
+    collector = RaySharedRolloutCollector(
+        model,
+        [partial(_SlowReset, 1.5), partial(_SlowReset, 3.5)],
+        n_runners=2,
+        num_cpus=0,
+        timeout_s=2.5,
+    )
+    try:
+        began = time.monotonic()
+        late = r"'pz-runner-1' did not record a rollout within timeout_s=2.5"
+        with pytest.raises(RuntimeError, match=late):
+            collector.collect()
+        waited = time.monotonic() - began
+    finally:
+        collector.close()
+    assert waited >= 2.4, waited  # not before the deadline (the raise is what failed before)

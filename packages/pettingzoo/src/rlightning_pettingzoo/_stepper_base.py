@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rlightning.rules import check_seeds
 from rlightning_pettingzoo._columns import Transition
 from rlightning_pettingzoo._envs import require_distinct
 
@@ -57,16 +58,25 @@ class CopyBookkeeping:
         self._envs = [require(fn(), caller) for fn in env_fns]
         require_distinct(self._envs, caller)
 
-    def _start_bookkeeping(self, seeds: Sequence[int | None] | None) -> None:
+    def _start_bookkeeping(self, seeds: Sequence[int | None] | None, caller: str) -> None:
         """The seeds of the copies' first resets and the empty per-slot records.
 
+        Args:
+            seeds: One seed (an int >= 0, or None) per copy, or None (no seeds).
+            caller: The collector's name, for error messages.
+
         Raises:
-            ValueError: ``seeds`` is not one per copy.
+            TypeError: ``seeds`` is not a sequence, or a seed is a bool, float or str
+                (:func:`rlightning.rules.check_seeds`, named by index): ``seed=True`` would
+                otherwise reach ``reset`` as the seed 1.
+            ValueError: ``seeds`` is not one per copy, or a seed is negative.
         """
         n = len(self._envs)
-        seeds = [None] * n if seeds is None else list(seeds)
+        seeds = [None] * n if seeds is None else check_seeds(seeds, f"{caller} seeds")
         if len(seeds) != n:
-            raise ValueError(f"seeds must hold one seed per env copy ({n}), got {len(seeds)}")
+            raise ValueError(
+                f"{caller}: seeds must hold one seed per env copy ({n}), got {len(seeds)}"
+            )
         self._seeds = seeds
         self._starting: list[set[Any]] = [set() for _ in range(n)]
         self._open: dict[tuple[int, Any], Transition | None] = {}

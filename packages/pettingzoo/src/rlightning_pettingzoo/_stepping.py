@@ -90,7 +90,7 @@ class AgentStepper(CopyBookkeeping):
         self._shared = [SharedPolicyAdapter(model) for _ in range(n)]
         # seeds, open transitions, episodes, steps, ranks, dropped (agent-steps taken but not
         # stored), agent_returns: _stepper_base.CopyBookkeeping
-        self._start_bookkeeping(seeds)
+        self._start_bookkeeping(seeds, caller)
         self._observations: list[dict[Any, Any] | None] = [None] * n
         self._infos: list[dict[Any, Any]] = [{} for _ in range(n)]
         # per copy: the live agents whose spaces _check_agents passed since the copy's last

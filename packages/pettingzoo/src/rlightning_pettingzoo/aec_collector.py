@@ -149,7 +149,7 @@ class AECRolloutCollector(CopyBookkeeping):
         # seeds, open transitions, episodes, steps, ranks, dropped (trained agents' turns acted
         # but not stored: self-play, closing the open transitions at the rollout's end),
         # agent_returns (per trained agent): _stepper_base.CopyBookkeeping
-        self._start_bookkeeping(seeds)
+        self._start_bookkeeping(seeds, "AECRolloutCollector")
         self._rngs = [np.random.default_rng(seed) for seed in self._seeds]
         self.opponents: dict[Any, Opponent] = dict(opponents or {})
         self._check_opponents()

@@ -27,10 +27,18 @@ from __future__ import annotations
 
 import io
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlightning.rules import check_count
+from rlightning_ray._pz_runners import (
+    RunnerPool,
+    check_timeout,
+    copy_seeds,
+    runner_seeds,
+    saved_model,
+    split_copies,
+)
 
 try:
     from rlightning_pettingzoo.collector import Segment
@@ -153,7 +161,8 @@ class RaySharedRolloutCollector:
             ``set_random_seed(model.seed)``, the same for all: give seeds).
         num_cpus: CPUs each runner reserves.
         device: The replicas' torch device.
-        timeout_s: Seconds to wait for the runners' rollouts (None: no limit).
+        timeout_s: Seconds to wait for all the runners' rollouts of one call together (one
+            deadline, not one per runner; None: no limit).
 
     Raises:
         TypeError: ``model`` is not an on-policy SB3 model or is recurrent; an ``env_fns``
@@ -188,34 +197,7 @@ class RaySharedRolloutCollector:
         check_rollout_model(model, name)
         check_count(n_runners, f"{name} n_runners", minimum=1)
         check_count(num_cpus, f"{name} num_cpus", minimum=0, integer=False)
-        if (env_fns is None) == (env_fn is None):
-            raise ValueError(f"{name}: give exactly one of env_fns (one per copy) and env_fn")
-        if env_fns is not None:
-            fns = list(env_fns)
-            if copies_per_runner is None:
-                if len(fns) % n_runners or not fns:
-                    raise ValueError(
-                        f"{name}: {len(fns)} env_fns cannot be split into {n_runners} runners "
-                        "of equal copies"
-                    )
-                copies_per_runner = len(fns) // n_runners
-            check_count(copies_per_runner, f"{name} copies_per_runner", minimum=1)
-            if len(fns) != n_runners * copies_per_runner:
-                raise ValueError(
-                    f"{name}: env_fns holds {len(fns)} functions, n_runners * "
-                    f"copies_per_runner = {n_runners} * {copies_per_runner} copies need "
-                    f"{n_runners * copies_per_runner}"
-                )
-        else:
-            copies_per_runner = 1 if copies_per_runner is None else copies_per_runner
-            check_count(copies_per_runner, f"{name} copies_per_runner", minimum=1)
-            fns = [env_fn] * (n_runners * copies_per_runner)  # type: ignore[list-item]
-        for k, fn in enumerate(fns):
-            if not callable(fn):
-                raise TypeError(
-                    f"{name}: env function of copy {k} must be callable (returning a "
-                    f"ParallelEnv), got {type(fn).__name__}"
-                )
+        fns, copies_per_runner = split_copies(name, env_fns, env_fn, n_runners, copies_per_runner)
         n_copies = len(fns)
         n_envs = int(model.n_envs)
         if n_envs % n_runners:
@@ -224,92 +206,44 @@ class RaySharedRolloutCollector:
                 f"{n_runners} runners of equal columns: build the model with a multiple of "
                 "n_runners slots"
             )
-        copy_seeds = [None] * n_copies if seeds is None else _seed_list(seeds, "seeds", name)
-        if len(copy_seeds) != n_copies:
-            raise ValueError(
-                f"{name}: seeds must hold one seed per env copy ({n_copies}), got {len(copy_seeds)}"
-            )
-        if acting_seeds is None:
-            base = getattr(model, "seed", None)
-            runner_seeds: list[int | None] = [
-                None if base is None else int(base) + r for r in range(n_runners)
-            ]
-        else:
-            runner_seeds = _seed_list(acting_seeds, "acting_seeds", name)
-            if len(runner_seeds) != n_runners:
-                raise ValueError(
-                    f"{name}: acting_seeds must hold one seed per runner ({n_runners}), got "
-                    f"{len(runner_seeds)}"
-                )
-        if timeout_s is not None and (
-            isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float)
-        ):
-            raise TypeError(
-                f"{name}: timeout_s must be None (no limit) or a number of seconds, got "
-                f"{type(timeout_s).__name__} {timeout_s!r}"
-            )
-        if timeout_s is not None and not timeout_s > 0:  # NaN too
-            raise ValueError(
-                f"{name}: timeout_s must be None (no limit) or a number of seconds > 0, got "
-                f"{timeout_s!r}"
-            )
+        seeds_of_copies = copy_seeds(seeds, n_copies, name)
+        seeds_of_runners = runner_seeds(model, acting_seeds, n_runners, name)
+        self.timeout_s = check_timeout(timeout_s, name)
         if not ray.is_initialized():
             raise RuntimeError(f"{name} needs Ray: call ray.init(...) first")
         self.model = model
         self.n_runners = n_runners
         self.copies_per_runner = copies_per_runner
-        self.timeout_s = timeout_s
         #: Agent-steps of the last :meth:`collect` taken but not stored (all runners).
         self.dropped = 0
         #: Per agent id, the returns of its last 100 finished episodes, per runner (see
         #: :meth:`collect`).
         self.agent_returns: dict[Any, deque[float]] = {}
-        saved = io.BytesIO()
-        model.save(saved)
-        blob = ray.put(saved.getvalue())
+        blob = ray.put(saved_model(model))
         columns = n_envs // n_runners
         transpose = image_transpose(model)  # the replicas transpose images as the learner's env
         image_spaces = None if transpose is None else (transpose.raw_space, model.action_space)
-        actor: Any = ray.remote(SharedRolloutRunner).options(num_cpus=num_cpus)
-        self._ids = [f"pz-runner-{r}" for r in range(n_runners)]
-        self._runners = [
-            actor.remote(
-                type(model),
-                blob,
-                columns,
-                fns[r * copies_per_runner : (r + 1) * copies_per_runner],
-                copy_seeds[r * copies_per_runner : (r + 1) * copies_per_runner],
-                runner_seeds[r],
-                device,
-                self._ids[r],
-                image_spaces,
-            )
-            for r in range(n_runners)
-        ]
-        try:
-            self._get([runner.ready.remote() for runner in self._runners], "build")
-        except RuntimeError:
-            self.close()  # the runners that were built end too
-            raise
-
-    def _get(self, refs: list[Any], what: str) -> list[Any]:
-        import ray
-
-        out = []
-        for runner_id, ref in zip(self._ids, refs, strict=True):
-            try:
-                out.append(ray.get(ref, timeout=self.timeout_s))
-            except ray.exceptions.GetTimeoutError as exc:
-                raise RuntimeError(
-                    f"RaySharedRolloutCollector: runner {runner_id!r} did not {what} within "
-                    f"timeout_s={self.timeout_s}"
-                ) from exc
-            except ray.exceptions.RayError as exc:
-                raise RuntimeError(
-                    f"RaySharedRolloutCollector: runner {runner_id!r} failed to {what}: "
-                    f"{type(exc).__name__}: {exc}"
-                ) from exc
-        return out
+        k = copies_per_runner
+        self._pool = RunnerPool(
+            name,
+            SharedRolloutRunner,
+            [
+                (
+                    type(model),
+                    blob,
+                    columns,
+                    fns[r * k : (r + 1) * k],
+                    seeds_of_copies[r * k : (r + 1) * k],
+                    seeds_of_runners[r],
+                    device,
+                    f"pz-runner-{r}",
+                    image_spaces,
+                )
+                for r in range(n_runners)
+            ],
+            num_cpus=num_cpus,
+            timeout_s=self.timeout_s,
+        )
 
     def collect(self, *, update_model: bool = True) -> list[Segment]:
         """Publish the weights, record one rollout on every runner, fill the learner's buffer.
@@ -340,8 +274,8 @@ class RaySharedRolloutCollector:
         if update_model:  # before any runner steps (fill_recorded would refuse only at the end)
             check_training(self.model)
         weights = ray.put(policy_weights(self.model))
-        rollouts: list[RecordedRollout] = self._get(
-            [runner.record.remote(weights) for runner in self._runners], "record a rollout"
+        rollouts: list[RecordedRollout] = self._pool.call(
+            "record", weights, what="record a rollout"
         )
         self.dropped = sum(rollout.dropped for rollout in rollouts)
         merged: dict[Any, deque[float]] = {}
@@ -353,35 +287,4 @@ class RaySharedRolloutCollector:
 
     def close(self) -> None:
         """End the runners' actors (their envs are not closed: they die with the process)."""
-        import ray
-
-        for runner in self._runners:
-            ray.kill(runner)
-        self._runners = []
-
-
-def _seed_list(seeds: Any, what: str, name: str) -> list[int | None]:
-    """``seeds`` as a list of seeds, each None or an int >= 0 (``rlightning.rules.check_count``).
-
-    Args:
-        seeds: The argument given (a list, tuple or numpy array of seeds).
-        what: Its name (``"seeds"``, ``"acting_seeds"``), for the messages.
-        name: The caller, for the messages.
-
-    Returns:
-        A new list: None kept, every other seed as a Python int. Nothing is mutated.
-
-    Raises:
-        TypeError: ``seeds`` is not iterable (a lone int) or is a str or mapping, or an entry
-            is a bool, float or str (named by its index).
-        ValueError: an entry is negative.
-    """
-    if isinstance(seeds, str | bytes | Mapping) or not isinstance(seeds, Iterable):
-        raise TypeError(
-            f"{name}: {what} must be a sequence (one seed, or None, per item), got "
-            f"{type(seeds).__name__} {seeds!r}"
-        )
-    return [
-        None if seed is None else int(check_count(seed, f"{name} {what}[{k}]", minimum=0))
-        for k, seed in enumerate(seeds)
-    ]
+        self._pool.close()

@@ -29,7 +29,7 @@ rule                              owner
                                   :data:`STAMP_EPOCH_FLOOR_NS`; :data:`SHARED_FIELDS`
                                   (with :data:`POLICY_VERSION_FIELD`)
 ``boolean``                       :func:`as_bools`
-``count``                         :func:`check_count`
+``count``                         :func:`check_count`, :func:`check_seeds`
 ``known-agent``                   :func:`check_known_agents`
 ``live-agents``                   :func:`check_live_agents`
 ``no-inactive-action``            :func:`check_live_agents`
@@ -59,7 +59,7 @@ from rlightning.rules._agents import (
     check_per_agent_field,
     check_per_agent_keys,
 )
-from rlightning.rules._counts import check_count
+from rlightning.rules._counts import check_count, check_seeds
 from rlightning.rules._errors import RULES, describe, rule_error, rule_message
 from rlightning.rules._mask_actions import action_allowed, mask_violation
 from rlightning.rules._masks import (
@@ -133,6 +133,7 @@ __all__ = [
     "check_per_agent_keys",
     "check_response_type",
     "check_scalar_field",
+    "check_seeds",
     "check_stamp",
     "contains",
     "describe",
@@ -169,6 +170,7 @@ for _function in (
     check_per_agent_keys,
     check_response_type,
     check_scalar_field,
+    check_seeds,
     check_stamp,
     contains,
     describe,

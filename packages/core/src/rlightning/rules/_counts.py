@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable, Mapping
 
 from rlightning.rules._errors import rule_error
 
@@ -67,3 +68,41 @@ def check_count(
             ValueError, "count", name, f"must be >= {minimum:g}", value, expected=expected
         )
     return result
+
+
+def check_seeds(seeds: object, name: str) -> list[int | None]:
+    """Return ``seeds`` as a list of seeds: each None (no seed) or a count (an int >= 0).
+
+    The owner of rule ``count`` for seed lists (one seed per env copy, per runner): each entry
+    is checked by :func:`check_count` with ``minimum=0``, so a bool (``True`` is no seed of 1),
+    a float (``1.5`` is not truncated) or a str is refused, naming its index.
+
+    Args:
+        seeds: The argument given (a list, tuple, range or numpy array of seeds).
+        name: The argument, as the caller names it (``"SharedRolloutCollector seeds"``).
+
+    Returns:
+        A new list: None kept, every other seed as a Python int. Nothing is mutated.
+
+    Raises:
+        TypeError: ``seeds`` is not iterable (a lone int), is a str, bytes or mapping, or an
+            entry is a bool, float or str (named as ``name[index]``).
+        ValueError: an entry is negative.
+
+    Examples:
+        >>> check_seeds([0, None, 2], "seeds")
+        [0, None, 2]
+        >>> check_seeds(3, "seeds")
+        Traceback (most recent call last):
+        ...
+        TypeError: seeds must be a sequence of seeds (one int >= 0, or None, per item), got int 3
+    """
+    if isinstance(seeds, str | bytes | Mapping) or not isinstance(seeds, Iterable):
+        raise TypeError(
+            f"{name} must be a sequence of seeds (one int >= 0, or None, per item), got "
+            f"{type(seeds).__name__} {seeds!r}"
+        )
+    return [
+        None if seed is None else int(check_count(seed, f"{name}[{k}]", minimum=0))
+        for k, seed in enumerate(seeds)
+    ]
