@@ -309,7 +309,7 @@ def test_two_runners_fill_their_columns_of_every_group_as_in_process(local_ray: 
                 for group in spec:
                     dropped[group] += inproc.group_dropped[group]
     assert collector.group_dropped == dropped
-    for group, model in models.items():
+    for model in models.values():
         assert model.num_timesteps == 2 * model.n_steps * model.n_envs
 
 

@@ -28,7 +28,7 @@ of each group's buffer each as the in-process collector over that runner's copie
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
@@ -36,7 +36,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from rlightning_pettingzoo._columns import Placed
 from rlightning_pettingzoo._sb3 import refuse_unstarted
 from rlightning_pettingzoo.collector import Segment
-from rlightning_pettingzoo.groups import GroupOf, GroupRolloutCollector
+from rlightning_pettingzoo.groups import GroupRolloutCollector
 from rlightning_pettingzoo.remote import RecordedRollout, check_rollout_model, fill_recorded
 
 __all__ = [
@@ -105,28 +105,12 @@ def check_group_training(models: Mapping[str, Any], caller: str) -> None:
 class GroupRolloutRecorder(GroupRolloutCollector):
     """A :class:`~rlightning_pettingzoo.GroupRolloutCollector` that keeps each group's rows.
 
-    Args:
-        models: Group name -> the replica acting for the group (its ``n_steps`` and ``n_envs``
-            shape the group's rollout; its buffer is never written).
-        env_fns: One function per env copy, each returning a PettingZoo ``ParallelEnv``.
-        group_of: Agent id -> group name (a mapping or a function), as
-            ``GroupRolloutCollector`` takes it.
-        seeds: The seed of each copy's first reset (None: no seed).
-
-    Raises:
-        What ``GroupRolloutCollector`` raises.
+    Built with ``GroupRolloutCollector``'s arguments (``models``: group name -> the replica
+    acting for the group, whose ``n_steps`` and ``n_envs`` shape the group's rollout and whose
+    buffer is never written; ``env_fns``; ``group_of``; ``seeds``) and raising what it raises.
     """
 
-    def __init__(
-        self,
-        models: Mapping[str, OnPolicyAlgorithm],
-        env_fns: Sequence[Callable[[], Any]],
-        *,
-        group_of: GroupOf,
-        seeds: Sequence[int | None] | None = None,
-    ) -> None:
-        super().__init__(models, env_fns, group_of=group_of, seeds=seeds)
-        self._kept: dict[str, list[list[Placed]]] = {}
+    _kept: dict[str, list[list[Placed]]]
 
     def _fill(
         self,
@@ -151,7 +135,7 @@ class GroupRolloutRecorder(GroupRolloutCollector):
         Raises:
             What ``GroupRolloutCollector.collect`` raises.
         """
-        self._kept.clear()
+        self._kept = {}
         self.collect(update_model=False)
         assert self._kept.keys() == self.models.keys(), "internal: a group was not packed"
         out: dict[str, RecordedRollout] = {}

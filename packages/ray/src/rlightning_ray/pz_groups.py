@@ -38,22 +38,18 @@ from rlightning_ray._pz_runners import (
     runner_columns,
 )
 
-try:
-    from rlightning_pettingzoo.collector import Segment
-    from rlightning_pettingzoo.groups import GroupOf
-    from rlightning_pettingzoo.remote import RecordedRollout
-    from rlightning_pettingzoo.remote_groups import (
-        GroupRolloutRecorder,
-        check_group_models,
-        check_group_training,
-        fill_recorded_groups,
-    )
-    from rlightning_sb3 import policy_weights, set_acting_seed
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "rlightning_ray.pettingzoo needs the [pettingzoo] extra: "
-        f'pip install "rlightning-ray[pettingzoo]" ({exc})'
-    ) from exc
+# first: pz_rollout refuses a missing [pettingzoo] extra with the message that names it
+from rlightning_ray.pz_rollout import RaySharedRolloutCollector  # noqa: F401  isort: skip
+from rlightning_pettingzoo.collector import Segment
+from rlightning_pettingzoo.groups import GroupOf
+from rlightning_pettingzoo.remote import RecordedRollout
+from rlightning_pettingzoo.remote_groups import (
+    GroupRolloutRecorder,
+    check_group_models,
+    check_group_training,
+    fill_recorded_groups,
+)
+from rlightning_sb3 import policy_weights, set_acting_seed
 
 if TYPE_CHECKING:
     from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
