@@ -351,16 +351,24 @@ def test_arguments_are_refused_before_any_runner_starts(local_ray: None) -> None
     unstarted = _models(spec, {g: (ENVS.OBS, ENVS.ACT) for g in spec})
     unstarted["odd"] = A2C("MlpPolicy", DummyVecEnv([ENVS.AgentSlot]), n_steps=8, device="cpu")
     collector = RayGroupRolloutCollector(
-        unstarted, fns, group_of=ODD_EVEN, num_cpus=0, timeout_s=120
+        unstarted, fns, group_of=ODD_EVEN, seeds=[1, 2], acting_seeds=[5], num_cpus=0
     )
-    try:  # refused before the runner steps: its first rollout is then as a fresh one's
+    try:
         with pytest.raises(ValueError, match=r"\(the model of group 'odd'\).*start_training"):
             collector.collect()
-        assert unstarted["even"].num_timesteps == 0
-        collector.collect(update_model=False)  # the unstarted model's buffer is still fillable
-        assert unstarted["odd"].rollout_buffer.full
+        collector.collect(update_model=False)
     finally:
         collector.close()
+    # refused before the runner stepped: the rollout after it is a fresh collector's first
+    ref = {g: _models({g: spec[g]}, {g: (ENVS.OBS, ENVS.ACT)})[g] for g in spec}
+    ref["odd"] = A2C("MlpPolicy", DummyVecEnv([ENVS.AgentSlot]), n_steps=8, device="cpu")
+    for group, model in ref.items():
+        model.policy.load_state_dict(unstarted[group].policy.state_dict())
+    inproc = GroupRolloutCollector(ref, fns, group_of=ODD_EVEN, seeds=[1, 2])
+    set_acting_seed(5)
+    inproc.collect(update_model=False)
+    for group in spec:
+        _assert_equal(_buffer(unstarted[group]), _buffer(ref[group]), f"{group} after refusal")
 
 
 def test_a_recurrent_group_model_is_refused(local_ray: None) -> None:
