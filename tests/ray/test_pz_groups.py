@@ -13,19 +13,16 @@ and mpe2's ``simple_adversary`` (the adversary observes 8 numbers, the good agen
 from __future__ import annotations
 
 import importlib.util
-import random
-import sys
 import threading
 from functools import partial
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
-import ray
-import torch as th
+from rlightning_ray_test_pz_checks import CLOSE, ENVS, episodes, restore_rng, rng_state
+from rlightning_ray_test_pz_checks import assert_arrays as _assert_equal
+from rlightning_ray_test_pz_checks import buffer_arrays as _buffer
 from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import A2C, PPO
 from stable_baselines3.common.utils import set_random_seed
@@ -38,27 +35,12 @@ from rlightning_sb3 import set_acting_seed, start_training
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
 
 
-def _load_envs() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "pettingzoo" / "collector_envs.py"
-    spec = importlib.util.spec_from_file_location("rlightning_ray_test_pz_groups_envs", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    ray.cloudpickle.register_pickle_by_value(module)  # the runners need not import tests
-    return module
-
-
-ENVS = _load_envs()
 # a0 (even) lives the episode (truncated at 6); a1 (odd) joins at 1, terminated at 3; a2 (even)
 # joins at 2, truncated at 5; a1 waits at step 2, a2 at step 3 (their masks allow nothing).
 # "even" acts about 4x as often as "odd": its buffer fills first, its later steps are dropped.
 SCHEDULE = [(0, 6, "truncated"), (1, 3, "terminated"), (2, 5, "truncated")]
 WAITS = frozenset({(1, 2), (2, 3)})
 ODD_EVEN = {"a0": "even", "a1": "odd", "a2": "even"}  # a dict: picklable to the runners
-FIELDS = ("observations", "actions", "rewards", "returns", "episode_starts", "values")
-FIELDS += ("log_probs", "advantages")
-CLOSE = ("returns", "advantages")
 
 
 class _Slot(gym.Env[Any, Any]):
@@ -109,39 +91,10 @@ def _models(
     return models
 
 
-def _buffer(model: Any, columns: slice = slice(None)) -> dict[str, np.ndarray]:
-    buf = model.rollout_buffer
-    out = {name: np.array(getattr(buf, name)[:, columns]) for name in FIELDS}
-    if hasattr(buf, "action_masks"):
-        masks = buf.action_masks.reshape(buf.buffer_size, buf.n_envs, -1)
-        out["action_masks"] = np.array(masks[:, columns])
-    return out
-
-
-def _assert_equal(
-    got: dict[str, np.ndarray],
-    want: dict[str, np.ndarray],
-    what: str,
-    close: tuple[str, ...] = (),
-) -> None:
-    """Exact (the same kernels on the same batch shapes), but ``close``: allclose."""
-    assert got.keys() == want.keys()
-    for name in got:
-        assert got[name].shape == want[name].shape, (what, name)
-        if name in close:
-            assert np.allclose(got[name], want[name], rtol=1e-5, atol=1e-6), (what, name)
-        else:
-            assert np.array_equal(got[name], want[name]), (what, name, got[name], want[name])
-
-
 def _train(models: dict[str, Any]) -> None:
     set_random_seed(99)  # each train()'s minibatches, the same in both runs
     for model in models.values():
         model.train()
-
-
-def _episodes(model: Any) -> list[tuple[float, int]]:
-    return [(e["r"], e["l"]) for e in model.ep_info_buffer]  # "t" is wall time
 
 
 def _in_process(
@@ -153,11 +106,9 @@ def _in_process(
     segments, buffers = [], []
     for k in range(2):
         if k:
-            acting = random.getstate(), np.random.get_state(), th.get_rng_state()
+            acting = rng_state()
             _train(models)  # the runner's acting stream runs on undisturbed by training
-            random.setstate(acting[0])
-            np.random.set_state(acting[1])
-            th.set_rng_state(acting[2])
+            restore_rng(acting)
         segments.append(collector.collect())
         buffers.append({g: _buffer(m) for g, m in models.items()})
     return collector, segments, buffers
@@ -199,7 +150,7 @@ def _one_runner_equals_in_process(
     for group, model in models.items():
         ref = ref_models[group]
         assert model.num_timesteps == ref.num_timesteps == 2 * ref.n_steps * ref.n_envs
-        assert _episodes(model) == _episodes(ref)
+        assert episodes(model) == episodes(ref)
         # the second rollout acted with the trained weights: its values are not the first's
         assert not np.array_equal(buffers[1][group]["values"], buffers[0][group]["values"])
     assert collector.group_dropped == inproc.group_dropped

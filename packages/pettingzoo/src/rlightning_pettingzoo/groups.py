@@ -50,6 +50,21 @@ __all__ = ["GroupReplayCollector", "GroupRolloutCollector"]
 GroupOf = Mapping[Any, str] | Callable[[Any], str]
 
 
+def _refuse_shared_models(models: Mapping[str, Any], caller: str) -> None:
+    """Refuse no group, or two groups with one model object (``ValueError``, both named)."""
+    if not models:
+        raise ValueError(f"{caller} needs at least one group in models")
+    owner: dict[int, str] = {}
+    for group, model in models.items():
+        other = owner.setdefault(id(model), group)
+        if other != group:
+            raise ValueError(
+                f"{caller}: groups {other!r} and {group!r} have the same model object; each "
+                "group's model fills its own buffer (one buffer cannot hold two groups' "
+                "rollouts): give each group a model of its own, or put the agents in one group"
+            )
+
+
 class _GroupStepper(AgentStepper):
     """The stepper with a model per group: group lookup, space checks, one forward per group.
 
@@ -65,17 +80,8 @@ class _GroupStepper(AgentStepper):
         seeds: Sequence[int | None] | None,
         caller: str,
     ) -> None:
-        if not models:
-            raise ValueError(f"{caller} needs at least one group in models")
-        owner: dict[int, str] = {}
+        _refuse_shared_models(models, caller)
         for group, model in models.items():
-            other = owner.setdefault(id(model), group)
-            if other != group:
-                raise ValueError(
-                    f"{caller}: groups {other!r} and {group!r} have the same model object; each "
-                    "group's model fills its own buffer (one buffer cannot hold two groups' "
-                    "rollouts): give each group a model of its own, or put the agents in one group"
-                )
             refuse_unapplied_wrappers(model, caller, group)
         self.models: dict[str, Any] = dict(models)
         self._group_of = group_of

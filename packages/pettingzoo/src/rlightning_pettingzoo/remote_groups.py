@@ -36,7 +36,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from rlightning_pettingzoo._columns import Placed
 from rlightning_pettingzoo._sb3 import refuse_unstarted
 from rlightning_pettingzoo.collector import Segment
-from rlightning_pettingzoo.groups import GroupRolloutCollector
+from rlightning_pettingzoo.groups import GroupRolloutCollector, _refuse_shared_models
 from rlightning_pettingzoo.remote import RecordedRollout, check_rollout_model, fill_recorded
 
 __all__ = [
@@ -69,14 +69,8 @@ def check_group_models(models: Mapping[str, Any], caller: str) -> None:
             f"{caller} needs models: a non-empty mapping group name -> on-policy SB3 model, "
             f"got {type(models).__name__} {models!r}"
         )
-    owner: dict[int, str] = {}
+    _refuse_shared_models(models, caller)
     for group, model in models.items():
-        other = owner.setdefault(id(model), group)
-        if other != group:
-            raise ValueError(
-                f"{caller}: groups {other!r} and {group!r} have the same model object; each "
-                "group's model fills its own buffer: give each group a model of its own"
-            )
         check_rollout_model(model, f"{caller} (group {group!r})")
 
 
