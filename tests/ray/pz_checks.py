@@ -69,6 +69,29 @@ def assert_arrays(
             assert np.array_equal(got[name], want[name]), (what, name, got[name], want[name])
 
 
+def assert_segments_moved(
+    got: Any, want: Any, column_offset: int, copy_offset: int, what: str
+) -> None:
+    """Runner segments ``got`` are the in-process ``want`` but for their column and copy offsets.
+
+    ``got``: the learner's segments of one runner's columns, in order; ``want``: the in-process
+    collector's over that runner's copies (columns and copies from 0).
+    """
+    assert len(got) == len(want), what
+    for mine, ref in zip(got, want, strict=True):
+        assert (mine.column - column_offset, mine.env_index - copy_offset) == (
+            ref.column,
+            ref.env_index,
+        ), what
+        assert (mine.start_row, mine.stop_row, mine.agent_id, mine.end) == (
+            ref.start_row,
+            ref.stop_row,
+            ref.agent_id,
+            ref.end,
+        ), what
+        assert mine.env_steps == ref.env_steps, what
+
+
 def episodes(model: Any) -> list[tuple[float, int]]:
     """``model.ep_info_buffer``'s returns and lengths (its ``"t"`` is wall time)."""
     return [(e["r"], e["l"]) for e in model.ep_info_buffer]

@@ -19,6 +19,7 @@ import pytest
 from rlightning_ray_test_pz_checks import (
     CLOSE,
     ENVS,
+    assert_segments_moved,
     episodes,
     not_parallel,
     restore_rng,
@@ -150,17 +151,7 @@ def test_two_runners_fill_their_columns_as_in_process(local_ray: None) -> None:
             # columns' observations in one batch, the reference's over 2: not bitwise alike)
             _assert_equal(block, _buffer(ref), f"runner {r}, rollout {k}", CLOSE)
             mine = [s for s in segments[k] if 2 * r <= s.column < 2 * r + 2]
-            assert len(mine) == len(ref_segments)
-            for got, want in zip(mine, ref_segments, strict=True):
-                assert got.column - 2 * r == want.column
-                assert got.env_index - 2 * r == want.env_index
-                assert (got.start_row, got.stop_row, got.agent_id, got.end) == (
-                    want.start_row,
-                    want.stop_row,
-                    want.agent_id,
-                    want.end,
-                )
-                assert got.env_steps == want.env_steps
+            assert_segments_moved(mine, ref_segments, 2 * r, 2 * r, f"runner {r}, rollout {k}")
 
 
 def test_arguments_are_checked_before_any_runner_starts(local_ray: None) -> None:

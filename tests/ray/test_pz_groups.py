@@ -20,7 +20,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from rlightning_ray_test_pz_checks import CLOSE, ENVS, episodes, restore_rng, rng_state
+from rlightning_ray_test_pz_checks import (
+    CLOSE,
+    ENVS,
+    assert_segments_moved,
+    episodes,
+    restore_rng,
+    rng_state,
+)
 from rlightning_ray_test_pz_checks import assert_arrays as _assert_equal
 from rlightning_ray_test_pz_checks import buffer_arrays as _buffer
 from sb3_contrib import MaskablePPO, RecurrentPPO
@@ -243,19 +250,8 @@ def test_two_runners_fill_their_columns_of_every_group_as_in_process(local_ray: 
                 # runners' last observations in one batch, the reference's over one runner's)
                 _assert_equal(block, _buffer(ref), f"runner {r}, {group}, rollout {k}", CLOSE)
                 mine = [s for s in segments[k][group] if r * m <= s.column < (r + 1) * m]
-                assert len(mine) == len(ref_segments[group])
-                for got, want in zip(mine, ref_segments[group], strict=True):
-                    assert (got.column - r * m, got.env_index - 2 * r) == (
-                        want.column,
-                        want.env_index,
-                    )
-                    assert (got.start_row, got.stop_row, got.agent_id, got.end) == (
-                        want.start_row,
-                        want.stop_row,
-                        want.agent_id,
-                        want.end,
-                    )
-                    assert got.env_steps == want.env_steps
+                what = f"runner {r}, {group}, rollout {k}"
+                assert_segments_moved(mine, ref_segments[group], r * m, 2 * r, what)
             if k == 1:
                 for group in spec:
                     dropped[group] += inproc.group_dropped[group]
