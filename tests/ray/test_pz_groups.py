@@ -33,7 +33,7 @@ from rlightning_ray_test_pz_checks import buffer_arrays as _buffer
 from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import A2C, PPO
 from stable_baselines3.common.utils import set_random_seed
-from stable_baselines3.common.vec_env import DummyVecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, VecTransposeImage
 
 from rlightning_pettingzoo import GroupRolloutCollector
 from rlightning_ray.pettingzoo import RayGroupRolloutCollector
@@ -79,21 +79,28 @@ def _adversary_fn() -> Any:
 def _models(
     spec: dict[str, tuple[Any, int, int]], spaces: dict[str, tuple[Any, Any]]
 ) -> dict[str, Any]:
-    """Group -> ``algo`` over ``n_envs`` slots of its spaces, ``n_steps`` rows, started."""
+    """Group -> ``algo`` over ``n_envs`` slots of its spaces, ``n_steps`` rows, started.
+
+    A group of channel-last images gets a tiny ``CnnPolicy`` (SB3 wraps its VecEnv in
+    ``VecTransposeImage``), the others an ``MlpPolicy``.
+    """
     models = {}
     for k, (group, (algo, n_envs, n_steps)) in enumerate(spec.items()):
         obs_space, act_space = spaces[group]
         env = DummyVecEnv([partial(_Slot, obs_space, act_space)] * n_envs)
         extra = {"batch_size": n_steps * n_envs, "n_epochs": 1} if algo is not A2C else {}
+        image = len(obs_space.shape or ()) == 3
         models[group] = algo(
-            "MlpPolicy",
+            "CnnPolicy" if image else "MlpPolicy",
             env,
             n_steps=n_steps,
             seed=k,
             device="cpu",
-            policy_kwargs={"net_arch": [8]},
+            policy_kwargs={"net_arch": [8]}
+            | ({"features_extractor_kwargs": {"features_dim": 8}} if image else {}),
             **extra,
         )
+        assert isinstance(models[group].get_env(), VecTransposeImage) == image
         start_training(models[group], total_timesteps=10_000)
     return models
 
@@ -160,6 +167,8 @@ def _one_runner_equals_in_process(
         assert episodes(model) == episodes(ref)
         # the second rollout acted with the trained weights: its values are not the first's
         assert not np.array_equal(buffers[1][group]["values"], buffers[0][group]["values"])
+    for model in models.values():  # as stored: channel-first where SB3 transposes
+        assert model.rollout_buffer.observations.shape[2:] == model.observation_space.shape
     assert collector.group_dropped == inproc.group_dropped
     assert collector.dropped == inproc.dropped
     assert {a: list(r) for a, r in collector.agent_returns.items()} == {
@@ -195,6 +204,18 @@ def test_one_runner_on_simple_adversary(local_ray: None) -> None:
     assert segments[0]["adversary"] and {s.agent_id for s in segments[0]["good"]} == set(
         groups["good"]
     )
+
+
+def test_one_runner_transposes_each_image_groups_observations_as_in_process(
+    local_ray: None,
+) -> None:
+    """A CNN per agent over channel-last images: each replica is loaded over image slots."""
+    spec = {"first": (PPO, 2, 4), "second": (A2C, 2, 4)}
+    spaces = {g: (ENVS.IMAGE, ENVS.ACT) for g in spec}
+    group_of = {"a0": "first", "a1": "second"}  # a policy per agent
+    _, segments = _one_runner_equals_in_process(spec, spaces, [ENVS.ImageParallel] * 2, group_of)
+    assert {s.agent_id for s in segments[1]["second"]} == {"a1"}
+    assert {s.end for s in segments[1]["first"]} >= {"truncated"}
 
 
 def test_two_runners_fill_their_columns_of_every_group_as_in_process(local_ray: None) -> None:
