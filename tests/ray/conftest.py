@@ -40,6 +40,8 @@ def _load(name: str, filename: str) -> ModuleType:
 # envs first: the helpers module uses them
 ENVS = _load("rlightning_ray_test_envs", "ray_envs.py")
 HELPERS = _load("rlightning_ray_test_helpers", "ray_helpers.py")
+if importlib.util.find_spec("pettingzoo") is not None:  # the PettingZoo collector tests' own
+    _load("rlightning_ray_test_pz_checks", "pz_checks.py")
 
 
 @pytest.fixture(scope="session")

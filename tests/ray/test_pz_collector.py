@@ -10,19 +10,23 @@ truncated) and wait (masks allowing nothing).
 
 from __future__ import annotations
 
-import importlib.util
-import random
-import sys
 from functools import partial
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
-import ray
-import torch as th
+from rlightning_ray_test_pz_checks import (
+    CLOSE,
+    ENVS,
+    assert_segments_moved,
+    episodes,
+    not_parallel,
+    restore_rng,
+    rng_state,
+)
+from rlightning_ray_test_pz_checks import assert_arrays as _assert_equal
+from rlightning_ray_test_pz_checks import buffer_arrays as _buffer
 from sb3_contrib import MaskablePPO
 from stable_baselines3 import A2C, PPO
 from stable_baselines3.common.utils import set_random_seed
@@ -35,25 +39,10 @@ from rlightning_sb3 import set_acting_seed, start_training
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
 
 
-def _load_envs() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "pettingzoo" / "collector_envs.py"
-    spec = importlib.util.spec_from_file_location("rlightning_ray_test_pz_collector_envs", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    ray.cloudpickle.register_pickle_by_value(module)  # the runners need not import tests
-    return module
-
-
-ENVS = _load_envs()
 # a0 lives the episode (truncated at 6); a1 joins at 1, terminated at 3; a2 joins at 2,
 # truncated at 5; a1 waits at step 2, a2 at step 3 (their masks allow nothing)
 SCHEDULE = [(0, 6, "truncated"), (1, 3, "terminated"), (2, 5, "truncated")]
 WAITS = frozenset({(1, 2), (2, 3)})
-FIELDS = ("observations", "actions", "rewards", "returns", "episode_starts", "values")
-FIELDS += ("log_probs", "advantages")
-CLOSE = ("returns", "advantages")
 
 
 def _env_fns(copies: range, partial_masks: bool) -> list[Any]:
@@ -66,47 +55,6 @@ def _model(algo: Any, n_envs: int) -> Any:
     model = algo("MlpPolicy", env, n_steps=8, seed=0, device="cpu", **extra)
     start_training(model, total_timesteps=10_000)
     return model
-
-
-def _buffer(model: Any, columns: slice = slice(None)) -> dict[str, np.ndarray]:
-    buf = model.rollout_buffer
-    names = FIELDS + (("action_masks",) if hasattr(buf, "action_masks") else ())
-    out = {name: np.array(getattr(buf, name)[:, columns]) for name in names}
-    if "action_masks" in out:
-        out["action_masks"] = np.array(buf.action_masks.reshape(buf.buffer_size, buf.n_envs, -1))[
-            :, columns
-        ]
-    return out
-
-
-def _assert_equal(
-    got: dict[str, np.ndarray],
-    want: dict[str, np.ndarray],
-    what: str,
-    close: tuple[str, ...] = (),
-) -> None:
-    """Exact (the same kernels on the same batch shapes), but ``close``: allclose."""
-    assert got.keys() == want.keys()
-    for name in got:
-        assert got[name].shape == want[name].shape, (what, name)
-        if name in close:
-            assert np.allclose(got[name], want[name], rtol=1e-5, atol=1e-6), (what, name)
-        else:
-            assert np.array_equal(got[name], want[name]), (what, name, got[name], want[name])
-
-
-def _episodes(model: Any) -> list[tuple[float, int]]:
-    return [(e["r"], e["l"]) for e in model.ep_info_buffer]  # "t" is wall time
-
-
-def _rng() -> tuple[Any, Any, Any]:
-    return random.getstate(), np.random.get_state(), th.get_rng_state()
-
-
-def _restore(state: tuple[Any, Any, Any]) -> None:
-    random.setstate(state[0])
-    np.random.set_state(state[1])
-    th.set_rng_state(state[2])
 
 
 # PPO and MaskablePPO here, A2C in the two-runner test: every algorithm exact, one runner
@@ -123,10 +71,10 @@ def test_one_runner_fills_the_in_process_collectors_buffer(local_ray: None, algo
     set_acting_seed(acting_seed)
     ref_segments = [inproc.collect()]
     ref_buffers = [_buffer(ref)]
-    acting = _rng()
+    acting = rng_state()
     set_random_seed(99)
     ref.train()
-    _restore(acting)
+    restore_rng(acting)
     ref_segments.append(inproc.collect())
     ref_buffers.append(_buffer(ref))
 
@@ -153,7 +101,7 @@ def test_one_runner_fills_the_in_process_collectors_buffer(local_ray: None, algo
         assert segments[k] == ref_segments[k]
     assert {s.end for s in segments[0] + segments[1]} >= {"terminated", "truncated", "cut"}
     assert model.num_timesteps == ref.num_timesteps == 2 * 8 * n_envs
-    assert _episodes(model) == _episodes(ref) and _episodes(model)
+    assert episodes(model) == episodes(ref) and episodes(model)
     assert collector.dropped == inproc.dropped
     assert {a: list(r) for a, r in collector.agent_returns.items()} == {
         a: list(r) for a, r in inproc.agent_returns.items()
@@ -203,17 +151,7 @@ def test_two_runners_fill_their_columns_as_in_process(local_ray: None) -> None:
             # columns' observations in one batch, the reference's over 2: not bitwise alike)
             _assert_equal(block, _buffer(ref), f"runner {r}, rollout {k}", CLOSE)
             mine = [s for s in segments[k] if 2 * r <= s.column < 2 * r + 2]
-            assert len(mine) == len(ref_segments)
-            for got, want in zip(mine, ref_segments, strict=True):
-                assert got.column - 2 * r == want.column
-                assert got.env_index - 2 * r == want.env_index
-                assert (got.start_row, got.stop_row, got.agent_id, got.end) == (
-                    want.start_row,
-                    want.stop_row,
-                    want.agent_id,
-                    want.end,
-                )
-                assert got.env_steps == want.env_steps
+            assert_segments_moved(mine, ref_segments, 2 * r, 2 * r, f"runner {r}, rollout {k}")
 
 
 def test_arguments_are_checked_before_any_runner_starts(local_ray: None) -> None:
@@ -249,17 +187,13 @@ def test_a_recurrent_model_is_refused(local_ray: None) -> None:
         RaySharedRolloutCollector(model, _env_fns(range(1), False))
 
 
-def _not_parallel() -> Any:
-    return ENVS.AgentSlot()  # a gymnasium env, not a PettingZoo ParallelEnv
-
-
 def test_a_runner_that_fails_to_build_is_named(local_ray: None) -> None:
     model = _model(PPO, 2)
     with pytest.raises(
         RuntimeError,
         match=r"(?s)runner 'pz-runner-0' failed to build.*needs a PettingZoo ParallelEnv",
     ):
-        RaySharedRolloutCollector(model, env_fn=_not_parallel, num_cpus=0.5)
+        RaySharedRolloutCollector(model, env_fn=not_parallel, num_cpus=0.5)
 
 
 class _BoxSlot(gym.Env[Any, Any]):

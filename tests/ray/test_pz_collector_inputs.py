@@ -20,13 +20,10 @@ runner naming. Every such check runs before any Ray actor is started (no cluster
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 import time
 from functools import partial
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import gymnasium as gym
@@ -34,6 +31,7 @@ import numpy as np
 import pytest
 import ray
 from gymnasium import spaces
+from rlightning_ray_test_pz_checks import ENVS
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv, VecTransposeImage
 
@@ -44,17 +42,6 @@ from rlightning_sb3 import set_acting_seed, start_training
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
 
 
-def _load_envs() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "pettingzoo" / "collector_envs.py"
-    spec = importlib.util.spec_from_file_location("rlightning_ray_test_pz_inputs_envs", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ENVS = _load_envs()
 SCHEDULE = [(0, 6, "truncated"), (1, 3, "terminated"), (2, 5, "truncated")]
 
 

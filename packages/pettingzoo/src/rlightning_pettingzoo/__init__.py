@@ -70,6 +70,10 @@ _SB3_NAMES = {
     "check_rollout_model": "remote",
     "fill_recorded": "remote",
     "replica_slots": "remote",
+    "GroupRolloutRecorder": "remote_groups",
+    "check_group_models": "remote_groups",
+    "check_group_training": "remote_groups",
+    "fill_recorded_groups": "remote_groups",
 }
 
 
@@ -88,6 +92,7 @@ __all__ = [
     "AECRolloutCollector",
     "GroupReplayCollector",
     "GroupRolloutCollector",
+    "GroupRolloutRecorder",
     "InactiveAgentActionWarning",
     "ParallelEnvError",
     "ParallelEnvGroup",
@@ -104,8 +109,11 @@ __all__ = [
     "UntestedVersionWarning",
     "__version__",
     "aec_action",
+    "check_group_models",
+    "check_group_training",
     "check_rollout_model",
     "fill_recorded",
+    "fill_recorded_groups",
     "find_action_mask",
     "from_parallel_actions",
     "replica_slots",

@@ -29,7 +29,7 @@ from typing import Any
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
-from rlightning_pettingzoo._columns import Transition, pack
+from rlightning_pettingzoo._columns import Placed, Transition, pack
 from rlightning_pettingzoo._envs import describe_env
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
@@ -50,6 +50,21 @@ __all__ = ["GroupReplayCollector", "GroupRolloutCollector"]
 GroupOf = Mapping[Any, str] | Callable[[Any], str]
 
 
+def _refuse_shared_models(models: Mapping[str, Any], caller: str) -> None:
+    """Refuse no group, or two groups with one model object (``ValueError``, both named)."""
+    if not models:
+        raise ValueError(f"{caller} needs at least one group in models")
+    owner: dict[int, str] = {}
+    for group, model in models.items():
+        other = owner.setdefault(id(model), group)
+        if other != group:
+            raise ValueError(
+                f"{caller}: groups {other!r} and {group!r} have the same model object; each "
+                "group's model fills its own buffer (one buffer cannot hold two groups' "
+                "rollouts): give each group a model of its own, or put the agents in one group"
+            )
+
+
 class _GroupStepper(AgentStepper):
     """The stepper with a model per group: group lookup, space checks, one forward per group.
 
@@ -65,17 +80,8 @@ class _GroupStepper(AgentStepper):
         seeds: Sequence[int | None] | None,
         caller: str,
     ) -> None:
-        if not models:
-            raise ValueError(f"{caller} needs at least one group in models")
-        owner: dict[int, str] = {}
+        _refuse_shared_models(models, caller)
         for group, model in models.items():
-            other = owner.setdefault(id(model), group)
-            if other != group:
-                raise ValueError(
-                    f"{caller}: groups {other!r} and {group!r} have the same model object; each "
-                    "group's model fills its own buffer (one buffer cannot hold two groups' "
-                    "rollouts): give each group a model of its own, or put the agents in one group"
-                )
             refuse_unapplied_wrappers(model, caller, group)
         self.models: dict[str, Any] = dict(models)
         self._group_of = group_of
@@ -388,14 +394,24 @@ class GroupRolloutCollector(_GroupStepper):
                 remaining[group] -= n
         self._open.clear()  # the rollout cuts the trajectories still open
         out: dict[str, list[Segment]] = {}
-        for group, model in self.models.items():
+        for group in self.models:
             n_rows, n_columns = shapes[group]
             order = self._ordered([s for s in streams if self._groups[s[1]] == group])
             placed = pack([streams[s] for s in order], n_rows, n_columns)
             returns = {a: r for a, r in self.agent_returns.items() if self._groups[a] == group}
-            _fill_rollout(model, placed, update_model, returns)
+            self._fill(group, placed, update_model, returns)
             out[group] = _segments(placed, n_rows, n_columns)
         return out
+
+    def _fill(
+        self,
+        group: str,
+        placed: list[list[Placed]],
+        update_model: bool,
+        returns: Mapping[Any, Sequence[float]],
+    ) -> None:
+        """Fill ``group``'s buffer from its packed rows (``remote_groups`` keeps them instead)."""
+        _fill_rollout(self.models[group], placed, update_model, returns)
 
 
 class GroupReplayCollector(_GroupStepper):

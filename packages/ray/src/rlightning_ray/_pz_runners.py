@@ -11,15 +11,23 @@ from __future__ import annotations
 
 import io
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rlightning.rules import check_count, check_seeds
 
 __all__ = [
+    "RunnerPlan",
     "RunnerPool",
     "check_timeout",
     "copy_seeds",
+    "load_replica",
+    "merge_returns",
+    "plan_runners",
+    "replica_spec",
+    "runner_columns",
     "runner_seeds",
     "saved_model",
     "split_copies",
@@ -242,3 +250,140 @@ class RunnerPool:
         for runner in self.actors:
             ray.kill(runner)
         self.actors = []
+
+
+@dataclass(frozen=True)
+class RunnerPlan:
+    """The checked copy split of a collector on runners (:func:`plan_runners`).
+
+    Attributes:
+        fns: One env function per copy, in copy order.
+        copies_per_runner: Copies per runner (runner ``r`` holds copies ``r * k ... (r + 1) *
+            k - 1``).
+        copy_seeds: Each copy's first-reset seed (None: no seed).
+        runner_seeds: Each runner's acting seed (None: no seeding).
+        timeout_s: Seconds for all the runners' answers of one call (None: no limit).
+    """
+
+    fns: list[Callable[[], Any]]
+    copies_per_runner: int
+    copy_seeds: list[int | None]
+    runner_seeds: list[int | None]
+    timeout_s: float | None
+
+    def block(self, r: int) -> tuple[list[Callable[[], Any]], list[int | None]]:
+        """Runner ``r``'s env functions and their seeds."""
+        k = self.copies_per_runner
+        return self.fns[r * k : (r + 1) * k], self.copy_seeds[r * k : (r + 1) * k]
+
+
+def plan_runners(
+    name: str,
+    *,
+    env_fns: Sequence[Callable[[], Any]] | None,
+    env_fn: Callable[[], Any] | None,
+    n_runners: int,
+    copies_per_runner: int | None,
+    seeds: Any,
+    acting_seeds: Any,
+    seed_model: Any,
+    num_cpus: float,
+    timeout_s: Any,
+) -> RunnerPlan:
+    """Check a collector's runner arguments (before any runner is built) and split the copies.
+
+    Args:
+        name: The collector, for the messages.
+        env_fns: One function per copy, or None (:func:`split_copies`).
+        env_fn: Instead of ``env_fns``: one function for every copy, or None.
+        copies_per_runner: Copies per runner, or None (:func:`split_copies`'s default).
+        n_runners: The runners (a count >= 1).
+        seeds: Each copy's first-reset seed (:func:`copy_seeds`).
+        acting_seeds: Each runner's acting seed (:func:`runner_seeds`; ``seed_model``'s
+            ``seed + r`` when None).
+        seed_model: The model whose ``seed`` the default acting seeds count from.
+        num_cpus: CPUs each runner reserves (a number >= 0).
+        timeout_s: :func:`check_timeout`'s.
+
+    Returns:
+        The plan (:class:`RunnerPlan`).
+
+    Raises:
+        TypeError, ValueError: what :func:`rlightning.rules.check_count` (``n_runners``,
+            ``num_cpus``), :func:`split_copies`, :func:`copy_seeds`, :func:`runner_seeds` and
+            :func:`check_timeout` raise.
+    """
+    check_count(n_runners, f"{name} n_runners", minimum=1)
+    check_count(num_cpus, f"{name} num_cpus", minimum=0, integer=False)
+    fns, k = split_copies(name, env_fns, env_fn, n_runners, copies_per_runner)
+    return RunnerPlan(
+        fns=fns,
+        copies_per_runner=k,
+        copy_seeds=copy_seeds(seeds, len(fns), name),
+        runner_seeds=runner_seeds(seed_model, acting_seeds, n_runners, name),
+        timeout_s=check_timeout(timeout_s, name),
+    )
+
+
+def runner_columns(name: str, model: Any, n_runners: int, whose: str = "the model's") -> int:
+    """Each runner's share of ``model``'s buffer columns (its replica's ``n_envs``).
+
+    Raises:
+        ValueError: ``model.n_envs`` is not a multiple of ``n_runners`` (``whose`` model named).
+    """
+    n_envs = int(model.n_envs)
+    if n_envs % n_runners:
+        raise ValueError(
+            f"{name}: {whose} n_envs={n_envs} buffer columns cannot be split into "
+            f"{n_runners} runners of equal columns: build the model with a multiple of "
+            "n_runners slots"
+        )
+    return n_envs // n_runners
+
+
+def merge_returns(per_runner: Iterable[Mapping[Any, Sequence[float]]]) -> dict[Any, deque[float]]:
+    """Per agent id, the runners' recorded episode returns together, runner after runner."""
+    merged: dict[Any, deque[float]] = {}
+    for returns_of in per_runner:
+        for agent, returns in returns_of.items():
+            merged.setdefault(agent, deque()).extend(returns)
+    return merged
+
+
+def replica_spec(model: Any) -> tuple[type, bytes, tuple[Any, Any] | None]:
+    """What a runner loads a replica of ``model`` from: its class, its save, its image spaces.
+
+    Returns:
+        ``(type(model), saved_model(model), image_spaces)``; ``image_spaces`` is the raw
+        (pre-``VecTransposeImage``) observation space and the action space when SB3 wrapped
+        the learner's env in ``VecTransposeImage`` (:func:`rlightning_sb3.image_transpose`),
+        else None (see :func:`load_replica`).
+    """
+    from rlightning_sb3 import image_transpose
+
+    transpose = image_transpose(model)  # the replicas transpose images as the learner's env
+    image_spaces = None if transpose is None else (transpose.raw_space, model.action_space)
+    return type(model), saved_model(model), image_spaces
+
+
+def load_replica(
+    model_class: Any,
+    saved: bytes,
+    n_columns: int,
+    image_spaces: tuple[Any, Any] | None,
+    device: str,
+) -> Any:
+    """A replica of the learner's model with ``n_columns`` buffer columns (in a runner).
+
+    SB3's own ``model_class.load`` of the learner's save, ``n_envs=n_columns`` (``load``'s
+    kwargs override the saved attributes before ``_setup_model`` builds the buffer); with
+    ``image_spaces``, over :func:`rlightning_pettingzoo.replica_slots` of them, which SB3's
+    ``load`` wraps in ``VecTransposeImage`` as it wrapped the learner's env.
+
+    Raises:
+        What ``model_class.load`` raises.
+    """
+    from rlightning_pettingzoo.remote import replica_slots
+
+    env = None if image_spaces is None else replica_slots(*image_spaces, n_columns)
+    return model_class.load(io.BytesIO(saved), env=env, device=device, n_envs=n_columns)

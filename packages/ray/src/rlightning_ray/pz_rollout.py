@@ -25,19 +25,17 @@ collector's over runner ``r``'s copies (tests/ray/test_pz_collector.py).
 
 from __future__ import annotations
 
-import io
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rlightning.rules import check_count
 from rlightning_ray._pz_runners import (
     RunnerPool,
-    check_timeout,
-    copy_seeds,
-    runner_seeds,
-    saved_model,
-    split_copies,
+    load_replica,
+    merge_returns,
+    plan_runners,
+    replica_spec,
+    runner_columns,
 )
 
 try:
@@ -47,9 +45,8 @@ try:
         RolloutRecorder,
         check_rollout_model,
         fill_recorded,
-        replica_slots,
     )
-    from rlightning_sb3 import check_training, image_transpose, policy_weights, set_acting_seed
+    from rlightning_sb3 import check_training, policy_weights, set_acting_seed
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "rlightning_ray.pettingzoo needs the [pettingzoo] extra: "
@@ -104,9 +101,7 @@ class SharedRolloutRunner:
         runner_id: str,
         image_spaces: tuple[Any, Any] | None = None,
     ) -> None:
-        # SB3's load: kwargs override the saved attributes before _setup_model builds the buffer
-        env = None if image_spaces is None else replica_slots(*image_spaces, n_columns)
-        self.model = model_class.load(io.BytesIO(saved), env=env, device=device, n_envs=n_columns)
+        self.model = load_replica(model_class, saved, n_columns, image_spaces, device)
         if acting_seed is not None:
             set_acting_seed(acting_seed)
         self.recorder = RolloutRecorder(self.model, env_fns, seeds=seeds)
@@ -195,46 +190,42 @@ class RaySharedRolloutCollector:
 
         name = "RaySharedRolloutCollector"
         check_rollout_model(model, name)
-        check_count(n_runners, f"{name} n_runners", minimum=1)
-        check_count(num_cpus, f"{name} num_cpus", minimum=0, integer=False)
-        fns, copies_per_runner = split_copies(name, env_fns, env_fn, n_runners, copies_per_runner)
-        n_copies = len(fns)
-        n_envs = int(model.n_envs)
-        if n_envs % n_runners:
-            raise ValueError(
-                f"{name}: the model's n_envs={n_envs} buffer columns cannot be split into "
-                f"{n_runners} runners of equal columns: build the model with a multiple of "
-                "n_runners slots"
-            )
-        seeds_of_copies = copy_seeds(seeds, n_copies, name)
-        seeds_of_runners = runner_seeds(model, acting_seeds, n_runners, name)
-        self.timeout_s = check_timeout(timeout_s, name)
+        plan = plan_runners(
+            name,
+            env_fns=env_fns,
+            env_fn=env_fn,
+            n_runners=n_runners,
+            copies_per_runner=copies_per_runner,
+            seeds=seeds,
+            acting_seeds=acting_seeds,
+            seed_model=model,
+            num_cpus=num_cpus,
+            timeout_s=timeout_s,
+        )
+        columns = runner_columns(name, model, n_runners)
+        self.timeout_s = plan.timeout_s
         if not ray.is_initialized():
             raise RuntimeError(f"{name} needs Ray: call ray.init(...) first")
         self.model = model
         self.n_runners = n_runners
-        self.copies_per_runner = copies_per_runner
+        self.copies_per_runner = plan.copies_per_runner
         #: Agent-steps of the last :meth:`collect` taken but not stored (all runners).
         self.dropped = 0
         #: Per agent id, the returns of its last 100 finished episodes, per runner (see
         #: :meth:`collect`).
         self.agent_returns: dict[Any, deque[float]] = {}
-        blob = ray.put(saved_model(model))
-        columns = n_envs // n_runners
-        transpose = image_transpose(model)  # the replicas transpose images as the learner's env
-        image_spaces = None if transpose is None else (transpose.raw_space, model.action_space)
-        k = copies_per_runner
+        model_class, saved, image_spaces = replica_spec(model)
+        blob = ray.put(saved)
         self._pool = RunnerPool(
             name,
             SharedRolloutRunner,
             [
                 (
-                    type(model),
+                    model_class,
                     blob,
                     columns,
-                    fns[r * k : (r + 1) * k],
-                    seeds_of_copies[r * k : (r + 1) * k],
-                    seeds_of_runners[r],
+                    *plan.block(r),
+                    plan.runner_seeds[r],
                     device,
                     f"pz-runner-{r}",
                     image_spaces,
@@ -278,10 +269,7 @@ class RaySharedRolloutCollector:
             "record", weights, what="record a rollout"
         )
         self.dropped = sum(rollout.dropped for rollout in rollouts)
-        merged: dict[Any, deque[float]] = {}
-        for rollout in rollouts:
-            for agent, returns in rollout.agent_returns.items():
-                merged.setdefault(agent, deque()).extend(returns)
+        merged = merge_returns(rollout.agent_returns for rollout in rollouts)
         self.agent_returns = merged
         return fill_recorded(self.model, rollouts, update_model=update_model, agent_returns=merged)
 

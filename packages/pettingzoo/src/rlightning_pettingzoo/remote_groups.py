@@ -1,0 +1,211 @@
+"""The group on-policy collector split in two: record every group's rollout here, fill there.
+
+:class:`~rlightning_pettingzoo.GroupRolloutCollector` steps the copies with one model per group
+of agents, lays each group's agents' trajectories into that group's buffer columns
+(``_columns.pack``) and fills each group's buffer. For acting away from the learner (a Ray
+runner holding a replica of every group's model,
+``rlightning_ray.pettingzoo.RayGroupRolloutCollector``) the two halves run in two processes,
+with the very same code, as :mod:`rlightning_pettingzoo.remote` splits the shared collector:
+
+* :class:`GroupRolloutRecorder` is a :class:`~rlightning_pettingzoo.GroupRolloutCollector`
+  whose per-group fill (``_fill``) is replaced by keeping the group's packed rows:
+  :meth:`GroupRolloutRecorder.record` runs ``collect`` unchanged (the per-group forward passes
+  in ``models`` order, the stepping, the transition rules, the plan that fills every group's
+  buffer and drops the steps of a full group, the column layout) over the replicas' buffer
+  shapes (each its ``n_steps`` rows and ``n_envs`` columns: the runner's share of that group's
+  learner columns) and returns one :class:`~rlightning_pettingzoo.RecordedRollout` per group;
+* :func:`fill_recorded_groups` fills each group's learner model from the runners' rollouts of
+  that group side by side with :func:`~rlightning_pettingzoo.fill_recorded` (the shared
+  collector's own fill, ``add_rollout_step`` row by row, then ``finish_rollout``), group by
+  group in ``models`` order as ``GroupRolloutCollector.collect`` fills them.
+
+So one runner's rollout fills every group's learner buffer exactly as
+``GroupRolloutCollector.collect`` over the runner's copies fills it, and several runners' columns
+of each group's buffer each as the in-process collector over that runner's copies
+(tests/ray/test_pz_groups.py).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+
+from rlightning_pettingzoo._columns import Placed
+from rlightning_pettingzoo._sb3 import refuse_unstarted
+from rlightning_pettingzoo.collector import Segment
+from rlightning_pettingzoo.groups import GroupRolloutCollector, _refuse_shared_models
+from rlightning_pettingzoo.remote import RecordedRollout, check_rollout_model, fill_recorded
+
+__all__ = [
+    "GroupRolloutRecorder",
+    "check_group_models",
+    "check_group_training",
+    "fill_recorded_groups",
+]
+
+
+def check_group_models(models: Mapping[str, Any], caller: str) -> None:
+    """Refuse group models :func:`fill_recorded_groups` cannot fill (before anything starts).
+
+    Args:
+        models: Group name -> the learner's model of the group.
+        caller: Named in the messages.
+
+    Returns:
+        None; nothing is mutated.
+
+    Raises:
+        ValueError: ``models`` is empty or not a mapping of group names; two groups share one
+            model object; what :func:`~rlightning_pettingzoo.check_rollout_model` raises,
+            named ``"<caller> (group '<g>')"``.
+        TypeError: a model is not an on-policy SB3 model or is recurrent (RecurrentPPO: its
+            LSTM states are not carried between processes here), named by group.
+    """
+    if not isinstance(models, Mapping) or not models:
+        raise ValueError(
+            f"{caller} needs models: a non-empty mapping group name -> on-policy SB3 model, "
+            f"got {type(models).__name__} {models!r}"
+        )
+    _refuse_shared_models(models, caller)
+    for group, model in models.items():
+        check_rollout_model(model, f"{caller} (group {group!r})")
+
+
+def check_group_training(models: Mapping[str, Any], caller: str) -> None:
+    """Refuse, before any env is stepped, group models a fill with ``update_model`` refuses.
+
+    ``GroupRolloutCollector.collect``'s check before its first step (each model started by
+    :func:`rlightning_sb3.start_training`, its run not stopped by a callback), for a caller
+    whose envs are stepped elsewhere.
+
+    Args:
+        models: Group name -> the learner's model of the group.
+        caller: Named in the messages.
+
+    Returns:
+        None; nothing is mutated.
+
+    Raises:
+        ValueError: a model has no step budget (named with the caller and the group).
+        rlightning_sb3.StopTraining: a callback stopped a model's run (named likewise).
+    """
+    for group, model in models.items():
+        refuse_unstarted(model, caller, group)
+
+
+class GroupRolloutRecorder(GroupRolloutCollector):
+    """A :class:`~rlightning_pettingzoo.GroupRolloutCollector` that keeps each group's rows.
+
+    Built with ``GroupRolloutCollector``'s arguments (``models``: group name -> the replica
+    acting for the group, whose ``n_steps`` and ``n_envs`` shape the group's rollout and whose
+    buffer is never written; ``env_fns``; ``group_of``; ``seeds``) and raising what it raises.
+    """
+
+    _kept: dict[str, list[list[Placed]]]
+
+    def _fill(
+        self,
+        group: str,
+        placed: list[list[Placed]],
+        update_model: bool,
+        returns: Mapping[Any, Sequence[float]],
+    ) -> None:
+        self._kept[group] = placed  # kept for record(): the learner fills
+
+    def record(self) -> dict[str, RecordedRollout]:
+        """Act and step one rollout as ``GroupRolloutCollector.collect`` does; fill nothing.
+
+        Returns:
+            Group -> its rollout (:class:`~rlightning_pettingzoo.RecordedRollout`: the group's
+            packed rows, ``n_steps`` by the replica's ``n_envs``; ``dropped`` the group's
+            agent-steps acted and not stored; ``agent_returns`` its agents' last 100 episode
+            returns), in ``models`` order. The envs are stepped and the replicas' random
+            draws made (torch's global generator); their buffers, ``num_timesteps`` and
+            loggers are untouched.
+
+        Raises:
+            What ``GroupRolloutCollector.collect`` raises.
+        """
+        self._kept = {}
+        self.collect(update_model=False)
+        assert self._kept.keys() == self.models.keys(), "internal: a group was not packed"
+        out: dict[str, RecordedRollout] = {}
+        for group, model in self.models.items():
+            buf: Any = model.rollout_buffer
+            out[group] = RecordedRollout(
+                rows=self._kept.pop(group),
+                n_rows=int(buf.buffer_size),
+                n_columns=int(buf.n_envs),
+                n_copies=len(self._envs),
+                dropped=self.group_dropped[group],
+                agent_returns={
+                    agent: list(r)
+                    for agent, r in self.agent_returns.items()
+                    if self._groups[agent] == group
+                },
+            )
+        return out
+
+
+def fill_recorded_groups(
+    models: Mapping[str, OnPolicyAlgorithm],
+    rollouts: Sequence[Mapping[str, RecordedRollout]],
+    *,
+    update_model: bool = True,
+    agent_returns: Mapping[str, dict[Any, deque[float]]] | None = None,
+    caller: str = "fill_recorded_groups",
+) -> dict[str, list[Segment]]:
+    """Fill every group's ``model.rollout_buffer`` from recorded rollouts, as ``collect``.
+
+    For each group, in ``models`` order (as ``GroupRolloutCollector.collect`` fills them),
+    :func:`~rlightning_pettingzoo.fill_recorded` with the rollouts' entries of that group, in
+    column order (rollout ``r``'s columns of the group after rollout ``r - 1``'s).
+
+    Args:
+        models: Group name -> the learner's on-policy model of the group (``n_steps`` rows;
+            ``n_envs`` the rollouts' columns of the group together).
+        rollouts: Per recorder (runner), group -> its rollout (:meth:`GroupRolloutRecorder
+            .record`), in column order.
+        update_model: As in ``GroupRolloutCollector.collect``, per group model (its
+            ``num_timesteps``, episodes, callback and logger; needs
+            :func:`rlightning_sb3.start_training` for each model: checked for every group
+            before any is filled).
+        agent_returns: Group -> per agent id of the group, the returns recorded as
+            ``rollout/ep_rew_mean/<agent_id>`` (None: as :func:`fill_recorded`).
+        caller: Named in the messages.
+
+    Returns:
+        Group -> the group buffer's segments, column by column (``env_index`` the copy index
+        over the recorders: recorder ``r``'s copy ``i`` is ``sum(n_copies before) + i``).
+
+    Raises:
+        ValueError: a recorder's rollouts are not one per group of ``models`` (named), a model
+            was not started (with ``update_model``, named by group), or what
+            :func:`fill_recorded` raises, named by group.
+        rlightning_sb3.StopTraining: a group's callback stopped training (the groups before it
+            in ``models`` are filled, as in-process).
+    """
+    for r, recorded in enumerate(rollouts):
+        if list(recorded) != list(models):
+            raise ValueError(
+                f"{caller}: rollout {r} holds the groups {list(recorded)}, the models "
+                f"{list(models)}"
+            )
+    if update_model:
+        check_group_training(models, caller)
+    out: dict[str, list[Segment]] = {}
+    for group, model in models.items():
+        returns = None if agent_returns is None else agent_returns[group]
+        try:
+            out[group] = fill_recorded(
+                model,
+                [recorded[group] for recorded in rollouts],
+                update_model=update_model,
+                agent_returns=returns,
+            )
+        except ValueError as error:
+            raise ValueError(f"{caller} (group {group!r}): {error}") from error
+    return out

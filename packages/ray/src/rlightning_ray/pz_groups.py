@@ -1,0 +1,314 @@
+"""The group on-policy PettingZoo collector on Ray runners (a model per group of agents).
+
+:class:`RayGroupRolloutCollector` is :class:`rlightning_pettingzoo.GroupRolloutCollector` with
+its env copies spread over Ray actors, built as
+:class:`~rlightning_ray.pettingzoo.RaySharedRolloutCollector` is. Nothing of PettingZoo's or
+SB3's rules is written here again:
+
+* each runner holds a :class:`rlightning_pettingzoo.GroupRolloutRecorder` (the in-process group
+  collector, its per-group fill replaced by keeping each group's packed rows) over its copies
+  and one replica per group model, each with the runner's share of that group's buffer columns
+  (SB3's own ``save``/``load`` of the group's learner model, ``n_envs`` set to the share);
+* each :meth:`RayGroupRolloutCollector.collect` publishes every group's policy weights
+  (``rlightning_sb3.policy_weights``, one ``ray.put`` of them all) to every runner, which loads
+  them and records one rollout of every group (``GroupRolloutCollector.collect``'s acting,
+  stepping, per-group plan and column layout, unchanged);
+* the learner fills each group's buffer from the runners' rollouts of the group side by side
+  (:func:`rlightning_pettingzoo.fill_recorded_groups`: the in-process collectors' own fill), so
+  each group's callback, logger, ``num_timesteps`` and ``ep_info_buffer`` are its learner's.
+
+With one runner every group's buffer equals the in-process collector's over the same copies,
+seeds and torch seed, array for array; with several, runner ``r``'s columns of each group's
+buffer equal the in-process collector's over runner ``r``'s copies
+(tests/ray/test_pz_groups.py).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from rlightning_ray._pz_runners import (
+    RunnerPool,
+    load_replica,
+    merge_returns,
+    plan_runners,
+    replica_spec,
+    runner_columns,
+)
+
+# first: pz_rollout refuses a missing [pettingzoo] extra with the message that names it
+from rlightning_ray.pz_rollout import RaySharedRolloutCollector  # noqa: F401  isort: skip
+from rlightning_pettingzoo.collector import Segment
+from rlightning_pettingzoo.groups import GroupOf
+from rlightning_pettingzoo.remote import RecordedRollout
+from rlightning_pettingzoo.remote_groups import (
+    GroupRolloutRecorder,
+    check_group_models,
+    check_group_training,
+    fill_recorded_groups,
+)
+from rlightning_sb3 import policy_weights, set_acting_seed
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+
+__all__ = ["GroupRolloutRunner", "RayGroupRolloutCollector"]
+
+
+class GroupRolloutRunner:
+    """A Ray actor's state: a replica of every group's model and a group recorder over them.
+
+    Built in the actor's process by :class:`RayGroupRolloutCollector` (not meant to be built by
+    hand).
+
+    Args:
+        replicas: Group name -> ``(model_class, saved, n_columns, image_spaces)``: the group
+            model's class, SB3's ``model.save`` of it (bytes), the runner's share of its buffer
+            columns (the replica's ``n_envs``), and its raw image and action spaces where SB3
+            wrapped its env in ``VecTransposeImage`` (else None), as
+            :class:`~rlightning_ray.pettingzoo.SharedRolloutRunner` takes them; in ``models``
+            order.
+        group_of: Agent id -> group name (a mapping or a function).
+        env_fns: One function per env copy of this runner.
+        seeds: Each copy's first-reset seed (None: no seed).
+        acting_seed: When given, :func:`rlightning_sb3.set_acting_seed` after the replicas are
+            built (the replicas sample their actions from torch's global generator).
+        device: The replicas' torch device.
+        runner_id: For messages.
+
+    Raises:
+        What ``model_class.load`` and :class:`rlightning_pettingzoo.GroupRolloutRecorder`
+        raise.
+    """
+
+    def __init__(
+        self,
+        replicas: Mapping[str, tuple[Any, bytes, int, tuple[Any, Any] | None]],
+        group_of: GroupOf,
+        env_fns: Sequence[Callable[[], Any]],
+        seeds: Sequence[int | None],
+        acting_seed: int | None,
+        device: str,
+        runner_id: str,
+    ) -> None:
+        self.models = {
+            group: load_replica(model_class, saved, n_columns, image_spaces, device)
+            for group, (model_class, saved, n_columns, image_spaces) in replicas.items()
+        }
+        if acting_seed is not None:
+            set_acting_seed(acting_seed)
+        self.recorder = GroupRolloutRecorder(self.models, env_fns, group_of=group_of, seeds=seeds)
+        self.runner_id = runner_id
+
+    def ready(self) -> str:
+        """The runner's id, once built (surfaces a failed construction to the caller)."""
+        return self.runner_id
+
+    def record(self, weights: Mapping[str, Any]) -> dict[str, RecordedRollout]:
+        """Load each group's ``weights`` (its ``policy.state_dict()``) and record one rollout.
+
+        Returns:
+            Group -> its rollout (:meth:`rlightning_pettingzoo.GroupRolloutRecorder.record`).
+
+        Raises:
+            What ``load_state_dict`` and ``GroupRolloutRecorder.record`` raise.
+        """
+        for group, model in self.models.items():
+            model.policy.load_state_dict(weights[group])
+        return self.recorder.record()
+
+
+def _check_picklable(group_of: Any, name: str) -> None:
+    """Refuse a ``group_of`` Ray cannot send to the runners (it is called in their processes)."""
+    import ray
+
+    try:
+        ray.cloudpickle.dumps(group_of)  # type: ignore[no-untyped-call]
+    except Exception as exc:  # cloudpickle raises TypeError, PicklingError, AttributeError...
+        raise TypeError(
+            f"{name}: group_of must be picklable (Ray's cloudpickle) to reach the runners, "
+            f"which call it in their own processes; {type(group_of).__name__} {group_of!r} is "
+            f"not ({type(exc).__name__}: {exc}): give a dict or a module-level function"
+        ) from exc
+
+
+class RayGroupRolloutCollector:
+    """Fill one on-policy model's buffer per group of agents from env copies on Ray runners.
+
+    The copies (``env_fns``, or ``env_fn`` called once per copy) are split into ``n_runners``
+    consecutive blocks of ``copies_per_runner``; runner ``r`` holds copies ``r *
+    copies_per_runner ...`` and fills columns ``r * m_g ... (r + 1) * m_g - 1`` of group
+    ``g``'s buffer, with ``m_g = models[g].n_envs // n_runners`` (the runner's replica of
+    ``g``'s ``n_envs``). Each :meth:`collect` is one rollout of every group, as
+    :meth:`rlightning_pettingzoo.GroupRolloutCollector.collect` over each runner's copies and
+    columns (see the module docstring and ``docs/ray.md``, "PettingZoo"). Call
+    :func:`rlightning_sb3.start_training` for each model before, each model's ``train()`` after
+    each :meth:`collect`, and :meth:`close` at the end.
+
+    Needs ``ray.init`` first. Builds the runners at once (each imports torch and SB3: seconds)
+    and waits until they are built. RecurrentPPO (LSTM states) and off-policy (replay) models
+    per group are not supported over Ray here: use the in-process collectors.
+
+    Args:
+        models: Group name -> a PPO, A2C or MaskablePPO (feed-forward, no gSDE), each built over
+            a VecEnv of ``n_envs`` slots of its group's spaces (never stepped); every
+            ``n_envs`` a multiple of ``n_runners``.
+        env_fns: One function per copy (``n_runners * copies_per_runner``), each returning a
+            PettingZoo ``ParallelEnv`` (called in the runners' processes).
+        env_fn: Instead of ``env_fns``: one function for every copy.
+        group_of: Agent id -> group name, a mapping or a function, as
+            :class:`rlightning_pettingzoo.GroupRolloutCollector` takes it. It must be picklable
+            by Ray's cloudpickle (it is sent to and called in the runners): a dict, or a
+            module-level function of an importable module.
+        n_runners: The Ray actors.
+        copies_per_runner: Copies per runner (with ``env_fns`` it defaults to
+            ``len(env_fns) // n_runners``; with ``env_fn`` to 1).
+        seeds: Each copy's first-reset seed, in copy order (None: no seeds).
+        acting_seeds: Each runner's acting seed (:func:`rlightning_sb3.set_acting_seed` in the
+            runner after its replicas are built). None: the first group's ``model.seed + r``
+            for runner ``r`` where that model has a seed, else no seeding.
+        num_cpus: CPUs each runner reserves.
+        device: The replicas' torch device.
+        timeout_s: Seconds to wait for all the runners' rollouts of one call together (None:
+            no limit).
+
+    Raises:
+        TypeError: a model is not an on-policy SB3 model or is recurrent (named by group);
+            ``group_of`` is not a mapping or a callable, or is not picklable; an env function is
+            not callable; bad seeds or ``timeout_s`` (as ``RaySharedRolloutCollector``).
+        ValueError: ``models`` is empty or two groups share a model; a model uses gSDE or has
+            VecEnv wrappers the collector does not apply; a group model's ``n_envs`` is not a
+            multiple of ``n_runners`` (named by group); neither or both of ``env_fns`` and
+            ``env_fn``; the copies are not ``n_runners * copies_per_runner``; bad seed lengths,
+            ``timeout_s`` or counts.
+        RuntimeError: Ray is not initialised, or a runner failed to build (named, the cause
+            chained: a group of ``group_of`` not in ``models``, a group without agents, ...).
+    """
+
+    def __init__(
+        self,
+        models: Mapping[str, OnPolicyAlgorithm],
+        env_fns: Sequence[Callable[[], Any]] | None = None,
+        *,
+        env_fn: Callable[[], Any] | None = None,
+        group_of: GroupOf,
+        n_runners: int = 1,
+        copies_per_runner: int | None = None,
+        seeds: Sequence[int | None] | None = None,
+        acting_seeds: Sequence[int | None] | None = None,
+        num_cpus: float = 1,
+        device: str = "cpu",
+        timeout_s: float | None = None,
+    ) -> None:
+        import ray
+
+        name = "RayGroupRolloutCollector"
+        check_group_models(models, name)
+        if not (isinstance(group_of, Mapping) or callable(group_of)):
+            raise TypeError(
+                f"{name}: group_of must map agent ids to group names (a mapping or a "
+                f"function), got {type(group_of).__name__} {group_of!r}"
+            )
+        plan = plan_runners(
+            name,
+            env_fns=env_fns,
+            env_fn=env_fn,
+            n_runners=n_runners,
+            copies_per_runner=copies_per_runner,
+            seeds=seeds,
+            acting_seeds=acting_seeds,
+            seed_model=next(iter(models.values())),
+            num_cpus=num_cpus,
+            timeout_s=timeout_s,
+        )
+        columns = {
+            group: runner_columns(name, model, n_runners, f"the model of group {group!r} has")
+            for group, model in models.items()
+        }
+        _check_picklable(group_of, name)
+        self.timeout_s = plan.timeout_s
+        if not ray.is_initialized():
+            raise RuntimeError(f"{name} needs Ray: call ray.init(...) first")
+        self.models: dict[str, OnPolicyAlgorithm] = dict(models)
+        self.n_runners = n_runners
+        self.copies_per_runner = plan.copies_per_runner
+        #: Per group, the agent-steps of the last :meth:`collect` acted, not stored (all runners).
+        self.group_dropped: dict[str, int] = dict.fromkeys(self.models, 0)
+        #: The agent-steps of the last :meth:`collect` acted, not stored (all groups).
+        self.dropped = 0
+        #: Per agent id, the returns of its last 100 finished episodes, per runner together.
+        self.agent_returns: dict[Any, deque[float]] = {}
+        replicas: dict[str, Any] = {}
+        for group, model in self.models.items():
+            model_class, saved, image_spaces = replica_spec(model)
+            replicas[group] = (model_class, saved, columns[group], image_spaces)
+        blob = ray.put(replicas)  # once for all runners (a top-level argument: Ray resolves it)
+        self._pool = RunnerPool(
+            name,
+            GroupRolloutRunner,
+            [
+                (
+                    blob,
+                    group_of,
+                    *plan.block(r),
+                    plan.runner_seeds[r],
+                    device,
+                    f"pz-runner-{r}",
+                )
+                for r in range(n_runners)
+            ],
+            num_cpus=num_cpus,
+            timeout_s=self.timeout_s,
+        )
+
+    def collect(self, *, update_model: bool = True) -> dict[str, list[Segment]]:
+        """Publish the weights, record one rollout on every runner, fill every group's buffer.
+
+        Args:
+            update_model: As in :meth:`rlightning_pettingzoo.GroupRolloutCollector.collect`,
+                per group model, on the learner.
+
+        Returns:
+            Group -> its buffer's segments, column by column (``env_index`` is the global copy
+            index). Every group's ``model.rollout_buffer`` is filled (``reset`` first when
+            full) with its ``returns`` and ``advantages``, group by group in ``models`` order;
+            the runners' envs are stepped; :attr:`group_dropped`, :attr:`dropped` and
+            :attr:`agent_returns` are set. ``rollout/ep_rew_mean/<agent_id>`` is the mean of
+            each runner's last 100 episodes of the agent together.
+
+        Raises:
+            ValueError: ``update_model`` and a model was not given
+                :func:`rlightning_sb3.start_training` (named by group, before any runner
+                steps).
+            rlightning_sb3.StopTraining: ``update_model`` and a model's run was stopped (before
+                any runner steps), or a callback stops it while the rows are added (the groups
+                before it are filled).
+            RuntimeError: a runner failed (named; its error in the message) or timed out.
+        """
+        import ray
+
+        name = "RayGroupRolloutCollector"
+        if update_model:  # before any runner steps (and the same check again before the fill)
+            check_group_training(self.models, name)
+        weights = ray.put({group: policy_weights(m) for group, m in self.models.items()})
+        rollouts: list[dict[str, RecordedRollout]] = self._pool.call(
+            "record", weights, what="record a rollout"
+        )
+        self.group_dropped = {
+            group: sum(recorded[group].dropped for recorded in rollouts) for group in self.models
+        }
+        self.dropped = sum(self.group_dropped.values())
+        merged = {
+            group: merge_returns(recorded[group].agent_returns for recorded in rollouts)
+            for group in self.models
+        }
+        self.agent_returns = {a: r for returns in merged.values() for a, r in returns.items()}
+        return fill_recorded_groups(
+            self.models, rollouts, update_model=update_model, agent_returns=merged, caller=name
+        )
+
+    def close(self) -> None:
+        """End the runners' actors (their envs are not closed: they die with the process)."""
+        self._pool.close()
