@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch as th
 from gymnasium import spaces
 
 # loaded (and pickled by value) before this module; torch-free, so runners of them start fast
@@ -465,3 +467,40 @@ def ordered_collector(
         env_fn, server, n_runners=n_runners, envs_per_runner=k, seed=seed, num_cpus=0.5
     )
     return server, registry, rlightning_ray.Collector(runners)
+
+
+# --- the PettingZoo collectors on Ray against their in-process oracles (tests/ray/test_pz_*.py)
+
+
+def assert_buffers_equal(
+    got: dict[str, np.ndarray],
+    want: dict[str, np.ndarray],
+    what: str,
+    close: tuple[str, ...] = (),
+) -> None:
+    """Array for array: exact (the same kernels on the same batch shapes), but ``close``:
+    allclose at rtol 1e-5 (batched kernels over a different number of columns)."""
+    assert got.keys() == want.keys()
+    for name in got:
+        assert got[name].shape == want[name].shape, (what, name)
+        if name in close:
+            assert np.allclose(got[name], want[name], rtol=1e-5, atol=1e-6), (what, name)
+        else:
+            assert np.array_equal(got[name], want[name]), (what, name, got[name], want[name])
+
+
+def episodes(model: Any) -> list[tuple[float, int]]:
+    """The model's finished episodes (return, length); ``"t"`` is wall time, left out."""
+    return [(e["r"], e["l"]) for e in model.ep_info_buffer]
+
+
+def acting_state() -> tuple[Any, Any, Any]:
+    """Python's, numpy's and torch's global generator states (an acting stream, saved)."""
+    return random.getstate(), np.random.get_state(), th.get_rng_state()
+
+
+def restore_acting_state(state: tuple[Any, Any, Any]) -> None:
+    """Put back what :func:`acting_state` saved."""
+    random.setstate(state[0])
+    np.random.set_state(state[1])
+    th.set_rng_state(state[2])

@@ -11,7 +11,6 @@ truncated) and wait (masks allowing nothing).
 from __future__ import annotations
 
 import importlib.util
-import random
 import sys
 from functools import partial
 from pathlib import Path
@@ -22,8 +21,14 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import ray
-import torch as th
-from sb3_contrib import MaskablePPO
+from rlightning_ray_test_helpers import (  # conftest.py loads it; runners never import this
+    # module (what they are sent is importable, or pickled by value)
+    acting_state,
+    assert_buffers_equal,
+    episodes,
+    restore_acting_state,
+)
+from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import A2C, PPO
 from stable_baselines3.common.utils import set_random_seed
 from stable_baselines3.common.vec_env import DummyVecEnv
@@ -60,10 +65,17 @@ def _env_fns(copies: range, partial_masks: bool) -> list[Any]:
     return [partial(ENVS.ScheduleEnv, SCHEDULE, copy, WAITS, partial_masks) for copy in copies]
 
 
+#: RecurrentRolloutBuffer's stored LSTM states, (n_steps, n_lstm_layers, n_envs, hidden) each
+STATES = ("hidden_states_pi", "cell_states_pi", "hidden_states_vf", "cell_states_vf")
+
+
 def _model(algo: Any, n_envs: int) -> Any:
     env = DummyVecEnv([ENVS.AgentSlot] * n_envs)
-    extra = {"batch_size": 4 * n_envs, "n_epochs": 2} if algo is not A2C else {}
-    model = algo("MlpPolicy", env, n_steps=8, seed=0, device="cpu", **extra)
+    extra: dict[str, Any] = {"batch_size": 4 * n_envs, "n_epochs": 2} if algo is not A2C else {}
+    policy = "MlpPolicy"
+    if algo is RecurrentPPO:
+        policy, extra["policy_kwargs"] = "MlpLstmPolicy", {"net_arch": [8], "lstm_hidden_size": 4}
+    model = algo(policy, env, n_steps=8, seed=0, device="cpu", **extra)
     start_training(model, total_timesteps=10_000)
     return model
 
@@ -76,42 +88,15 @@ def _buffer(model: Any, columns: slice = slice(None)) -> dict[str, np.ndarray]:
         out["action_masks"] = np.array(buf.action_masks.reshape(buf.buffer_size, buf.n_envs, -1))[
             :, columns
         ]
+    if hasattr(buf, "hidden_states_pi"):  # RecurrentPPO: the columns are axis 2
+        out.update({name: np.array(getattr(buf, name)[:, :, columns]) for name in STATES})
     return out
 
 
-def _assert_equal(
-    got: dict[str, np.ndarray],
-    want: dict[str, np.ndarray],
-    what: str,
-    close: tuple[str, ...] = (),
-) -> None:
-    """Exact (the same kernels on the same batch shapes), but ``close``: allclose."""
-    assert got.keys() == want.keys()
-    for name in got:
-        assert got[name].shape == want[name].shape, (what, name)
-        if name in close:
-            assert np.allclose(got[name], want[name], rtol=1e-5, atol=1e-6), (what, name)
-        else:
-            assert np.array_equal(got[name], want[name]), (what, name, got[name], want[name])
-
-
-def _episodes(model: Any) -> list[tuple[float, int]]:
-    return [(e["r"], e["l"]) for e in model.ep_info_buffer]  # "t" is wall time
-
-
-def _rng() -> tuple[Any, Any, Any]:
-    return random.getstate(), np.random.get_state(), th.get_rng_state()
-
-
-def _restore(state: tuple[Any, Any, Any]) -> None:
-    random.setstate(state[0])
-    np.random.set_state(state[1])
-    th.set_rng_state(state[2])
-
-
-# PPO and MaskablePPO here, A2C in the two-runner test: every algorithm exact, one runner
-# process (seconds: torch and SB3 are imported) fewer
-@pytest.mark.parametrize("algo", [PPO, MaskablePPO], ids=lambda a: a.__name__)
+# PPO, MaskablePPO and RecurrentPPO here, A2C in the two-runner test: every algorithm exact,
+# one runner process (seconds: torch and SB3 are imported) fewer. RecurrentPPO: each runner's
+# replica carries its agents' LSTM states from one rollout to the next, as in process
+@pytest.mark.parametrize("algo", [PPO, MaskablePPO, RecurrentPPO], ids=lambda a: a.__name__)
 def test_one_runner_fills_the_in_process_collectors_buffer(local_ray: None, algo: Any) -> None:
     """1 runner of 2 copies == SharedRolloutCollector over the same 2 copies, two rollouts."""
     masked = algo is MaskablePPO
@@ -123,10 +108,10 @@ def test_one_runner_fills_the_in_process_collectors_buffer(local_ray: None, algo
     set_acting_seed(acting_seed)
     ref_segments = [inproc.collect()]
     ref_buffers = [_buffer(ref)]
-    acting = _rng()
+    acting = acting_state()
     set_random_seed(99)
     ref.train()
-    _restore(acting)
+    restore_acting_state(acting)
     ref_segments.append(inproc.collect())
     ref_buffers.append(_buffer(ref))
 
@@ -149,23 +134,26 @@ def test_one_runner_fills_the_in_process_collectors_buffer(local_ray: None, algo
     finally:
         collector.close()
     for k in range(2):
-        _assert_equal(buffers[k], ref_buffers[k], f"rollout {k}")
+        assert_buffers_equal(buffers[k], ref_buffers[k], f"rollout {k}")
         assert segments[k] == ref_segments[k]
     assert {s.end for s in segments[0] + segments[1]} >= {"terminated", "truncated", "cut"}
     assert model.num_timesteps == ref.num_timesteps == 2 * 8 * n_envs
-    assert _episodes(model) == _episodes(ref) and _episodes(model)
+    assert episodes(model) == episodes(ref) and episodes(model)
     assert collector.dropped == inproc.dropped
     assert {a: list(r) for a, r in collector.agent_returns.items()} == {
         a: list(r) for a, r in inproc.agent_returns.items()
     }
     # the second rollout acted with the trained weights: its values differ from untrained ones
     assert not np.array_equal(buffers[1]["values"], ref_buffers[0]["values"])
+    if algo is RecurrentPPO:  # rollout 1's first rows act from states rollout 0 left
+        assert np.any(buffers[1]["hidden_states_pi"][0] != 0)
 
 
-def test_two_runners_fill_their_columns_as_in_process(local_ray: None) -> None:
+@pytest.mark.parametrize("algo", [A2C, RecurrentPPO], ids=lambda a: a.__name__)
+def test_two_runners_fill_their_columns_as_in_process(local_ray: None, algo: Any) -> None:
     """2 runners x 2 copies: runner r's columns == the in-process collector over its copies."""
     n_envs, seeds, acting_seeds = 4, [3, 4, 5, 6], [21, 22]
-    model = _model(A2C, n_envs)
+    model = _model(algo, n_envs)
     collector = RaySharedRolloutCollector(
         model,
         _env_fns(range(4), False),
@@ -188,7 +176,7 @@ def test_two_runners_fill_their_columns_as_in_process(local_ray: None) -> None:
         collector.close()
     assert model.num_timesteps == 2 * 8 * n_envs
     for r in range(2):
-        ref = _model(A2C, 2)
+        ref = _model(algo, 2)
         copies = range(2 * r, 2 * r + 2)
         inproc = SharedRolloutCollector(
             ref, _env_fns(copies, False), seeds=seeds[2 * r : 2 * r + 2]
@@ -198,10 +186,13 @@ def test_two_runners_fill_their_columns_as_in_process(local_ray: None) -> None:
             ref.policy.load_state_dict(weights[k])
             ref_segments = inproc.collect()
             cols = slice(2 * r, 2 * r + 2)
-            block = {name: array[:, cols] for name, array in buffers[k].items()}
+            block = {
+                name: array[:, :, cols] if name in STATES else array[:, cols]
+                for name, array in buffers[k].items()
+            }
             # returns and advantages hold the learner's bootstraps (the critic over all 4
             # columns' observations in one batch, the reference's over 2: not bitwise alike)
-            _assert_equal(block, _buffer(ref), f"runner {r}, rollout {k}", CLOSE)
+            assert_buffers_equal(block, _buffer(ref), f"runner {r}, rollout {k}", CLOSE)
             mine = [s for s in segments[k] if 2 * r <= s.column < 2 * r + 2]
             assert len(mine) == len(ref_segments)
             for got, want in zip(mine, ref_segments, strict=True):
@@ -241,25 +232,13 @@ def test_arguments_are_checked_before_any_runner_starts(local_ray: None) -> None
         RaySharedRolloutCollector(object(), fns)  # type: ignore[arg-type]
 
 
-def test_a_recurrent_model_is_refused(local_ray: None) -> None:
-    from sb3_contrib import RecurrentPPO
-
-    model = RecurrentPPO("MlpLstmPolicy", DummyVecEnv([ENVS.AgentSlot]), n_steps=8, device="cpu")
-    with pytest.raises(TypeError, match="does not support recurrent models"):
-        RaySharedRolloutCollector(model, _env_fns(range(1), False))
-
-
-def _not_parallel() -> Any:
-    return ENVS.AgentSlot()  # a gymnasium env, not a PettingZoo ParallelEnv
-
-
 def test_a_runner_that_fails_to_build_is_named(local_ray: None) -> None:
     model = _model(PPO, 2)
     with pytest.raises(
         RuntimeError,
         match=r"(?s)runner 'pz-runner-0' failed to build.*needs a PettingZoo ParallelEnv",
     ):
-        RaySharedRolloutCollector(model, env_fn=_not_parallel, num_cpus=0.5)
+        RaySharedRolloutCollector(model, env_fn=ENVS.AgentSlot, num_cpus=0.5)  # a gymnasium env
 
 
 class _BoxSlot(gym.Env[Any, Any]):

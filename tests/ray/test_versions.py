@@ -92,6 +92,7 @@ def test_all_is_complete() -> None:
         "sb3",
         "pettingzoo",
         "pz_rollout",
+        "pz_aec",
     }
     imports = {"annotations", "PackageNotFoundError", "version"}
     assert public - modules - imports == set(rlightning_ray.__all__) - {"__version__"}

@@ -70,6 +70,8 @@ _SB3_NAMES = {
     "check_rollout_model": "remote",
     "fill_recorded": "remote",
     "replica_slots": "remote",
+    "AECRolloutRecorder": "remote_aec",
+    "check_aec_model": "remote_aec",
 }
 
 
@@ -86,6 +88,7 @@ __all__ = [
     "PETTINGZOO_SUPPORTED",
     "PETTINGZOO_TESTED",
     "AECRolloutCollector",
+    "AECRolloutRecorder",
     "GroupReplayCollector",
     "GroupRolloutCollector",
     "InactiveAgentActionWarning",
@@ -104,6 +107,7 @@ __all__ = [
     "UntestedVersionWarning",
     "__version__",
     "aec_action",
+    "check_aec_model",
     "check_rollout_model",
     "fill_recorded",
     "find_action_mask",
