@@ -504,3 +504,60 @@ def restore_acting_state(state: tuple[Any, Any, Any]) -> None:
     random.setstate(state[0])
     np.random.set_state(state[1])
     th.set_rng_state(state[2])
+
+
+def two_rollouts(
+    collector: Any, model: Any, buffer: Callable[[Any], dict[str, np.ndarray]], acting_seed: Any
+) -> tuple[list[Any], list[dict[str, np.ndarray]]]:
+    """Two ``collector.collect()`` with ``model.train()`` between; their segments and buffers.
+
+    ``train`` runs after ``set_random_seed(99)``. In process (``acting_seed`` an int), acting and
+    training share the global generators: the acting stream is seeded first and put back after
+    the training, as a runner's acting stream runs on undisturbed by the learner's training
+    (on Ray, ``acting_seed`` is None: the runners were given it). A Ray collector is closed.
+    """
+    from stable_baselines3.common.utils import set_random_seed
+
+    from rlightning_sb3 import set_acting_seed
+
+    try:
+        if acting_seed is not None:
+            set_acting_seed(acting_seed)
+        segments = [collector.collect()]
+        buffers = [buffer(model)]
+        acting = acting_state()
+        set_random_seed(99)
+        model.train()  # the second rollout acts with these weights (republished on Ray)
+        if acting_seed is not None:
+            restore_acting_state(acting)
+        segments.append(collector.collect())
+        buffers.append(buffer(model))
+    finally:
+        if acting_seed is None:
+            collector.close()
+    return segments, buffers
+
+
+def assert_same_rollouts(
+    got: tuple[list[Any], list[dict[str, np.ndarray]]],
+    want: tuple[list[Any], list[dict[str, np.ndarray]]],
+    collectors: tuple[Any, Any],
+    models: tuple[Any, Any],
+) -> None:
+    """Two rollouts of a Ray collector (``got``) == the in-process collector's (``want``).
+
+    Buffers array for array, segments, ``num_timesteps``, episodes, ``dropped`` and per-agent
+    returns; the second rollout acted with the trained weights (its values differ).
+    """
+    for k in range(2):
+        assert_buffers_equal(got[1][k], want[1][k], f"rollout {k}")
+        assert got[0][k] == want[0][k]
+    ray_collector, inproc = collectors
+    model, ref = models
+    assert model.num_timesteps == ref.num_timesteps == 2 * ref.n_steps * ref.n_envs
+    assert episodes(model) == episodes(ref) and episodes(model)
+    assert ray_collector.dropped == inproc.dropped
+    assert {a: list(r) for a, r in ray_collector.agent_returns.items()} == {
+        a: list(r) for a, r in inproc.agent_returns.items()
+    }
+    assert not np.array_equal(got[1][1]["values"], want[1][0]["values"])

@@ -21,10 +21,9 @@ import pytest
 from pettingzoo.classic import tictactoe_v3
 from rlightning_ray_test_helpers import (  # conftest.py loads it; runners never import this
     # module (what they are sent is importable, or pickled by value)
-    acting_state,
     assert_buffers_equal,
-    episodes,
-    restore_acting_state,
+    assert_same_rollouts,
+    two_rollouts,
 )
 from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import PPO
@@ -103,20 +102,9 @@ def test_one_runner_fills_the_in_process_collectors_buffer(local_ray: None, kind
     """1 runner of 2 copies == AECRolloutCollector over the same 2 copies, two rollouts."""
     n_envs, seeds, acting_seed = 2, [7, 8], 11
     opponents = _opponents(kind)
-    # in process: acting and training share the global generators; the runner's acting
-    # stream runs on undisturbed by the learner's training (saved and restored here)
     ref = _model(n_envs)
     inproc = AECRolloutCollector(ref, _env_fns(2), opponents=opponents, seeds=seeds)
-    set_acting_seed(acting_seed)
-    ref_segments = [inproc.collect()]
-    ref_buffers = [_buffer(ref)]
-    acting = acting_state()
-    set_random_seed(99)
-    ref.train()
-    restore_acting_state(acting)
-    ref_segments.append(inproc.collect())
-    ref_buffers.append(_buffer(ref))
-
+    want = two_rollouts(inproc, ref, _buffer, acting_seed)
     model = _model(n_envs)
     collector = RayAECRolloutCollector(
         model,
@@ -126,29 +114,11 @@ def test_one_runner_fills_the_in_process_collectors_buffer(local_ray: None, kind
         acting_seeds=[acting_seed],
         num_cpus=0.5,
     )
-    try:
-        segments = [collector.collect()]
-        buffers = [_buffer(model)]
-        set_random_seed(99)
-        model.train()  # the second rollout acts with these weights (republished)
-        segments.append(collector.collect())
-        buffers.append(_buffer(model))
-    finally:
-        collector.close()
-    for k in range(2):
-        assert_buffers_equal(buffers[k], ref_buffers[k], f"{kind}, rollout {k}")
-        assert segments[k] == ref_segments[k]
-    assert {s.end for s in segments[0] + segments[1]} >= {"terminated", "cut"}
-    assert {s.agent_id for s in segments[0]} == (
-        {"player_1", "player_2"} if opponents is None else {"player_1"}
-    )
-    assert model.num_timesteps == ref.num_timesteps == 2 * 8 * n_envs
-    assert episodes(model) == episodes(ref) and episodes(model)
-    assert collector.dropped == inproc.dropped
-    assert {a: list(r) for a, r in collector.agent_returns.items()} == {
-        a: list(r) for a, r in inproc.agent_returns.items()
-    }
-    assert not np.array_equal(buffers[1]["values"], ref_buffers[0]["values"])  # trained
+    got = two_rollouts(collector, model, _buffer, None)
+    assert_same_rollouts(got, want, (collector, inproc), (model, ref))
+    assert {s.end for s in got[0][0] + got[0][1]} >= {"terminated", "cut"}
+    trained = {"player_1", "player_2"} if opponents is None else {"player_1"}
+    assert {s.agent_id for s in got[0][0]} == trained
 
 
 def test_two_runners_fill_their_columns_as_in_process(local_ray: None) -> None:

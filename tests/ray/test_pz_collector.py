@@ -23,10 +23,9 @@ import pytest
 import ray
 from rlightning_ray_test_helpers import (  # conftest.py loads it; runners never import this
     # module (what they are sent is importable, or pickled by value)
-    acting_state,
     assert_buffers_equal,
-    episodes,
-    restore_acting_state,
+    assert_same_rollouts,
+    two_rollouts,
 )
 from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import A2C, PPO
@@ -101,52 +100,18 @@ def test_one_runner_fills_the_in_process_collectors_buffer(local_ray: None, algo
     """1 runner of 2 copies == SharedRolloutCollector over the same 2 copies, two rollouts."""
     masked = algo is MaskablePPO
     n_envs, seeds, acting_seed = 3, [7, 8], 11
-    # in process: acting and training share the global generators; the runner's acting
-    # stream runs on undisturbed by the learner's training (saved and restored here)
     ref = _model(algo, n_envs)
     inproc = SharedRolloutCollector(ref, _env_fns(range(2), masked), seeds=seeds)
-    set_acting_seed(acting_seed)
-    ref_segments = [inproc.collect()]
-    ref_buffers = [_buffer(ref)]
-    acting = acting_state()
-    set_random_seed(99)
-    ref.train()
-    restore_acting_state(acting)
-    ref_segments.append(inproc.collect())
-    ref_buffers.append(_buffer(ref))
-
+    want = two_rollouts(inproc, ref, _buffer, acting_seed)
     model = _model(algo, n_envs)
     collector = RaySharedRolloutCollector(
-        model,
-        _env_fns(range(2), masked),
-        n_runners=1,
-        seeds=seeds,
-        acting_seeds=[acting_seed],
-        num_cpus=0.5,
+        model, _env_fns(range(2), masked), seeds=seeds, acting_seeds=[acting_seed], num_cpus=0.5
     )
-    try:
-        segments = [collector.collect()]
-        buffers = [_buffer(model)]
-        set_random_seed(99)
-        model.train()  # the second rollout acts with these weights (republished)
-        segments.append(collector.collect())
-        buffers.append(_buffer(model))
-    finally:
-        collector.close()
-    for k in range(2):
-        assert_buffers_equal(buffers[k], ref_buffers[k], f"rollout {k}")
-        assert segments[k] == ref_segments[k]
-    assert {s.end for s in segments[0] + segments[1]} >= {"terminated", "truncated", "cut"}
-    assert model.num_timesteps == ref.num_timesteps == 2 * 8 * n_envs
-    assert episodes(model) == episodes(ref) and episodes(model)
-    assert collector.dropped == inproc.dropped
-    assert {a: list(r) for a, r in collector.agent_returns.items()} == {
-        a: list(r) for a, r in inproc.agent_returns.items()
-    }
-    # the second rollout acted with the trained weights: its values differ from untrained ones
-    assert not np.array_equal(buffers[1]["values"], ref_buffers[0]["values"])
+    got = two_rollouts(collector, model, _buffer, None)
+    assert_same_rollouts(got, want, (collector, inproc), (model, ref))
+    assert {s.end for s in got[0][0] + got[0][1]} >= {"terminated", "truncated", "cut"}
     if algo is RecurrentPPO:  # rollout 1's first rows act from states rollout 0 left
-        assert np.any(buffers[1]["hidden_states_pi"][0] != 0)
+        assert np.any(got[1][1]["hidden_states_pi"][0] != 0)
 
 
 @pytest.mark.parametrize("algo", [A2C, RecurrentPPO], ids=lambda a: a.__name__)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,9 +122,11 @@ class _Recording:
     AECRolloutRecorder``) whose ``collect`` packs once and hands the rows to ``_fill``.
     """
 
-    _kept: list[list[list[Placed]]]
+    _kept: list[list[list[Placed]]]  # emptied by record() before each collect()
 
     def _fill(self, placed: list[list[Placed]], update_model: bool) -> None:
+        if not hasattr(self, "_kept"):  # a bare collect(): nothing filled either
+            self._kept = []
         self._kept.append(placed)  # kept for record(): the learner fills
 
     def record(self) -> RecordedRollout:
@@ -167,16 +169,6 @@ class RolloutRecorder(_Recording, SharedRolloutCollector):
     Raises:
         What ``SharedRolloutCollector`` raises.
     """
-
-    def __init__(
-        self,
-        model: OnPolicyAlgorithm,
-        env_fns: Sequence[Callable[[], Any]],
-        *,
-        seeds: Sequence[int | None] | None = None,
-    ) -> None:
-        super().__init__(model, env_fns, seeds=seeds)
-        self._kept = []
 
 
 def fill_recorded(

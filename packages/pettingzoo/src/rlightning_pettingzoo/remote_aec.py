@@ -18,14 +18,11 @@ runner is built.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
-
-from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning_pettingzoo.aec_collector import (
     AECRolloutCollector,
-    Opponent,
     _check_opponent,
     _refuse_recurrent_model,
 )
@@ -52,17 +49,6 @@ class AECRolloutRecorder(_Recording, AECRolloutCollector):
     Raises:
         What ``AECRolloutCollector`` raises.
     """
-
-    def __init__(
-        self,
-        model: OnPolicyAlgorithm,
-        env_fns: Sequence[Callable[[], Any]],
-        *,
-        opponents: Mapping[Any, Opponent] | None = None,
-        seeds: Sequence[int | None] | None = None,
-    ) -> None:
-        super().__init__(model, env_fns, opponents=opponents, seeds=seeds)
-        self._kept = []
 
 
 def check_aec_model(model: Any, opponents: Any, caller: str) -> None:

@@ -29,15 +29,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlightning_ray._pz_runners import saved_model
-from rlightning_ray.pz_rollout import SharedRolloutRunner, _RecordingCollector
 
-try:
-    from rlightning_pettingzoo.remote_aec import AECRolloutRecorder, check_aec_model
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "rlightning_ray.pettingzoo needs the [pettingzoo] extra: "
-        f'pip install "rlightning-ray[pettingzoo]" ({exc})'
-    ) from exc
+# pz_rollout first: without the [pettingzoo] extra it raises the ImportError that names it
+from rlightning_ray.pz_rollout import SharedRolloutRunner, _RecordingCollector  # isort: skip
+from rlightning_pettingzoo.remote_aec import AECRolloutRecorder, check_aec_model  # isort: skip
 
 if TYPE_CHECKING:
     from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
