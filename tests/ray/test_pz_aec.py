@@ -12,7 +12,6 @@ save bytes, loaded in the runner).
 from __future__ import annotations
 
 import dataclasses
-from functools import partial
 from typing import Any
 
 import gymnasium as gym
@@ -219,14 +218,13 @@ class _Box(gym.Env[Any, Any]):
     action_space = gym.spaces.Discrete(9)
 
 
-def test_an_env_or_opponent_the_runner_refuses_is_named(local_ray: None) -> None:
-    """What only the envs can tell (an opponent's spaces, an AECEnv) fails the build, named."""
+def test_an_opponent_whose_spaces_misfit_fails_the_runners_build(local_ray: None) -> None:
+    """What only the envs can tell (an opponent's spaces) fails the runner's build, named."""
     model = _model(2)
     misfit = PPO("MlpPolicy", DummyVecEnv([_Box]), n_steps=8, batch_size=8, device="cpu")
     with pytest.raises(
         RuntimeError,
-        match=r"(?s)runner 'pz-runner-0' failed to build.*opponents\['player_2'\]",
+        match=r"(?s)runner 'pz-runner-0' failed to build.*"
+        r"opponents\['player_2'\]: agent 'player_2'.*but the model \(PPO\)",
     ):
         RayAECRolloutCollector(model, _env_fns(2), opponents={"player_2": misfit}, num_cpus=0.5)
-    with pytest.raises(RuntimeError, match=r"(?s)runner 'pz-runner-0' failed to build.*AECEnv"):
-        RayAECRolloutCollector(model, env_fn=partial(gym.make, "CartPole-v1"), num_cpus=0.5)
