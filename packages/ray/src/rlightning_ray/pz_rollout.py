@@ -251,8 +251,10 @@ class _RecordingCollector:
         """Publish the weights, record one rollout on every runner, fill the learner's buffer.
 
         Args:
-            update_model: As in :meth:`rlightning_pettingzoo.SharedRolloutCollector.collect`
-                (``num_timesteps``, episodes, the callback and the logger, on the learner).
+            update_model: As in the in-process collector's ``collect``
+                (:meth:`rlightning_pettingzoo.SharedRolloutCollector.collect`,
+                :meth:`rlightning_pettingzoo.AECRolloutCollector.collect`): ``num_timesteps``,
+                episodes, the callback and the logger, on the learner.
 
         Returns:
             The buffer's segments, column by column (:func:`rlightning_pettingzoo
