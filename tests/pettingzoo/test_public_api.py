@@ -15,6 +15,7 @@ from rlightning_pettingzoo import (
     parallel,
     policies,
     remote,
+    remote_aec,
     remote_groups,
     replay,
 )
@@ -29,6 +30,7 @@ MODULES = [
     parallel,
     policies,
     remote,
+    remote_aec,
     remote_groups,
     replay,
 ]

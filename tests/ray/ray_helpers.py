@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch as th
 from gymnasium import spaces
 
 # loaded (and pickled by value) before this module; torch-free, so runners of them start fast
@@ -465,3 +467,97 @@ def ordered_collector(
         env_fn, server, n_runners=n_runners, envs_per_runner=k, seed=seed, num_cpus=0.5
     )
     return server, registry, rlightning_ray.Collector(runners)
+
+
+# --- the PettingZoo collectors on Ray against their in-process oracles (tests/ray/test_pz_*.py)
+
+
+def assert_buffers_equal(
+    got: dict[str, np.ndarray],
+    want: dict[str, np.ndarray],
+    what: str,
+    close: tuple[str, ...] = (),
+) -> None:
+    """Array for array: exact (the same kernels on the same batch shapes), but ``close``:
+    allclose at rtol 1e-5 (batched kernels over a different number of columns)."""
+    assert got.keys() == want.keys()
+    for name in got:
+        assert got[name].shape == want[name].shape, (what, name)
+        if name in close:
+            assert np.allclose(got[name], want[name], rtol=1e-5, atol=1e-6), (what, name)
+        else:
+            assert np.array_equal(got[name], want[name]), (what, name, got[name], want[name])
+
+
+def episodes(model: Any) -> list[tuple[float, int]]:
+    """The model's finished episodes (return, length); ``"t"`` is wall time, left out."""
+    return [(e["r"], e["l"]) for e in model.ep_info_buffer]
+
+
+def acting_state() -> tuple[Any, Any, Any]:
+    """Python's, numpy's and torch's global generator states (an acting stream, saved)."""
+    return random.getstate(), np.random.get_state(), th.get_rng_state()
+
+
+def restore_acting_state(state: tuple[Any, Any, Any]) -> None:
+    """Put back what :func:`acting_state` saved."""
+    random.setstate(state[0])
+    np.random.set_state(state[1])
+    th.set_rng_state(state[2])
+
+
+def two_rollouts(
+    collector: Any, model: Any, buffer: Callable[[Any], dict[str, np.ndarray]], acting_seed: Any
+) -> tuple[list[Any], list[dict[str, np.ndarray]]]:
+    """Two ``collector.collect()`` with ``model.train()`` between; their segments and buffers.
+
+    ``train`` runs after ``set_random_seed(99)``. In process (``acting_seed`` an int), acting and
+    training share the global generators: the acting stream is seeded first and put back after
+    the training, as a runner's acting stream runs on undisturbed by the learner's training
+    (on Ray, ``acting_seed`` is None: the runners were given it). A Ray collector is closed.
+    """
+    from stable_baselines3.common.utils import set_random_seed
+
+    from rlightning_sb3 import set_acting_seed
+
+    try:
+        if acting_seed is not None:
+            set_acting_seed(acting_seed)
+        segments = [collector.collect()]
+        buffers = [buffer(model)]
+        acting = acting_state()
+        set_random_seed(99)
+        model.train()  # the second rollout acts with these weights (republished on Ray)
+        if acting_seed is not None:
+            restore_acting_state(acting)
+        segments.append(collector.collect())
+        buffers.append(buffer(model))
+    finally:
+        if acting_seed is None:
+            collector.close()
+    return segments, buffers
+
+
+def assert_same_rollouts(
+    got: tuple[list[Any], list[dict[str, np.ndarray]]],
+    want: tuple[list[Any], list[dict[str, np.ndarray]]],
+    collectors: tuple[Any, Any],
+    models: tuple[Any, Any],
+) -> None:
+    """Two rollouts of a Ray collector (``got``) == the in-process collector's (``want``).
+
+    Buffers array for array, segments, ``num_timesteps``, episodes, ``dropped`` and per-agent
+    returns; the second rollout acted with the trained weights (its values differ).
+    """
+    for k in range(2):
+        assert_buffers_equal(got[1][k], want[1][k], f"rollout {k}")
+        assert got[0][k] == want[0][k]
+    ray_collector, inproc = collectors
+    model, ref = models
+    assert model.num_timesteps == ref.num_timesteps == 2 * ref.n_steps * ref.n_envs
+    assert episodes(model) == episodes(ref) and episodes(model)
+    assert ray_collector.dropped == inproc.dropped
+    assert {a: list(r) for a, r in ray_collector.agent_returns.items()} == {
+        a: list(r) for a, r in inproc.agent_returns.items()
+    }
+    assert not np.array_equal(got[1][1]["values"], want[1][0]["values"])

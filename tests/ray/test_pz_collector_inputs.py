@@ -36,6 +36,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv, VecTransposeImage
 
 from rlightning_pettingzoo import SharedRolloutCollector
+from rlightning_ray._pz_runners import RunnerPool
 from rlightning_ray.pettingzoo import RaySharedRolloutCollector
 from rlightning_sb3 import set_acting_seed, start_training
 
@@ -195,44 +196,38 @@ def test_an_unstarted_model_is_refused_before_any_runner_steps(local_ray: None) 
         )
 
 
-class _SlowReset(ENVS.ScheduleEnv):  # type: ignore[misc, name-defined]
-    """``ScheduleEnv`` whose first reset sleeps ``delay_s`` seconds (a slow runner)."""
+class _Napper:
+    """A runner that answers ``nap()`` after ``delay_s`` seconds."""
 
     def __init__(self, delay_s: float) -> None:
-        super().__init__(SCHEDULE, 0)
         self.delay_s = delay_s
 
-    def reset(self, seed: int | None = None, options: Any = None) -> Any:
-        if self.delay_s:
-            time.sleep(self.delay_s)
-            self.delay_s = 0.0
-        return super().reset(seed=seed, options=options)
+    def ready(self) -> str:
+        return "ready"
+
+    def nap(self) -> float:
+        time.sleep(self.delay_s)
+        return self.delay_s
 
 
 def test_timeout_is_one_deadline_for_all_runners(local_ray: None) -> None:
-    """Runner 0 answers after ~1.5 s, runner 1 after ~3.5 s, ``timeout_s=2.5``: refused at 2.5 s.
+    """Runner 0 answers after 1.5 s, runner 1 after 3.5 s, ``timeout_s=2.5``: refused at 2.5 s.
 
     Before, each runner's ``ray.get`` had its own ``timeout_s`` (runner 1's wait began only once
-    runner 0 had answered), so the call returned after 3.5 s, beyond the limit given.
+    runner 0 had answered), so the call returned after 3.5 s, beyond the limit given. The pool
+    every Ray PettingZoo collector waits with (``rlightning_ray._pz_runners.RunnerPool``) is
+    built without a limit (a loaded machine builds actors slowly), then given the 2.5 s.
     """
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.cloudpickle.register_pickle_by_value(ENVS)
-    slots = DummyVecEnv([ENVS.AgentSlot] * 2)
-    model = PPO("MlpPolicy", slots, n_steps=4, batch_size=8, n_epochs=1, seed=0, device="cpu")
-    start_training(model, 10_000)
-    collector = RaySharedRolloutCollector(
-        model,
-        [partial(_SlowReset, 1.5), partial(_SlowReset, 3.5)],
-        n_runners=2,
-        num_cpus=0,
-        timeout_s=2.5,
-    )
+    pool = RunnerPool("test", _Napper, [(1.5,), (3.5,)], num_cpus=0, timeout_s=None)
     try:
+        assert pool.call("nap", what="nap") == [1.5, 3.5]  # no limit: both answer
+        pool.timeout_s = 2.5
         began = time.monotonic()
-        late = r"'pz-runner-1' did not record a rollout within timeout_s=2.5"
+        late = r"test: runner 'pz-runner-1' did not nap within timeout_s=2.5"
         with pytest.raises(RuntimeError, match=late):
-            collector.collect()
+            pool.call("nap", what="nap")
         waited = time.monotonic() - began
     finally:
-        collector.close()
+        pool.close()
     assert waited >= 2.4, waited  # not before the deadline (the raise is what failed before)

@@ -344,7 +344,7 @@ def test_a_recurrent_group_model_is_refused(local_ray: None) -> None:
     models["odd"] = RecurrentPPO(
         "MlpLstmPolicy", DummyVecEnv([ENVS.AgentSlot]), n_steps=8, device="cpu"
     )
-    with pytest.raises(TypeError, match=r"\(group 'odd'\) does not support recurrent models"):
+    with pytest.raises(TypeError, match=r"group 'odd' \(RecurrentPPO\) has a recurrent policy"):
         RayGroupRolloutCollector(models, _schedule_fns(range(1)), group_of=ODD_EVEN)
 
 

@@ -93,6 +93,7 @@ def test_all_is_complete() -> None:
         "pettingzoo",
         "pz_groups",
         "pz_rollout",
+        "pz_aec",
     }
     imports = {"annotations", "PackageNotFoundError", "version"}
     assert public - modules - imports == set(rlightning_ray.__all__) - {"__version__"}

@@ -74,6 +74,8 @@ _SB3_NAMES = {
     "check_group_models": "remote_groups",
     "check_group_training": "remote_groups",
     "fill_recorded_groups": "remote_groups",
+    "AECRolloutRecorder": "remote_aec",
+    "check_aec_model": "remote_aec",
 }
 
 
@@ -90,6 +92,7 @@ __all__ = [
     "PETTINGZOO_SUPPORTED",
     "PETTINGZOO_TESTED",
     "AECRolloutCollector",
+    "AECRolloutRecorder",
     "GroupReplayCollector",
     "GroupRolloutCollector",
     "GroupRolloutRecorder",
@@ -109,6 +112,7 @@ __all__ = [
     "UntestedVersionWarning",
     "__version__",
     "aec_action",
+    "check_aec_model",
     "check_group_models",
     "check_group_training",
     "check_rollout_model",

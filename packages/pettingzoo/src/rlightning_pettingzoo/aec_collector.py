@@ -38,7 +38,7 @@ from gymnasium import spaces
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning import rules
-from rlightning_pettingzoo._columns import Transition, owned, pack
+from rlightning_pettingzoo._columns import Placed, Transition, owned, pack
 from rlightning_pettingzoo._envs import describe_env, require_aec
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
@@ -134,11 +134,7 @@ class AECRolloutCollector(CopyBookkeeping):
                 "AECRolloutCollector needs an on-policy SB3 model (PPO, A2C, MaskablePPO), "
                 f"got {type(model).__name__}"
             )
-        if adapter_for(model).is_recurrent:
-            raise TypeError(
-                f"{type(model).__name__} has a recurrent policy; AECRolloutCollector drives "
-                "feed-forward policies only (a hidden state per agent is not kept)"
-            )
+        _refuse_recurrent_model(model, "AECRolloutCollector")
         self.model = model
         self._make_envs(env_fns, "AECRolloutCollector", require_aec, "an AECEnv")
         refuse_unapplied_wrappers(model, "AECRolloutCollector")
@@ -158,25 +154,7 @@ class AECRolloutCollector(CopyBookkeeping):
 
     def _check_opponents(self) -> None:
         for agent, opponent in self.opponents.items():
-            if isinstance(opponent, str):
-                if opponent != "random":
-                    raise TypeError(
-                        f"opponents[{agent!r}] must be a frozen SB3 model or 'random', "
-                        f"got the string {opponent!r}"
-                    )
-            elif opponent is self.model:
-                raise ValueError(
-                    f"opponents[{agent!r}] is the trained model itself; leave {agent!r} out "
-                    "of opponents for self-play (its turns are then acted and stored), or "
-                    "pass a frozen copy"
-                )
-            elif not is_sb3_model(opponent):
-                raise TypeError(
-                    f"opponents[{agent!r}] must be a frozen SB3 model or 'random', "
-                    f"got {type(opponent).__name__}"
-                )
-            else:
-                refuse_recurrent_opponent(opponent, agent, "AECRolloutCollector")
+            _check_opponent(agent, opponent, self.model, "AECRolloutCollector")
         for i, env in enumerate(self._envs):
             possible = list(env.possible_agents)
             unknown = [a for a in self.opponents if a not in possible]
@@ -424,8 +402,66 @@ class AECRolloutCollector(CopyBookkeeping):
         self._open.clear()
         order = sorted(streams, key=lambda s: (s[0], self._agent_rank(*s)))
         placed = pack([streams[s] for s in order], n_rows, n_columns)
-        _fill_rollout(model, placed, update_model, self.agent_returns)
+        self._fill(placed, update_model)
         return _segments(placed, n_rows, n_columns)
+
+    def _fill(self, placed: list[list[Placed]], update_model: bool) -> None:
+        """Hand the rows to ``add_rollout_step``, then ``finish_rollout``."""
+        _fill_rollout(self.model, placed, update_model, self.agent_returns)
+
+
+def _refuse_recurrent_model(model: Any, caller: str) -> None:
+    """Refuse a recurrent trained model (no hidden state per agent is kept between turns).
+
+    Raises:
+        TypeError: ``model``'s policy is recurrent (sb3-contrib's ``RecurrentPPO``).
+    """
+    if adapter_for(model).is_recurrent:
+        raise TypeError(
+            f"{type(model).__name__} has a recurrent policy; {caller} drives "
+            "feed-forward policies only (a hidden state per agent is not kept)"
+        )
+
+
+def _check_opponent(agent: Any, opponent: Opponent, model: Any, caller: str) -> None:
+    """Refuse an ``opponents`` entry that is not ``"random"`` or a frozen feed-forward SB3 model.
+
+    What :class:`AECRolloutCollector` checks of each opponent before it looks at the envs (the
+    spaces are checked against each env copy there).
+
+    Args:
+        agent: The opponent's agent id (named in the messages).
+        opponent: The entry: ``"random"`` or an SB3 model.
+        model: The trained model (an opponent must not be it).
+        caller: Named in the recurrent opponent's message.
+
+    Returns:
+        None; nothing is mutated.
+
+    Raises:
+        TypeError: a string other than ``"random"``, neither a string nor an SB3 model, or a
+            recurrent model (:func:`rlightning_pettingzoo._sb3.refuse_recurrent_opponent`).
+        ValueError: ``opponent`` is ``model`` itself.
+    """
+    if isinstance(opponent, str):
+        if opponent != "random":
+            raise TypeError(
+                f"opponents[{agent!r}] must be a frozen SB3 model or 'random', "
+                f"got the string {opponent!r}"
+            )
+    elif opponent is model:
+        raise ValueError(
+            f"opponents[{agent!r}] is the trained model itself; leave {agent!r} out "
+            "of opponents for self-play (its turns are then acted and stored), or "
+            "pass a frozen copy"
+        )
+    elif not is_sb3_model(opponent):
+        raise TypeError(
+            f"opponents[{agent!r}] must be a frozen SB3 model or 'random', "
+            f"got {type(opponent).__name__}"
+        )
+    else:
+        refuse_recurrent_opponent(opponent, agent, caller)
 
 
 def _check_opponent_spaces(env: Any, i: int, opponents: Mapping[Any, Opponent]) -> None:

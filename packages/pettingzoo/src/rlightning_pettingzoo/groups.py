@@ -275,17 +275,7 @@ class GroupRolloutCollector(_GroupStepper):
         group_of: GroupOf,
         seeds: Sequence[int | None] | None = None,
     ) -> None:
-        for group, model in models.items():
-            if not isinstance(model, OnPolicyAlgorithm):
-                raise TypeError(
-                    f"GroupRolloutCollector needs an on-policy SB3 model (PPO, A2C, MaskablePPO) "
-                    f"for each group, got {type(model).__name__} for group {group!r}"
-                )
-            if adapter_for(model).is_recurrent:
-                raise TypeError(
-                    f"the model of group {group!r} ({type(model).__name__}) has a recurrent "
-                    "policy; GroupRolloutCollector drives feed-forward policies only"
-                )
+        _refuse_unfit_rollout_models(models)
         super().__init__(models, env_fns, group_of, seeds, "GroupRolloutCollector")
         #: Per group, the agent-steps of the last :meth:`collect` that were acted, not stored.
         self.group_dropped: dict[str, int] = dict.fromkeys(self.models, 0)
@@ -526,3 +516,25 @@ class GroupReplayCollector(_GroupStepper):
             rows = self._act(plan, keys)
             for copy in plan:
                 self._step(copy, rows, {}, False, self._ended)
+
+
+def _refuse_unfit_rollout_models(models: Mapping[str, Any]) -> None:
+    """Refuse group models :class:`GroupRolloutCollector` cannot drive (its one check).
+
+    Also run by ``rlightning_pettingzoo.check_group_models`` (the Ray group collector's).
+
+    Raises:
+        TypeError: a model is not an on-policy SB3 model, or its policy is recurrent
+            (sb3-contrib's ``RecurrentPPO``: no hidden state per agent is kept), named by group.
+    """
+    for group, model in models.items():
+        if not isinstance(model, OnPolicyAlgorithm):
+            raise TypeError(
+                f"GroupRolloutCollector needs an on-policy SB3 model (PPO, A2C, MaskablePPO) "
+                f"for each group, got {type(model).__name__} for group {group!r}"
+            )
+        if adapter_for(model).is_recurrent:
+            raise TypeError(
+                f"the model of group {group!r} ({type(model).__name__}) has a recurrent "
+                "policy; GroupRolloutCollector drives feed-forward policies only"
+            )

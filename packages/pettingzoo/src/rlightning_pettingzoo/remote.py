@@ -16,6 +16,11 @@ the two halves run in two processes, with the very same code:
   (``rlightning_sb3.add_rollout_step`` row by row, then ``finish_rollout``): callbacks, the
   logger, ``num_timesteps`` and ``ep_info_buffer`` are the learner's.
 
+A RecurrentPPO records as it collects in process: the replica's adapter carries each agent's
+LSTM state from one rollout to the next in the recorder's process (the learner's weights are
+loaded before each rollout, as the in-process model's are its own), and the rows carry the
+states the learner's fill stores (``buffer_state``) and bootstraps from (``state``).
+
 So one runner's rollout fills the learner's buffer exactly as ``SharedRolloutCollector.collect``
 over the runner's copies fills it, and several runners' columns each exactly as the in-process
 collector over that runner's copies (tests/ray/test_pz_collector.py).
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +39,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rlightning_pettingzoo._columns import Placed
-from rlightning_pettingzoo._sb3 import adapter_for, refuse_unapplied_wrappers
+from rlightning_pettingzoo._sb3 import refuse_unapplied_wrappers
 from rlightning_pettingzoo.collector import (
     Segment,
     SharedRolloutCollector,
@@ -60,7 +65,10 @@ class RecordedRollout:
             (``n_rows`` lists of ``n_columns``), with what ``add_rollout_step`` is given for it
             (``episode_start``, ``done``, the info: ``terminal_observation``,
             ``TimeLimit.truncated``, ``episode``). Observations are numpy arrays (dicts of them
-            for a Dict space); ``value`` and ``log_prob`` as the adapter answered them.
+            for a Dict space); ``value`` and ``log_prob`` as the adapter answered them; for a
+            RecurrentPPO ``state`` and ``buffer_state`` (sb3-contrib ``RNNStates`` of torch
+            tensors, ``(n_lstm_layers, 1, lstm_hidden_size)`` each: the agent's LSTM state
+            after and before acting), which the fill stores and bootstraps from.
         n_rows: The recorder's buffer rows (``n_steps``).
         n_columns: The recorder's buffer columns (its model's ``n_envs``).
         n_copies: The recorder's env copies.
@@ -88,8 +96,7 @@ def check_rollout_model(model: Any, caller: str) -> None:
         None; nothing is mutated.
 
     Raises:
-        TypeError: ``model`` is not an on-policy SB3 model, or is a RecurrentPPO (its LSTM
-            states are not carried between processes here).
+        TypeError: ``model`` is not an on-policy SB3 model.
         ValueError: ``model``'s env has VecEnv wrappers the collector does not apply, or the
             model explores with gSDE (``use_sde=True``: the replica's noise matrix is not the
             learner's and is never resampled where ``collect_rollouts`` resamples it).
@@ -98,11 +105,6 @@ def check_rollout_model(model: Any, caller: str) -> None:
         raise TypeError(
             f"{caller} needs an on-policy SB3 model (PPO, A2C, MaskablePPO), got "
             f"{type(model).__name__}"
-        )
-    if adapter_for(model).is_recurrent:
-        raise TypeError(
-            f"{caller} does not support recurrent models ({type(model).__name__}): use "
-            "rlightning_pettingzoo.SharedRolloutCollector in one process"
         )
     if getattr(model, "use_sde", False):
         raise ValueError(
@@ -113,8 +115,50 @@ def check_rollout_model(model: Any, caller: str) -> None:
     refuse_unapplied_wrappers(model, caller)
 
 
-class RolloutRecorder(SharedRolloutCollector):
+class _Recording:
+    """A collector whose fill keeps the packed rows for :meth:`record` (mixed in first).
+
+    Mixed into an in-process collector (:class:`RolloutRecorder`, ``remote_aec.
+    AECRolloutRecorder``) whose ``collect`` packs once and hands the rows to ``_fill``.
+    """
+
+    _kept: list[list[list[Placed]]]  # emptied by record() before each collect()
+
+    def _fill(self, placed: list[list[Placed]], update_model: bool) -> None:
+        if not hasattr(self, "_kept"):  # a bare collect(): nothing filled either
+            self._kept = []
+        self._kept.append(placed)  # kept for record(): the learner fills
+
+    def record(self) -> RecordedRollout:
+        """Act and step one rollout as the collector's ``collect`` does; fill nothing.
+
+        Returns:
+            The packed rows and the episodes (:class:`RecordedRollout`). The envs are stepped
+            and the model's random draws made (torch's global generator); the model's buffer,
+            ``num_timesteps`` and logger are untouched.
+
+        Raises:
+            What the collector's ``collect`` raises.
+        """
+        collector: Any = self
+        self._kept = []
+        collector.collect(update_model=False)
+        assert len(self._kept) == 1, "internal: collect() did not pack once"
+        buf: Any = collector.model.rollout_buffer
+        return RecordedRollout(
+            rows=self._kept.pop(),
+            n_rows=int(buf.buffer_size),
+            n_columns=int(buf.n_envs),
+            n_copies=len(collector._envs),
+            dropped=collector.dropped,
+            agent_returns={agent: list(r) for agent, r in collector.agent_returns.items()},
+        )
+
+
+class RolloutRecorder(_Recording, SharedRolloutCollector):
     """A :class:`~rlightning_pettingzoo.SharedRolloutCollector` that keeps its rows unfilled.
+
+    :meth:`record` runs ``collect`` and returns the rows it packed (a :class:`RecordedRollout`).
 
     Args:
         model: The replica acting (its ``n_steps`` and ``n_envs`` shape the rollout; its
@@ -123,47 +167,8 @@ class RolloutRecorder(SharedRolloutCollector):
         seeds: The seed of each copy's first reset (None: no seed).
 
     Raises:
-        What ``SharedRolloutCollector`` raises, and TypeError for a recurrent model.
+        What ``SharedRolloutCollector`` raises.
     """
-
-    def __init__(
-        self,
-        model: OnPolicyAlgorithm,
-        env_fns: Sequence[Callable[[], Any]],
-        *,
-        seeds: Sequence[int | None] | None = None,
-    ) -> None:
-        super().__init__(model, env_fns, seeds=seeds)
-        if self._recurrent:
-            raise TypeError("RolloutRecorder does not support recurrent models")
-        self._kept: list[list[list[Placed]]] = []
-
-    def _fill(self, placed: list[list[Placed]], update_model: bool) -> None:
-        self._kept.append(placed)  # kept for record(): the learner fills
-
-    def record(self) -> RecordedRollout:
-        """Act and step one rollout as ``SharedRolloutCollector.collect`` does; fill nothing.
-
-        Returns:
-            The packed rows and the episodes (:class:`RecordedRollout`). The envs are stepped
-            and the model's random draws made (torch's global generator); the model's buffer,
-            ``num_timesteps`` and logger are untouched.
-
-        Raises:
-            What ``SharedRolloutCollector.collect`` raises.
-        """
-        self._kept.clear()
-        self.collect(update_model=False)
-        assert len(self._kept) == 1, "internal: collect() did not pack once"
-        buf: Any = self.model.rollout_buffer
-        return RecordedRollout(
-            rows=self._kept.pop(),
-            n_rows=int(buf.buffer_size),
-            n_columns=int(buf.n_envs),
-            n_copies=len(self._envs),
-            dropped=self.dropped,
-            agent_returns={agent: list(r) for agent, r in self.agent_returns.items()},
-        )
 
 
 def fill_recorded(

@@ -36,7 +36,11 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from rlightning_pettingzoo._columns import Placed
 from rlightning_pettingzoo._sb3 import refuse_unstarted
 from rlightning_pettingzoo.collector import Segment
-from rlightning_pettingzoo.groups import GroupRolloutCollector, _refuse_shared_models
+from rlightning_pettingzoo.groups import (
+    GroupRolloutCollector,
+    _refuse_shared_models,
+    _refuse_unfit_rollout_models,
+)
 from rlightning_pettingzoo.remote import RecordedRollout, check_rollout_model, fill_recorded
 
 __all__ = [
@@ -61,8 +65,8 @@ def check_group_models(models: Mapping[str, Any], caller: str) -> None:
         ValueError: ``models`` is empty or not a mapping of group names; two groups share one
             model object; what :func:`~rlightning_pettingzoo.check_rollout_model` raises,
             named ``"<caller> (group '<g>')"``.
-        TypeError: a model is not an on-policy SB3 model or is recurrent (RecurrentPPO: its
-            LSTM states are not carried between processes here), named by group.
+        TypeError: a model is not an on-policy SB3 model or is recurrent (RecurrentPPO: the
+            in-process group collector drives feed-forward policies only), named by group.
     """
     if not isinstance(models, Mapping) or not models:
         raise ValueError(
@@ -72,6 +76,7 @@ def check_group_models(models: Mapping[str, Any], caller: str) -> None:
     _refuse_shared_models(models, caller)
     for group, model in models.items():
         check_rollout_model(model, f"{caller} (group {group!r})")
+    _refuse_unfit_rollout_models(models)  # the in-process collector's refusals, before any runner
 
 
 def check_group_training(models: Mapping[str, Any], caller: str) -> None:

@@ -169,6 +169,8 @@ class RunnerPool:
             no limit).
 
     Attributes:
+        timeout_s: The limit of each call (building included), read at each call: may be
+            changed between calls.
         ids: The runners' ids, ``"pz-runner-<r>"``.
         actors: The actor handles, in runner order (empty after :meth:`close`).
 

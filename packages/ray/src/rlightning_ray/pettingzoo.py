@@ -25,6 +25,7 @@ from rlightning import MultiAgentPolicyResponse, PolicyResponse
 from rlightning.rules import flat_mask, mask_size
 from rlightning_ray._parallel import ParallelEnvRunner
 from rlightning_ray.collector import Collector
+from rlightning_ray.pz_aec import RayAECRolloutCollector
 from rlightning_ray.pz_groups import RayGroupRolloutCollector
 from rlightning_ray.pz_rollout import RaySharedRolloutCollector
 
@@ -48,6 +49,7 @@ __all__ = [
     "LiveAgents",
     "ParallelEnvRunner",
     "ParallelFragment",
+    "RayAECRolloutCollector",
     "RayGroupRolloutCollector",
     "RaySharedRolloutCollector",
     "SharedBatchPolicy",

@@ -18,6 +18,12 @@ model in its own process). Nothing of PettingZoo's or SB3's rules is written her
   ``rlightning_sb3.add_rollout_step`` and ``finish_rollout``), so callbacks, the logger,
   ``num_timesteps`` and ``ep_info_buffer`` are the learner's.
 
+A RecurrentPPO's replica carries each agent's LSTM state from one rollout to the next in its
+runner's process, and the recorded rows carry the states the learner stores and bootstraps
+from. The learner's side (:class:`_RecordingCollector`) is shared with
+:class:`rlightning_ray.pz_aec.RayAECRolloutCollector`, whose runner records with the AEC
+collector instead.
+
 With one runner its buffer equals the in-process collector's over the same copies, seeds and
 torch seed, array for array; with several, runner ``r``'s columns equal the in-process
 collector's over runner ``r``'s copies (tests/ray/test_pz_collector.py).
@@ -66,7 +72,8 @@ class SharedRolloutRunner:
     hand).
 
     Args:
-        model_class: The learner's model class (``PPO``, ``A2C``, ``MaskablePPO``).
+        model_class: The learner's model class (``PPO``, ``A2C``, ``MaskablePPO``,
+            ``RecurrentPPO``).
         saved: The learner's model as SB3's ``model.save`` wrote it (bytes).
         n_columns: The runner's share of the learner's buffer columns (the replica's
             ``n_envs``).
@@ -85,9 +92,15 @@ class SharedRolloutRunner:
             the agents' images as the in-process collector does
             (:func:`rlightning_sb3.image_transpose`). None: no env.
 
+        options: What the runner's kind builds its recorder with (:meth:`recorder_options`;
+            None here).
+
     Raises:
         What ``model_class.load`` and :class:`RolloutRecorder` raise.
     """
+
+    #: The in-process recorder the runner records with (a subclass's own: an AEC recorder).
+    recorder_class: Any = RolloutRecorder
 
     def __init__(
         self,
@@ -100,12 +113,33 @@ class SharedRolloutRunner:
         device: str,
         runner_id: str,
         image_spaces: tuple[Any, Any] | None = None,
+        options: Any = None,
     ) -> None:
         self.model = load_replica(model_class, saved, n_columns, image_spaces, device)
+        # before the acting seed: SB3's load seeds the global generators (set_random_seed)
+        kwargs = self.recorder_options(options, device)
         if acting_seed is not None:
             set_acting_seed(acting_seed)
-        self.recorder = RolloutRecorder(self.model, env_fns, seeds=seeds)
+        self.recorder = self.recorder_class(self.model, env_fns, seeds=seeds, **kwargs)
         self.runner_id = runner_id
+
+    def recorder_options(self, options: Any, device: str) -> dict[str, Any]:
+        """The recorder's keyword arguments beyond ``seeds``, built from ``options``.
+
+        Called once in the runner's process, after the replica is loaded and before the acting
+        seed is set. Here: none (a subclass builds its own, e.g. loaded opponents).
+
+        Args:
+            options: The runner's ``options`` (None here).
+            device: The replica's torch device.
+
+        Returns:
+            ``{}``.
+
+        Raises:
+            Nothing here.
+        """
+        return {}
 
     def ready(self) -> str:
         """The runner's id, once built (surfaces a failed construction to the caller)."""
@@ -121,75 +155,42 @@ class SharedRolloutRunner:
             What ``load_state_dict`` and :meth:`RolloutRecorder.record` raise.
         """
         self.model.policy.load_state_dict(weights)
-        return self.recorder.record()
+        rollout: RecordedRollout = self.recorder.record()
+        return rollout
 
 
-class RaySharedRolloutCollector:
-    """Fill one shared on-policy model's buffer from env copies stepped on Ray runners.
+class _RecordingCollector:
+    """What the collectors on Ray runners that record in-process rollouts share (private).
 
-    The copies (``env_fns``, or ``env_fn`` called once per copy) are split into ``n_runners``
-    consecutive blocks of ``copies_per_runner``; runner ``r`` holds copies ``r *
-    copies_per_runner ...`` and fills the learner's buffer columns ``r * m ... (r + 1) * m - 1``
-    with ``m = model.n_envs // n_runners`` (its replica's ``n_envs``). Each :meth:`collect` is
-    one rollout, as :meth:`rlightning_pettingzoo.SharedRolloutCollector.collect` over each
-    runner's copies and columns (see the module docstring and ``docs/ray.md``, "PettingZoo").
-    Call :func:`rlightning_sb3.start_training` before, ``model.train()`` after each
-    :meth:`collect`, and :meth:`close` at the end.
-
-    Needs ``ray.init`` first. Builds the runners at once (each imports torch and SB3: seconds)
-    and waits until they are built.
-
-    Args:
-        model: The learner's PPO, A2C or MaskablePPO, built over a VecEnv of ``n_envs`` slots
-            of one agent's spaces (it sizes the buffer; never stepped); ``n_envs`` a multiple
-            of ``n_runners``.
-        env_fns: One function per copy (``n_runners * copies_per_runner``), each returning a
-            PettingZoo ``ParallelEnv`` (called in the runners' processes).
-        env_fn: Instead of ``env_fns``: one function for every copy.
-        n_runners: The Ray actors.
-        copies_per_runner: Copies per runner (with ``env_fns`` it defaults to
-            ``len(env_fns) // n_runners``; with ``env_fn`` to 1).
-        seeds: Each copy's first-reset seed, in copy order (None: no seeds).
-        acting_seeds: Each runner's acting seed (:func:`rlightning_sb3.set_acting_seed` in the
-            runner after its replica is built). None: ``model.seed + r`` for runner ``r`` where
-            the model has a seed, else no seeding (each replica then starts from its load's
-            ``set_random_seed(model.seed)``, the same for all: give seeds).
-        num_cpus: CPUs each runner reserves.
-        device: The replicas' torch device.
-        timeout_s: Seconds to wait for all the runners' rollouts of one call together (one
-            deadline, not one per runner; None: no limit).
-
-    Raises:
-        TypeError: ``model`` is not an on-policy SB3 model or is recurrent; an ``env_fns``
-            entry or ``env_fn`` is not callable; ``seeds`` or ``acting_seeds`` is not a
-            sequence, or one of its seeds is not None or an int (a bool, float, str; named
-            by index); ``timeout_s`` is not None or a number.
-        ValueError: neither or both of ``env_fns`` and ``env_fn``; the copies are not
-            ``n_runners * copies_per_runner``; ``model.n_envs`` is not a multiple of
-            ``n_runners``; ``seeds`` or ``acting_seeds`` has the wrong length or a negative
-            seed; ``timeout_s`` is not > 0; bad counts.
-        RuntimeError: Ray is not initialised, or a runner failed to build (named, the cause
-            chained).
+    Splits the copies, checks the seeds and the timeout, saves the learner's model, builds one
+    ``runner_class`` actor per block of copies (:class:`RunnerPool`), and at each
+    :meth:`collect` publishes the weights, gathers the runners' :class:`RecordedRollout` and
+    fills the learner's buffer with :func:`fill_recorded`. The public subclasses check their
+    model (and their own arguments) and call :meth:`_start`.
     """
 
-    def __init__(
+    def _start(
         self,
+        name: str,
+        runner_class: type,
         model: OnPolicyAlgorithm,
-        env_fns: Sequence[Callable[[], Any]] | None = None,
-        *,
-        env_fn: Callable[[], Any] | None = None,
-        n_runners: int = 1,
-        copies_per_runner: int | None = None,
-        seeds: Sequence[int | None] | None = None,
-        acting_seeds: Sequence[int | None] | None = None,
-        num_cpus: float = 1,
-        device: str = "cpu",
-        timeout_s: float | None = None,
+        env_fns: Sequence[Callable[[], Any]] | None,
+        env_fn: Callable[[], Any] | None,
+        n_runners: int,
+        copies_per_runner: int | None,
+        seeds: Sequence[int | None] | None,
+        acting_seeds: Sequence[int | None] | None,
+        num_cpus: float,
+        device: str,
+        timeout_s: float | None,
+        options: Any = None,
     ) -> None:
+        """Check the arguments and build the runners (see the subclasses' docstrings).
+
+        ``options`` goes to every runner (:meth:`SharedRolloutRunner.recorder_options`).
+        """
         import ray
 
-        name = "RaySharedRolloutCollector"
-        check_rollout_model(model, name)
         plan = plan_runners(
             name,
             env_fns=env_fns,
@@ -218,7 +219,7 @@ class RaySharedRolloutCollector:
         blob = ray.put(saved)
         self._pool = RunnerPool(
             name,
-            SharedRolloutRunner,
+            runner_class,
             [
                 (
                     model_class,
@@ -229,6 +230,7 @@ class RaySharedRolloutCollector:
                     device,
                     f"pz-runner-{r}",
                     image_spaces,
+                    options,
                 )
                 for r in range(n_runners)
             ],
@@ -240,8 +242,10 @@ class RaySharedRolloutCollector:
         """Publish the weights, record one rollout on every runner, fill the learner's buffer.
 
         Args:
-            update_model: As in :meth:`rlightning_pettingzoo.SharedRolloutCollector.collect`
-                (``num_timesteps``, episodes, the callback and the logger, on the learner).
+            update_model: As in the in-process collector's ``collect``
+                (:meth:`rlightning_pettingzoo.SharedRolloutCollector.collect`,
+                :meth:`rlightning_pettingzoo.AECRolloutCollector.collect`): ``num_timesteps``,
+                episodes, the callback and the logger, on the learner.
 
         Returns:
             The buffer's segments, column by column (:func:`rlightning_pettingzoo
@@ -276,3 +280,84 @@ class RaySharedRolloutCollector:
     def close(self) -> None:
         """End the runners' actors (their envs are not closed: they die with the process)."""
         self._pool.close()
+
+
+class RaySharedRolloutCollector(_RecordingCollector):
+    """Fill one shared on-policy model's buffer from env copies stepped on Ray runners.
+
+    The copies (``env_fns``, or ``env_fn`` called once per copy) are split into ``n_runners``
+    consecutive blocks of ``copies_per_runner``; runner ``r`` holds copies ``r *
+    copies_per_runner ...`` and fills the learner's buffer columns ``r * m ... (r + 1) * m - 1``
+    with ``m = model.n_envs // n_runners`` (its replica's ``n_envs``). Each :meth:`collect` is
+    one rollout, as :meth:`rlightning_pettingzoo.SharedRolloutCollector.collect` over each
+    runner's copies and columns (see the module docstring and ``docs/ray.md``, "PettingZoo").
+    Call :func:`rlightning_sb3.start_training` before, ``model.train()`` after each
+    :meth:`collect`, and :meth:`close` at the end.
+
+    Needs ``ray.init`` first. Builds the runners at once (each imports torch and SB3: seconds)
+    and waits until they are built.
+
+    Args:
+        model: The learner's PPO, A2C, MaskablePPO or RecurrentPPO (each runner's replica
+            carries its agents' LSTM states from one rollout to the next), built over a VecEnv
+            of ``n_envs`` slots of one agent's spaces (it sizes the buffer; never stepped);
+            ``n_envs`` a multiple of ``n_runners``.
+        env_fns: One function per copy (``n_runners * copies_per_runner``), each returning a
+            PettingZoo ``ParallelEnv`` (called in the runners' processes).
+        env_fn: Instead of ``env_fns``: one function for every copy.
+        n_runners: The Ray actors.
+        copies_per_runner: Copies per runner (with ``env_fns`` it defaults to
+            ``len(env_fns) // n_runners``; with ``env_fn`` to 1).
+        seeds: Each copy's first-reset seed, in copy order (None: no seeds).
+        acting_seeds: Each runner's acting seed (:func:`rlightning_sb3.set_acting_seed` in the
+            runner after its replica is built). None: ``model.seed + r`` for runner ``r`` where
+            the model has a seed, else no seeding (each replica then starts from its load's
+            ``set_random_seed(model.seed)``, the same for all: give seeds).
+        num_cpus: CPUs each runner reserves.
+        device: The replicas' torch device.
+        timeout_s: Seconds to wait for all the runners' rollouts of one call together (one
+            deadline, not one per runner; None: no limit).
+
+    Raises:
+        TypeError: ``model`` is not an on-policy SB3 model; an ``env_fns``
+            entry or ``env_fn`` is not callable; ``seeds`` or ``acting_seeds`` is not a
+            sequence, or one of its seeds is not None or an int (a bool, float, str; named
+            by index); ``timeout_s`` is not None or a number.
+        ValueError: neither or both of ``env_fns`` and ``env_fn``; the copies are not
+            ``n_runners * copies_per_runner``; ``model.n_envs`` is not a multiple of
+            ``n_runners``; ``seeds`` or ``acting_seeds`` has the wrong length or a negative
+            seed; ``timeout_s`` is not > 0; bad counts.
+        RuntimeError: Ray is not initialised, or a runner failed to build (named, the cause
+            chained).
+    """
+
+    def __init__(
+        self,
+        model: OnPolicyAlgorithm,
+        env_fns: Sequence[Callable[[], Any]] | None = None,
+        *,
+        env_fn: Callable[[], Any] | None = None,
+        n_runners: int = 1,
+        copies_per_runner: int | None = None,
+        seeds: Sequence[int | None] | None = None,
+        acting_seeds: Sequence[int | None] | None = None,
+        num_cpus: float = 1,
+        device: str = "cpu",
+        timeout_s: float | None = None,
+    ) -> None:
+        name = "RaySharedRolloutCollector"
+        check_rollout_model(model, name)
+        self._start(
+            name,
+            SharedRolloutRunner,
+            model,
+            env_fns,
+            env_fn,
+            n_runners,
+            copies_per_runner,
+            seeds,
+            acting_seeds,
+            num_cpus,
+            device,
+            timeout_s,
+        )
