@@ -87,3 +87,15 @@ def local_ray(ray_session: None) -> None:
             object_store_memory=200 * 1024 * 1024,
             log_to_driver=False,
         )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the PettingZoo collectors' Ray tests (``test_pz_*.py``) ``ray_pettingzoo``.
+
+    The ``ray`` tox environment runs the rest (``-m "not ray_pettingzoo"``: the transport, the
+    runners, the server), ``ray-pettingzoo`` these (``-m ray_pettingzoo``); a new ``test_pz_``
+    file is in the second without a list to keep.
+    """
+    for item in items:
+        if item.path.name.startswith("test_pz_"):
+            item.add_marker(pytest.mark.ray_pettingzoo)
