@@ -127,8 +127,6 @@ class EnvRunner:
         check_pipeline(
             pipeline, len(ids), local=policy is not None, subject=f"runner {runner_id!r}"
         )
-        import ray
-
         self.runner_id = runner_id
         self.env_ids = ids
         self._server = server
@@ -151,9 +149,7 @@ class EnvRunner:
                 )
             self._groups.append(group)
         self._group = self._groups[0]
-        context = ray.get_runtime_context()
-        self.restarted = bool(context.was_current_actor_reconstructed)
-        self._incarnation = f"{context.get_worker_id()}:{os.getpid()}"
+        self.restarted, self._incarnation = self._actor_identity()
         first = [None] * len(ids) if seeds is None or self.restarted else list(seeds)
         for rows, group in zip(self._slices, self._groups, strict=True):
             try:
@@ -166,6 +162,22 @@ class EnvRunner:
         self._local: LocalPolicy | None = None
         if policy is not None:  # built last: its seeding is not consumed by the envs
             self._local = LocalPolicy(policy, registry=registry, runner_id=runner_id)
+
+    def _actor_identity(self) -> tuple[bool, str]:
+        """``(restarted, incarnation)`` of the Ray actor this runner lives in.
+
+        ``restarted``: whether Ray re-created the actor after a crash; ``incarnation``: the
+        worker's id and the process id (a new one after a restart), the lockstep tag's last
+        part. Read once, in the constructor (benchmarks/ray_runner_cost.py overrides it to
+        build a runner in-process, outside any actor).
+        """
+        import ray
+
+        context = ray.get_runtime_context()
+        return (
+            bool(context.was_current_actor_reconstructed),
+            f"{context.get_worker_id()}:{os.getpid()}",
+        )
 
     @property
     def group(self) -> EnvGroup:
