@@ -546,7 +546,7 @@ class _Stream:
         self.observed: list[GroupObservation] = []
         self.answers: list[Any] = []
         self.records: list[Any] = []
-        self.hops = np.zeros((n_steps, len(HOPS)), dtype=np.int64)
+        self.hops: list[tuple[int, int, int, int]] = []  # one row per step taken
 
     def take(
         self,
@@ -572,7 +572,7 @@ class _Stream:
             current_version=current_version,
             max_staleness=max_staleness,
         )
-        self.hops[t] = runner._hops(answer, sent, received, self.env_ids)
+        hops = runner._hops(answer, sent, received, self.env_ids)
         try:
             self.records.append(self.group.step(answer))
         except Exception as exc:
@@ -582,6 +582,7 @@ class _Stream:
             raise named from exc.__cause__ or exc
         self.observed.append(seen)
         self.answers.append(answer)
+        self.hops.append(hops)
 
     def fragment(self) -> Any:
         """The group's fragment of the steps taken (the runner's ``restarted`` flag in it)."""
@@ -592,6 +593,6 @@ class _Stream:
             answers=self.answers,
             records=self.records,
             last=self.group.observe(),
-            hops_ns=self.hops,
+            hops_ns=np.array(self.hops, np.int64).reshape(len(self.hops), len(HOPS)),
             restarted=self.runner.restarted,
         )
