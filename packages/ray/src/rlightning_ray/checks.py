@@ -67,15 +67,15 @@ def check_answer(
         # the common answer, at once: a stacked response whose env_ids list is env_ids and
         # whose version is a plain int, fresh enough (the rules below, for this case)
         got_ids = getattr(response, "env_ids", None)
-        version = getattr(response, POLICY_VERSION_FIELD, None)
+        fresh = getattr(response, POLICY_VERSION_FIELD, None)
         if (
             type(got_ids) is list
             and got_ids == env_ids
             and got_ids  # (an empty list reads env_id below)
-            and type(version) is int
-            and (current_version is None or version >= current_version - max_staleness)
+            and type(fresh) is int
+            and (current_version is None or fresh >= current_version - max_staleness)
         ):
-            return version
+            return fresh
     if isinstance(response, list | tuple):  # one multi-agent response per env
         versions = {getattr(r, POLICY_VERSION_FIELD, None) for r in response}
         got = [getattr(r, "env_id", None) for r in response]
