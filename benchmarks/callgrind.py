@@ -740,6 +740,9 @@ class RolloutCost:
         unit_header: The table's count column header.
         missing: The table's text when the section is missing.
         smoke_help: The ``--smoke`` flag's help.
+        impls: The two implementations' names: the reference the ratio divides by (default
+            SB3's ``collect_rollouts``), then the measured one (default ``rlightning``, which
+            carries ``same_work()``).
     """
 
     IMPLS = ("collect_rollouts", "rlightning")
@@ -770,7 +773,10 @@ class RolloutCost:
         unit_header: str,
         missing: str,
         smoke_help: str,
+        impls: tuple[str, str] = IMPLS,
     ) -> None:
+        self.IMPLS = impls
+        self.reference, self.measured = impls
         self.module, self.section, self.doc = module, section, doc
         self.iterations = iterations
         self.size_arg, self.sizes, self.smoke_sizes = size_arg, sizes, smoke_sizes
@@ -799,7 +805,7 @@ class RolloutCost:
             for call in impls.values():
                 set_random_seed(i)
                 call()
-        impls["rlightning"].same_work()  # type: ignore[attr-defined]
+        impls[self.measured].same_work()  # type: ignore[attr-defined]
         if instr_on:
             _instrumentation_on()
         regions: list[dict[str, Any]] = []
@@ -862,8 +868,8 @@ class RolloutCost:
             row[self.per_key] = sum(counts) / 2
             row["ir_per_step_rounds"] = counts
             row.update(self.ok_extra)
-            if impl != "collect_rollouts":
-                floor = per_round["collect_rollouts"]
+            if impl != self.reference:
+                floor = per_round[self.reference]
                 row["ratio_rounds"] = [a / b for a, b in zip(counts, floor, strict=True)]
                 row["ratio"] = row[self.per_key] / (sum(floor) / 2)
             rows.append(row)
@@ -912,7 +918,7 @@ class RolloutCost:
                         r
                         for r in section["rows"]
                         if r[self.size_arg] == size
-                        and r["impl"] == "rlightning"
+                        and r["impl"] == self.measured
                         and r["status"] == "ok"
                     ),
                     None,

@@ -207,6 +207,6 @@ def test_the_runner_checks_the_echoed_stamp_of_every_env_of_an_answer() -> None:
     runner.runner_id, runner.env_ids = "r", ["e0", "e1"]
     sent = time.time_ns()
     hops = runner._hops([_answer("e0", sent), _answer("e1", sent)], sent, sent + 5)
-    assert hops.tolist() == [1, 1, 1, 2]
+    assert list(hops) == [1, 1, 1, 2]
     with pytest.raises(ValueError, match=re.escape("the stamp did not cross intact")):
         runner._hops([_answer("e0", sent), _answer("e1", sent - 7)], sent, sent + 5)

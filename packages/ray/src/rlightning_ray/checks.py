@@ -63,6 +63,19 @@ def check_answer(
         ...
         ValueError: runner 'r0' got an answer from policy version 3 for envs ['e0', 'e1'], but the newest is 5 and at most 1 version(s) of staleness is allowed (the oldest accepted is 4)
     """  # noqa: E501  (doctest output is one line)
+    if type(env_ids) is list and type(response) is not list and type(response) is not tuple:
+        # the common answer, at once: a stacked response whose env_ids list is env_ids and
+        # whose version is a plain int, fresh enough (the rules below, for this case)
+        got_ids = getattr(response, "env_ids", None)
+        fresh = getattr(response, POLICY_VERSION_FIELD, None)
+        if (
+            type(got_ids) is list
+            and got_ids == env_ids
+            and got_ids  # (an empty list reads env_id below)
+            and type(fresh) is int
+            and (current_version is None or fresh >= current_version - max_staleness)
+        ):
+            return fresh
     if isinstance(response, list | tuple):  # one multi-agent response per env
         versions = {getattr(r, POLICY_VERSION_FIELD, None) for r in response}
         got = [getattr(r, "env_id", None) for r in response]

@@ -32,12 +32,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rlightning import PolicyResponse
 from rlightning.rules import as_bools
 from rlightning_ray._rows import concat_observations
 from rlightning_ray.checks import POLICY_VERSION_FIELD
 from rlightning_ray.server import BatchPolicy, _stacked
 
 __all__ = ["LocalPolicy"]
+
+# The names LocalPolicy.act writes straight into a PolicyResponse's fields (as its __setattr__
+# would): none may be a reserved member of the class (nor env_id, which __setattr__ checks).
+assert PolicyResponse._reserved_fields.isdisjoint(
+    {"env_id", "ts_env_sent_ns", "ts_policy_recv_ns", "ts_infer_start_ns", POLICY_VERSION_FIELD}
+)
 
 
 class LocalPolicy:
@@ -161,11 +168,17 @@ class LocalPolicy:
             )
         )
         done = time.time_ns()
-        parts = stacked if isinstance(stacked, list) else [stacked]
-        for part in parts:
-            part.ts_env_sent_ns = ts_env_sent_ns
-            part.ts_policy_recv_ns = recv
-            part.ts_infer_start_ns = recv
-            part.ts_policy_sent_ns = done
-            setattr(part, POLICY_VERSION_FIELD, self.version)
+        stamps = {
+            "ts_env_sent_ns": ts_env_sent_ns,
+            "ts_policy_recv_ns": recv,
+            "ts_infer_start_ns": recv,
+            "ts_policy_sent_ns": done,
+            POLICY_VERSION_FIELD: self.version,
+        }
+        for part in stacked if isinstance(stacked, list) else [stacked]:
+            if type(part) is PolicyResponse:  # what setattr does: none of the names is reserved
+                part.__dict__.update(stamps)
+            else:  # a subclass may reserve more names: its own __setattr__ judges
+                for name, value in stamps.items():
+                    setattr(part, name, value)
         return stacked

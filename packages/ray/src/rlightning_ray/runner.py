@@ -60,6 +60,9 @@ __all__ = [
 #: runner process's id (a new one after a restart). The server's deterministic mode checks it.
 StepTag = tuple[str, int, bool, str]
 
+#: The largest stamp :func:`rlightning.rules.check_stamp` accepts (rule ``timestamp``).
+_STAMP_MAX = 2**64 - 1
+
 
 class EnvRunner:
     """An env group of ``k`` envs in one process, stepped with a :class:`PolicyServer`'s answers.
@@ -127,8 +130,6 @@ class EnvRunner:
         check_pipeline(
             pipeline, len(ids), local=policy is not None, subject=f"runner {runner_id!r}"
         )
-        import ray
-
         self.runner_id = runner_id
         self.env_ids = ids
         self._server = server
@@ -151,9 +152,7 @@ class EnvRunner:
                 )
             self._groups.append(group)
         self._group = self._groups[0]
-        context = ray.get_runtime_context()
-        self.restarted = bool(context.was_current_actor_reconstructed)
-        self._incarnation = f"{context.get_worker_id()}:{os.getpid()}"
+        self.restarted, self._incarnation = self._actor_identity()
         first = [None] * len(ids) if seeds is None or self.restarted else list(seeds)
         for rows, group in zip(self._slices, self._groups, strict=True):
             try:
@@ -166,6 +165,22 @@ class EnvRunner:
         self._local: LocalPolicy | None = None
         if policy is not None:  # built last: its seeding is not consumed by the envs
             self._local = LocalPolicy(policy, registry=registry, runner_id=runner_id)
+
+    def _actor_identity(self) -> tuple[bool, str]:
+        """``(restarted, incarnation)`` of the Ray actor this runner lives in.
+
+        ``restarted``: whether Ray re-created the actor after a crash; ``incarnation``: the
+        worker's id and the process id (a new one after a restart), the lockstep tag's last
+        part. Read once, in the constructor (benchmarks/ray_runner_cost.py overrides it to
+        build a runner in-process, outside any actor).
+        """
+        import ray
+
+        context = ray.get_runtime_context()
+        return (
+            bool(context.was_current_actor_reconstructed),
+            f"{context.get_worker_id()}:{os.getpid()}",
+        )
 
     @property
     def group(self) -> EnvGroup:
@@ -364,17 +379,36 @@ class EnvRunner:
 
     def _hops(
         self, answer: Any, sent: int, received: int, env_ids: list[str] | None = None
-    ) -> np.ndarray:
+    ) -> tuple[int, int, int, int]:
         """The four hop durations of one answer, ns (see :data:`rlightning_ray.HOPS`).
 
         Checks every part's stamps: a stacked response has one part, a multi-agent answer one
         per env; a ``ts_env_sent_ns`` may be one int for its rows or one per row. ``env_ids``
         are the answer's envs, for the message (None: the runner's; a pipelined half's own).
+        A stacked response whose ``ts_env_sent_ns`` is the int ``sent`` and whose three server
+        stamps are plain ints in ``check_stamp``'s range passes at once (the common answer);
+        any other takes the full check below.
 
         Raises:
             ValueError: a row's ``ts_env_sent_ns`` is not ``sent`` (the stamp did not cross
                 intact), or a server stamp is missing or invalid (``check_stamp``).
         """
+        if not isinstance(answer, list | tuple):
+            echo = getattr(answer, "ts_env_sent_ns", None)
+            recv = getattr(answer, "ts_policy_recv_ns", None)
+            start = getattr(answer, "ts_infer_start_ns", None)
+            done = getattr(answer, "ts_policy_sent_ns", None)
+            if (
+                type(echo) is int
+                and echo == sent
+                and type(recv) is int
+                and type(start) is int
+                and type(done) is int
+                and 0 <= recv <= _STAMP_MAX
+                and 0 <= start <= _STAMP_MAX
+                and 0 <= done <= _STAMP_MAX
+            ):
+                return (recv - sent, start - recv, done - start, received - done)
         parts = list(answer) if isinstance(answer, list | tuple) else [answer]
         echoed: list[Any] = []
         for part in parts:
@@ -402,7 +436,7 @@ class EnvRunner:
                         f"{name} stamps ({value} and {getattr(part, name)}): one request is "
                         "answered by one batch"
                     )
-        return np.array([recv - sent, start - recv, done - start, received - done], np.int64)
+        return (recv - sent, start - recv, done - start, received - done)
 
     def ping(self) -> str:
         """Return ``runner_id`` (a cheap call to wait until the actor is up)."""
@@ -512,7 +546,7 @@ class _Stream:
         self.observed: list[GroupObservation] = []
         self.answers: list[Any] = []
         self.records: list[Any] = []
-        self.hops = np.zeros((n_steps, len(HOPS)), dtype=np.int64)
+        self.hops: list[tuple[int, int, int, int]] = []  # one row per step taken
 
     def take(
         self,
@@ -538,7 +572,7 @@ class _Stream:
             current_version=current_version,
             max_staleness=max_staleness,
         )
-        self.hops[t] = runner._hops(answer, sent, received, self.env_ids)
+        hops = runner._hops(answer, sent, received, self.env_ids)
         try:
             self.records.append(self.group.step(answer))
         except Exception as exc:
@@ -548,6 +582,7 @@ class _Stream:
             raise named from exc.__cause__ or exc
         self.observed.append(seen)
         self.answers.append(answer)
+        self.hops.append(hops)
 
     def fragment(self) -> Any:
         """The group's fragment of the steps taken (the runner's ``restarted`` flag in it)."""
@@ -558,6 +593,6 @@ class _Stream:
             answers=self.answers,
             records=self.records,
             last=self.group.observe(),
-            hops_ns=self.hops,
+            hops_ns=np.array(self.hops, np.int64).reshape(len(self.hops), len(HOPS)),
             restarted=self.runner.restarted,
         )

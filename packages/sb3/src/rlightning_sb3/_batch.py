@@ -15,6 +15,9 @@ import numpy as np
 from rlightning import PolicyResponse, ResponseBatch
 from rlightning.rules import as_bools, check_env_ids, check_stamp
 
+#: The largest stamp :func:`rlightning.rules.check_stamp` accepts (rule ``timestamp``).
+_STAMP_MAX = 2**64 - 1
+
 #: numpy's bool dtype (a singleton): the fast paths of per-step checks test ``dtype is``.
 BOOL_DTYPE = np.dtype(np.bool_)
 
@@ -156,6 +159,8 @@ def per_env_stamps(value: object, ids: Sequence[str]) -> list[int] | None:
         raise ValueError(
             f"ts_env_sent_ns has {len(stamps)} stamps but there are {len(ids)} envs {list(ids)}"
         )
+    if all(type(s) is int and 0 <= s <= _STAMP_MAX for s in stamps):
+        return stamps  # the common case (time.time_ns() ints): what check_stamp returns
     return [
         check_stamp("ts_env_sent_ns", stamp, f"env {env_id!r} ")
         for env_id, stamp in zip(ids, stamps, strict=True)
