@@ -15,6 +15,7 @@ from rlightning_pettingzoo import (
     parallel,
     policies,
     remote,
+    remote_replay,
     replay,
 )
 
@@ -28,6 +29,7 @@ MODULES = [
     parallel,
     policies,
     remote,
+    remote_replay,
     replay,
 ]
 

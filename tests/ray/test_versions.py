@@ -91,6 +91,7 @@ def test_all_is_complete() -> None:
         "weights",
         "sb3",
         "pettingzoo",
+        "pz_replay",
         "pz_rollout",
     }
     imports = {"annotations", "PackageNotFoundError", "version"}

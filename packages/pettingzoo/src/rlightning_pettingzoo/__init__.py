@@ -70,6 +70,10 @@ _SB3_NAMES = {
     "check_rollout_model": "remote",
     "fill_recorded": "remote",
     "replica_slots": "remote",
+    "RecordedReplay": "remote_replay",
+    "ReplayRecorder": "remote_replay",
+    "check_replay_model": "remote_replay",
+    "fill_recorded_replay": "remote_replay",
 }
 
 
@@ -95,7 +99,9 @@ __all__ = [
     "ParallelObservation",
     "ParallelStep",
     "Policy",
+    "RecordedReplay",
     "RecordedRollout",
+    "ReplayRecorder",
     "RolloutRecorder",
     "Segment",
     "SharedPolicyAdapter",
@@ -104,8 +110,10 @@ __all__ = [
     "UntestedVersionWarning",
     "__version__",
     "aec_action",
+    "check_replay_model",
     "check_rollout_model",
     "fill_recorded",
+    "fill_recorded_replay",
     "find_action_mask",
     "from_parallel_actions",
     "replica_slots",

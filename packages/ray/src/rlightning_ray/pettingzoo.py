@@ -25,6 +25,7 @@ from rlightning import MultiAgentPolicyResponse, PolicyResponse
 from rlightning.rules import flat_mask, mask_size
 from rlightning_ray._parallel import ParallelEnvRunner
 from rlightning_ray.collector import Collector
+from rlightning_ray.pz_replay import RaySharedReplayCollector
 from rlightning_ray.pz_rollout import RaySharedRolloutCollector
 
 try:
@@ -47,6 +48,7 @@ __all__ = [
     "LiveAgents",
     "ParallelEnvRunner",
     "ParallelFragment",
+    "RaySharedReplayCollector",
     "RaySharedRolloutCollector",
     "SharedBatchPolicy",
     "collect_shared_rollout",
