@@ -181,10 +181,10 @@ class ReplayRecorder(SharedReplayCollector):
         seeds: Sequence[int | None] | None = None,
         row_width: int | None = None,
     ) -> None:
+        if row_width is not None:  # before any env is built
+            check_count(row_width, "ReplayRecorder row_width", minimum=1)
         super().__init__(model, env_fns, seeds=seeds)
-        width = int(model.n_envs) if row_width is None else row_width
-        check_count(width, "ReplayRecorder row_width", minimum=1)
-        self._row_width = int(width)
+        self._row_width = int(model.n_envs) if row_width is None else int(row_width)
         # the acting half of collect_rollouts' bookkeeping (rlightning_sb3): load and advance
         self._acting = ActingReplica(model)
         self._kept: list[list[Transition]] = []
