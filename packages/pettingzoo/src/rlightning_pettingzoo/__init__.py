@@ -13,7 +13,9 @@
   :class:`GroupRolloutCollector` and :class:`GroupReplayCollector` (the same with one model per
   group of agents that share spaces, or per agent, each filling its own buffer);
   :class:`AECRolloutCollector` (turn-based AEC envs: self-play, or against frozen or random
-  opponents); with the ``[sb3]`` extra, imported on first use.
+  opponents); :class:`RolloutRecorder`/:func:`fill_recorded` and
+  :class:`ReplayRecorder`/:func:`fill_recorded_replay` (the shared collectors split in two
+  processes, for ``rlightning_ray``'s runners); with the ``[sb3]`` extra, imported on first use.
 * Env groups: :class:`ParallelEnvGroup` (``k`` parallel envs stepped together: observe, step,
   reset with this package's rules, copies of everything kept), its :class:`ParallelStep`,
   :class:`ParallelFragment` and :class:`ParallelEnvError` (what ``rlightning_ray``'s runners
