@@ -305,3 +305,44 @@ def test_refusals_come_before_any_runner_starts(local_ray: None) -> None:
         RaySharedReplayCollector(dqn, [fns[0], "env"])  # type: ignore[list-item]
     with pytest.raises(ValueError, match=r"timeout_s must be None .* > 0, got 0"):
         RaySharedReplayCollector(dqn, fns, timeout_s=0)
+
+
+def test_channel_last_images_are_stored_as_in_process(local_ray: None) -> None:
+    """A CnnPolicy DQN over channel-last images (SB3's ``VecTransposeImage``): the replica's
+    slots are the raw spaces, which SB3's ``load`` wraps as it wrapped the learner's."""
+
+    def dqn() -> Any:
+        class ImageSlot(gym.Env[Any, Any]):
+            observation_space = ENVS.IMAGE
+            action_space = ENVS.ACT
+
+            def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+                return np.zeros((36, 36, 3), np.uint8), {}
+
+        return DQN(
+            "CnnPolicy",
+            DummyVecEnv([ImageSlot] * 2),
+            learning_starts=2,
+            train_freq=3,
+            buffer_size=20,
+            seed=0,
+            device="cpu",
+        )
+
+    model = dqn()
+    start_training(model, 40)
+    collector = RaySharedReplayCollector(
+        model, [ENVS.ImageParallel], seeds=[0], acting_seeds=[5], num_cpus=0.5
+    )
+    try:
+        stored = [collector.collect() for _ in range(2)]
+    finally:
+        collector.close()
+    ref = dqn()
+    inproc = SharedReplayCollector(ref, [ENVS.ImageParallel], seeds=[0])
+    start_training(ref, 40)
+    ref.set_random_seed(5)
+    assert stored == [inproc.collect() for _ in range(2)] == [6, 6]
+    for name in FIELDS:
+        np.testing.assert_array_equal(_buffer(model)[name], _buffer(ref)[name], err_msg=name)
+    assert _buffer(model)["observations"].shape == (6, 2, 3, 36, 36)  # channel-first, as stored
