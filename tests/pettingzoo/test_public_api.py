@@ -17,6 +17,7 @@ from rlightning_pettingzoo import (
     remote,
     remote_aec,
     remote_groups,
+    remote_replay,
     replay,
 )
 
@@ -32,6 +33,7 @@ MODULES = [
     remote,
     remote_aec,
     remote_groups,
+    remote_replay,
     replay,
 ]
 

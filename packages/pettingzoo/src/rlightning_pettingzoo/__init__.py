@@ -13,7 +13,9 @@
   :class:`GroupRolloutCollector` and :class:`GroupReplayCollector` (the same with one model per
   group of agents that share spaces, or per agent, each filling its own buffer);
   :class:`AECRolloutCollector` (turn-based AEC envs: self-play, or against frozen or random
-  opponents); with the ``[sb3]`` extra, imported on first use.
+  opponents); :class:`RolloutRecorder`/:func:`fill_recorded` and
+  :class:`ReplayRecorder`/:func:`fill_recorded_replay` (the shared collectors split in two
+  processes, for ``rlightning_ray``'s runners); with the ``[sb3]`` extra, imported on first use.
 * Env groups: :class:`ParallelEnvGroup` (``k`` parallel envs stepped together: observe, step,
   reset with this package's rules, copies of everything kept), its :class:`ParallelStep`,
   :class:`ParallelFragment` and :class:`ParallelEnvError` (what ``rlightning_ray``'s runners
@@ -70,12 +72,16 @@ _SB3_NAMES = {
     "check_rollout_model": "remote",
     "fill_recorded": "remote",
     "replica_slots": "remote",
+    "AECRolloutRecorder": "remote_aec",
     "GroupRolloutRecorder": "remote_groups",
+    "RecordedReplay": "remote_replay",
+    "ReplayRecorder": "remote_replay",
+    "check_aec_model": "remote_aec",
     "check_group_models": "remote_groups",
     "check_group_training": "remote_groups",
+    "check_replay_model": "remote_replay",
     "fill_recorded_groups": "remote_groups",
-    "AECRolloutRecorder": "remote_aec",
-    "check_aec_model": "remote_aec",
+    "fill_recorded_replay": "remote_replay",
 }
 
 
@@ -103,7 +109,9 @@ __all__ = [
     "ParallelObservation",
     "ParallelStep",
     "Policy",
+    "RecordedReplay",
     "RecordedRollout",
+    "ReplayRecorder",
     "RolloutRecorder",
     "Segment",
     "SharedPolicyAdapter",
@@ -115,9 +123,11 @@ __all__ = [
     "check_aec_model",
     "check_group_models",
     "check_group_training",
+    "check_replay_model",
     "check_rollout_model",
     "fill_recorded",
     "fill_recorded_groups",
+    "fill_recorded_replay",
     "find_action_mask",
     "from_parallel_actions",
     "replica_slots",

@@ -27,6 +27,7 @@ from rlightning_ray._parallel import ParallelEnvRunner
 from rlightning_ray.collector import Collector
 from rlightning_ray.pz_aec import RayAECRolloutCollector
 from rlightning_ray.pz_groups import RayGroupRolloutCollector
+from rlightning_ray.pz_replay import RaySharedReplayCollector
 from rlightning_ray.pz_rollout import RaySharedRolloutCollector
 
 try:
@@ -51,6 +52,7 @@ __all__ = [
     "ParallelFragment",
     "RayAECRolloutCollector",
     "RayGroupRolloutCollector",
+    "RaySharedReplayCollector",
     "RaySharedRolloutCollector",
     "SharedBatchPolicy",
     "collect_shared_rollout",

@@ -1,0 +1,297 @@
+"""The shared off-policy collector split in two: record the rows in one process, add in another.
+
+:meth:`SharedReplayCollector.collect <rlightning_pettingzoo.SharedReplayCollector.collect>`
+acts, steps the copies, completes each agent's transitions, lays them into rows of the buffer's
+``n_envs`` cells and adds each row with :func:`rlightning_sb3.add_replay_step`, which also
+advances the model's counters its next rounds explore by (``num_timesteps`` for the
+``learning_starts`` warm-up, DQN's ``exploration_rate``) and says where a rollout of
+``train_freq`` ends. For acting away from the learner (a Ray runner holding a replica of the
+model, ``rlightning_ray.pettingzoo.RaySharedReplayCollector``) the two halves run in two
+processes, with the very same code:
+
+* :class:`ReplayRecorder` is a :class:`~rlightning_pettingzoo.SharedReplayCollector` whose
+  hand-over of a complete row is replaced: the row is kept, and the replica's counters advance
+  as the learner's will when it adds that row (:meth:`rlightning_sb3.ActingReplica.advance`:
+  ``num_timesteps += row_width``, DQN's schedule, SB3's own functions), and the rollout ends
+  where SB3's ``should_collect_more_steps`` says (the rule ``add_replay_step`` ends it by).
+  :meth:`ReplayRecorder.record` takes the learner's :class:`rlightning_sb3.ActingState` (its
+  weights and counters), runs ``collect`` unchanged (acting, stepping, the transition rules,
+  the row layout) and returns the rows as a :class:`RecordedReplay` (picklable).
+* :func:`fill_recorded_replay` lays the recordings side by side (recording ``r``'s cells after
+  recording ``r - 1``'s in each row) and adds each row to the learner's buffer with the
+  function ``collect`` adds with (``replay._add_replay_row``: ``add_replay_step``), so the
+  callback, the logger, ``num_timesteps``, DQN's target updates and ``ep_info_buffer`` are the
+  learner's.
+
+So one recording fills the learner's buffer exactly as ``SharedReplayCollector.collect`` over
+the recorder's copies fills it, with the same counters; several recordings' columns each as
+the in-process collector over that recorder's copies, exploring on the learner's clock
+(``row_width``; tests/ray/test_pz_replay.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+from stable_baselines3.common.type_aliases import TrainFrequencyUnit
+from stable_baselines3.common.utils import should_collect_more_steps
+
+from rlightning.rules import check_count
+from rlightning_pettingzoo._columns import Transition
+from rlightning_pettingzoo._sb3 import adapter_for, refuse_unapplied_wrappers
+from rlightning_pettingzoo.replay import SharedReplayCollector, _add_replay_row
+from rlightning_sb3 import ActingReplica, ActingState
+
+__all__ = [
+    "RecordedReplay",
+    "ReplayRecorder",
+    "check_replay_model",
+    "fill_recorded_replay",
+]
+
+
+@dataclass(frozen=True)
+class RecordedReplay:
+    """One rollout of a :class:`ReplayRecorder`: its complete rows, in the order added.
+
+    Attributes:
+        rows: ``rows[k][c]``: the complete transition of the recorder's cell ``c`` in row
+            ``k`` (``n_columns`` per row): the observation acted on, the policy's row
+            (``action``, ``buffer_action``: numpy arrays as the adapter answered them), the
+            reward summed up to the agent's next action, ``end`` (``"terminated"``,
+            ``"truncated"`` or None), the next (or final) observation and the episode's
+            ``{"r", "l", "t"}`` where it ended. Observations are numpy arrays (dicts of them
+            for a Dict space), transposed where the model's env is a ``VecTransposeImage``.
+        n_columns: The recorder's row width (its model's ``n_envs``).
+        n_copies: The recorder's env copies.
+        stored: Agent-steps recorded (``len(rows) * n_columns``).
+        agent_returns: Per agent id, the returns of its last 100 finished episodes (all the
+            recorder's copies, oldest first), after this rollout.
+    """
+
+    rows: list[list[Transition]]
+    n_columns: int
+    n_copies: int
+    stored: int
+    agent_returns: dict[Any, list[float]]
+
+
+def check_replay_model(model: Any, caller: str, n_runners: int = 1) -> None:
+    """Refuse a model a :class:`ReplayRecorder` and :func:`fill_recorded_replay` cannot serve.
+
+    Checked before anything starts (no runner is built, no env stepped).
+
+    Args:
+        model: The learner's model.
+        caller: Named in the messages.
+        n_runners: The recorders whose rows are laid side by side.
+
+    Returns:
+        None; nothing is mutated.
+
+    Raises:
+        TypeError: ``model`` is not an off-policy SB3 model.
+        ValueError: the buffer has ``optimize_memory_usage`` (as ``SharedReplayCollector``);
+            the model has an ``action_noise`` (the replicas would draw from noise processes of
+            their own, never the learner's, and never reset where the learner's
+            ``_setup_learn`` resets it); the model explores with gSDE (``use_sde=True``: the
+            replica's noise matrix is not the learner's, which ``train`` resamples);
+            ``train_freq`` counts episodes and ``n_runners > 1`` (a rollout ends at the row
+            where the learner's buffer, all runners' cells together, completes the episodes:
+            no runner can tell that row; SB3 allows episodic training with one env only); or
+            the model's env has VecEnv wrappers the collector does not apply.
+    """
+    if not isinstance(model, OffPolicyAlgorithm):
+        raise TypeError(
+            f"{caller} needs an off-policy SB3 model (DQN, SAC, TD3), got {type(model).__name__}"
+        )
+    if getattr(model.replay_buffer, "optimize_memory_usage", False):
+        raise ValueError(
+            f"{caller} cannot fill a replay buffer with optimize_memory_usage=True: it reads "
+            "each cell's next observation from the next row, which holds another agent's "
+            "transition here; build the model with optimize_memory_usage=False"
+        )
+    noise = getattr(model, "action_noise", None)
+    if noise is not None:
+        raise ValueError(
+            f"{caller} does not support action_noise ({type(noise).__name__}): each runner's "
+            "replica would draw from noise processes of its own, which the learner never "
+            "resets (SB3 resets its process where a column's episode ends and at every "
+            "learn()); build the model with action_noise=None"
+        )
+    if getattr(model, "use_sde", False):
+        raise ValueError(
+            f"{caller} does not support gSDE (use_sde=True): the runners' replicas would "
+            "explore with noise matrices of their own, never resampled where the learner "
+            "resamples its own; build the model with use_sde=False"
+        )
+    train_freq: Any = model.train_freq  # a TrainFreq since _setup_model
+    if train_freq.unit != TrainFrequencyUnit.STEP and n_runners > 1:
+        raise ValueError(
+            f"{caller} cannot split train_freq=({train_freq.frequency}, "
+            f"{train_freq.unit.value!r}) (counted in episodes) over "
+            f"{n_runners} runners: the rollout ends at the row where the learner's buffer, all "
+            "runners' cells together, completes that many episodes, which no runner can tell "
+            "(and SB3 trains per episode with one env only); use one runner, or a train_freq "
+            "counted in steps"
+        )
+    refuse_unapplied_wrappers(model, caller)
+    adapter_for(model)
+
+
+class ReplayRecorder(SharedReplayCollector):
+    """A :class:`~rlightning_pettingzoo.SharedReplayCollector` that keeps its rows unadded.
+
+    Acting, stepping, the transition rules and the rows are ``SharedReplayCollector``'s; only
+    the hand-over of a complete row differs: the row is kept for :meth:`record`, and the
+    replica's counters are advanced as the learner's will be when it adds the row
+    (:meth:`rlightning_sb3.ActingReplica.advance` of ``row_width``: ``num_timesteps`` for the
+    ``learning_starts`` warm-up, DQN's ``exploration_rate`` from SB3's schedule), so that the
+    rounds after it explore as the in-process collector's rounds after that row. The rollout
+    ends at the row where SB3's ``should_collect_more_steps(model.train_freq, rows,
+    episodes)`` says stop (the rule :func:`rlightning_sb3.add_replay_step` ends one by; an
+    episode ends at each cell whose agent ended). Rows that do not fill before the rollout
+    ends wait for the next :meth:`record`, as in process.
+
+    Args:
+        model: The replica acting (the learner's class, hyper-parameters and spaces, its
+            ``n_envs`` the recorder's row width), given
+            :func:`rlightning_sb3.start_training` (``collect`` refuses a model without one;
+            its step budget is not read: :meth:`record` loads the learner's). Its buffer is
+            never written.
+        env_fns: One function per env copy, each returning a PettingZoo ``ParallelEnv``.
+        seeds: The seed of each copy's first reset (None: no seed).
+        row_width: Agent-steps each complete row advances the counters by: the learner's
+            ``n_envs`` (all recorders' cells of a row together; None: ``model.n_envs``, one
+            recorder).
+
+    Raises:
+        What ``SharedReplayCollector`` raises; TypeError or ValueError for a ``row_width``
+        that is not an int >= 1; ValueError for a gSDE model (``ActingReplica``).
+    """
+
+    def __init__(
+        self,
+        model: OffPolicyAlgorithm,
+        env_fns: Sequence[Callable[[], Any]],
+        *,
+        seeds: Sequence[int | None] | None = None,
+        row_width: int | None = None,
+    ) -> None:
+        if row_width is not None:  # before any env is built
+            check_count(row_width, "ReplayRecorder row_width", minimum=1)
+        super().__init__(model, env_fns, seeds=seeds)
+        self._row_width = int(model.n_envs) if row_width is None else int(row_width)
+        # the acting half of collect_rollouts' bookkeeping (rlightning_sb3): load and advance
+        self._acting = ActingReplica(model)
+        self._kept: list[list[Transition]] = []
+        self._episodes = 0
+
+    def _add(self, row: list[Transition]) -> bool:
+        self._kept.append(row)  # kept for record(): the learner adds it
+        self._acting.advance(self._row_width)
+        self._episodes += sum(t.end is not None for t in row)
+        train_freq: Any = self.model.train_freq
+        return not should_collect_more_steps(train_freq, len(self._kept), self._episodes)
+
+    def record(self, state: ActingState) -> RecordedReplay:
+        """Load the learner's state, act and step one rollout as ``collect`` does; add nothing.
+
+        Args:
+            state: The learner's :func:`rlightning_sb3.acting_state` now: its weights,
+                ``num_timesteps``, DQN's ``exploration_rate`` and ``total_timesteps``
+                (:meth:`rlightning_sb3.ActingReplica.load`).
+
+        Returns:
+            The complete rows of the rollout (:class:`RecordedReplay`). The envs are stepped,
+            the model's random draws made (torch's and numpy's global generators, the action
+            space's) and its weights and counters replaced and advanced; its buffer is
+            untouched.
+
+        Raises:
+            What :meth:`rlightning_sb3.ActingReplica.load` and ``SharedReplayCollector.collect``
+            raise.
+        """
+        self._acting.load(state)
+        self._kept, self._episodes = [], 0
+        stored = self.collect()
+        rows, self._kept = self._kept, []
+        return RecordedReplay(
+            rows=rows,
+            n_columns=int(self.model.n_envs),
+            n_copies=len(self._envs),
+            stored=stored,
+            agent_returns={agent: list(r) for agent, r in self.agent_returns.items()},
+        )
+
+
+def fill_recorded_replay(model: OffPolicyAlgorithm, recordings: Sequence[RecordedReplay]) -> int:
+    """Add recorded rows, laid side by side, to ``model.replay_buffer`` as ``collect`` adds them.
+
+    Row ``k`` of the learner is row ``k`` of every recording, recording ``r``'s cells after
+    recording ``r - 1``'s (so recording ``r`` owns the buffer columns ``sum(n_columns before)
+    ... + n_columns - 1``); each goes to :func:`rlightning_sb3.add_replay_step` by the function
+    ``SharedReplayCollector.collect`` adds with (the terminal observation of an ended agent as
+    its next observation, ``TimeLimit.truncated`` for a truncated one, the episode's info).
+
+    Args:
+        model: The learner's off-policy model, given :func:`rlightning_sb3.start_training`
+            (``n_envs`` the recordings' columns together).
+        recordings: The recordings, in column order, each of the same number of rows.
+
+    Returns:
+        The agent-steps stored (``n_envs`` per row), as ``SharedReplayCollector.collect``
+        returns. The buffer and the model's counters (``num_timesteps``, DQN's exploration
+        rate and target network, episode counts, ``ep_info_buffer``) are mutated; the callback
+        and logger are called where ``collect_rollouts`` calls them.
+
+    Raises:
+        ValueError: no recordings, recordings of different row counts, or columns that are
+            not the model's ``n_envs`` (each named; nothing added); what
+            :func:`rlightning_sb3.add_replay_step` raises.
+        RuntimeError: the learner's rollout of ``train_freq`` did not end exactly at the last
+            row (its run was not at a rollout's start: steps were added to it by another loop
+            since its last rollout ended); the rows up to there are added.
+        rlightning_sb3.StopTraining: a callback stopped training (the rows before are added).
+    """
+    if not recordings:
+        raise ValueError("fill_recorded_replay needs at least one recording")
+    n_rows = len(recordings[0].rows)
+    for r, recording in enumerate(recordings):
+        if len(recording.rows) != n_rows:
+            raise ValueError(
+                f"recording {r} has {len(recording.rows)} rows, recording 0 has {n_rows}: the "
+                "recorders' rollouts do not line up (each must end after train_freq rows)"
+            )
+        for k, row in enumerate(recording.rows):
+            if len(row) != recording.n_columns:
+                raise ValueError(
+                    f"recording {r} row {k} has {len(row)} cells, its n_columns="
+                    f"{recording.n_columns}"
+                )
+    buffer: Any = model.replay_buffer
+    n_columns = int(buffer.n_envs)
+    total = sum(recording.n_columns for recording in recordings)
+    if total != n_columns:
+        raise ValueError(
+            f"the recordings have {[r.n_columns for r in recordings]} columns ({total} in all), "
+            f"the model's buffer n_envs={n_columns}"
+        )
+    train_freq: Any = model.train_freq  # a TrainFreq since _setup_model
+    stored = 0
+    for k in range(n_rows):
+        row = [t for recording in recordings for t in recording.rows[k]]
+        ended = _add_replay_row(model, row)
+        stored += n_columns
+        if ended != (k == n_rows - 1):
+            where = f"at row {k}" if ended else "not at the last row"
+            raise RuntimeError(
+                f"the learner's rollout of train_freq={train_freq.frequency} "
+                f"{train_freq.unit.value}s ended {where} "
+                f"of the {n_rows} recorded: its run was not at a rollout's start (another loop "
+                "added steps to it since its last rollout ended)"
+            )
+    return stored
