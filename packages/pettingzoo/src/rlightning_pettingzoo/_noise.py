@@ -29,7 +29,7 @@ from stable_baselines3.common.noise import VectorizedActionNoise
 
 from rlightning_pettingzoo._envs import describe_env
 from rlightning_pettingzoo._sb3 import _row_ids
-from rlightning_sb3._noise import bind_env_ids
+from rlightning_sb3 import bind_env_ids
 
 __all__ = ["SlotNoise", "slot_noise"]
 
