@@ -310,3 +310,39 @@ def test_each_agents_process_is_drawn_when_it_acts_and_reset_when_its_episode_en
             checked += 1
     assert checked >= 30
     assert any(abs(v).max() > 0.2 for v in drawn.values())
+
+
+def test_a_model_used_by_a_collector_is_freed_once_dropped(tmp_path: Path) -> None:
+    """The adapter cache (``_sb3.adapter_for``) must not keep a model alive (self-play runs make
+    many frozen opponent copies): a weakref to a model built, used by a collector with its
+    noise, and dropped dies at ``gc.collect()``. The cached adapter does not get in the way of
+    SB3's ``save``/``load`` (the loaded model gets an adapter of its own)."""
+    import gc
+    import weakref
+
+    envs = [BoxScheduleEnv(SCHEDULES[0], 0)]
+    model = TD3(
+        "MlpPolicy",
+        DummyVecEnv([BoxSlot] * 2),
+        action_noise=NOISES["ou"](2),
+        learning_starts=0,
+        train_freq=2,
+        buffer_size=100,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"net_arch": [8]},
+    )
+    collector = SharedReplayCollector(model, [lambda: envs[0]])
+    start_training(model, 1000)
+    collector.collect()
+    finish_training(model)
+    model.save(tmp_path / "td3")
+    loaded = TD3.load(tmp_path / "td3", device="cpu")
+    from rlightning_pettingzoo._sb3 import adapter_for
+
+    assert adapter_for(loaded) is adapter_for(loaded) is not adapter_for(model)
+    assert adapter_for(copy_module.deepcopy(loaded)) is not adapter_for(loaded)
+    ref = weakref.ref(model)
+    del model, collector
+    gc.collect()
+    assert ref() is None
