@@ -417,7 +417,9 @@ class GroupReplayCollector(_GroupStepper):
     :meth:`collect` returns once every group has finished one rollout of its model's
     ``train_freq``; a group that finished first keeps its further complete transitions, in
     order, for its next rollout (nothing is dropped). Then train each model as ``learn()``
-    does.
+    does. A group model's ``action_noise`` gets one process per (copy, agent) slot of its
+    agents, drawn when the agent acts and reset after the step that ends its episode, as
+    :class:`SharedReplayCollector`'s (:mod:`rlightning_pettingzoo._noise`).
 
     Build each model with a VecEnv of ``n_envs`` slots of its group's spaces and call
     :func:`rlightning_sb3.start_training` for each model first.
