@@ -346,3 +346,32 @@ def test_a_model_used_by_a_collector_is_freed_once_dropped(tmp_path: Path) -> No
     del model, collector
     gc.collect()
     assert ref() is None
+
+
+def test_an_agent_outside_possible_agents_has_no_noise_process_and_is_named() -> None:
+    class Stray(BoxScheduleEnv):
+        def _obs(self, agent: str) -> np.ndarray:
+            k = self.possible_agents.index(agent) if agent in self.possible_agents else 9
+            return np.array([self.copy, self.episode, self.t, k], np.float32)
+
+        def _joining(self) -> list[str]:
+            return ["stray", *super()._joining()] if self.t == 0 else super()._joining()
+
+    env = Stray([(0, 3, "truncated")], 0)
+    model = TD3(
+        "MlpPolicy",
+        DummyVecEnv([BoxSlot] * 2),
+        action_noise=NOISES["normal"](2),
+        learning_starts=0,
+        train_freq=2,
+        device="cpu",
+        policy_kwargs={"net_arch": [8]},
+    )
+    collector = SharedReplayCollector(model, [lambda: env])
+    start_training(model, 1000)
+    own = model.action_noise
+    with pytest.raises(
+        ValueError, match=r"agent 'stray' of .* \(copy 0\) is not in possible_agents"
+    ):
+        collector.collect()
+    assert model.action_noise is own  # restored

@@ -483,7 +483,9 @@ class GroupReplayCollector(_GroupStepper):
         Raises:
             ValueError: an agent left without being terminated or truncated, or has no
                 observation; an agent has no group, its spaces differ from its group's or do
-                not fit its model; what :func:`rlightning_sb3.add_replay_step` raises.
+                not fit its model; with ``action_noise``, an acting agent is not in its
+                copy's ``possible_agents`` (it has no noise process); what
+                :func:`rlightning_sb3.add_replay_step` raises.
             RuntimeError: no agent of a group still collecting could act for many rounds.
             rlightning_sb3.StopTraining: a model's callback stopped training.
         """

@@ -114,8 +114,10 @@ class SharedReplayCollector(AgentStepper):
         Raises:
             ValueError: before any step, ``start_training`` was not called; an agent left
                 without being terminated or truncated, was reported terminated or truncated
-                but left in ``env.agents``, or has no observation; what
-                :func:`rlightning_sb3.add_replay_step` and the adapter raise (spaces, masks).
+                but left in ``env.agents``, or has no observation; with ``action_noise``, an
+                acting agent is not in its copy's ``possible_agents`` (it has no noise
+                process); what :func:`rlightning_sb3.add_replay_step` and the adapter raise
+                (spaces, masks).
             RuntimeError: no agent of any copy could act for many rounds in a row.
             rlightning_sb3.StopTraining: a callback stopped training (before any step when
                 it stopped an earlier rollout).
