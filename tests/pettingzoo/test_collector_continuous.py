@@ -4,8 +4,7 @@ On simple_spread with ``continuous_actions=True`` (every agent stays), one colum
 the replay buffer, the counters and the networks after training must equal what ``learn()``
 does over the tests' VecEnv of the agents (``AgentsVecEnv`` of ``test_collector_parity``), as
 the DQN test there checks for discrete actions. TD3 runs without action noise
-(``action_noise=None``, its default): the shared adapter refuses noise (one noise process per
-agent is not kept; the collector refuses a model with noise).
+(``action_noise=None``, its default) here; ``test_collector_noise`` covers action noise.
 """
 
 from __future__ import annotations
@@ -20,10 +19,9 @@ import numpy as np
 import pytest
 import torch as th
 from stable_baselines3 import SAC, TD3
-from stable_baselines3.common.noise import NormalActionNoise
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from rlightning_pettingzoo import GroupReplayCollector, SharedReplayCollector
+from rlightning_pettingzoo import SharedReplayCollector
 from rlightning_sb3 import finish_training, start_training
 
 
@@ -96,20 +94,3 @@ def test_replay_buffer_equals_learn_over_a_vec_env_of_the_agents(
         assert th.equal(mine, ref), key
     if algorithm is SAC:
         assert th.equal(model.log_ent_coef, reference.log_ent_coef)
-
-
-def test_td3_with_action_noise_is_refused(simple_spread: ModuleType) -> None:
-    def make() -> Any:
-        return simple_spread.parallel_env(max_cycles=5, continuous_actions=True)
-
-    spaces = make()
-    obs_space, act_space = spaces.observation_space("agent_0"), spaces.action_space("agent_0")
-    slots = DummyVecEnv([lambda: AgentSlot(obs_space, act_space)] * 3)
-    noise = NormalActionNoise(np.zeros(5), 0.1 * np.ones(5))
-    model = TD3("MlpPolicy", slots, action_noise=noise, device="cpu")
-    with pytest.raises(ValueError, match=r"cannot drive TD3's action_noise \(NormalActionNoise\)"):
-        SharedReplayCollector(model, [make])
-    with pytest.raises(
-        ValueError, match=r"GroupReplayCollector cannot drive group 'all''s action_noise"
-    ):
-        GroupReplayCollector({"all": model}, [make], group_of=lambda agent: "all")

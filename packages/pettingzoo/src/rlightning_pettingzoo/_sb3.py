@@ -12,7 +12,6 @@ the ``rlightning-pettingzoo[sb3]`` extra.
 from __future__ import annotations
 
 import sys
-import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -39,9 +38,36 @@ __all__ = [
     "stack_observations",
 ]
 
-#: One ``SB3PolicyAdapter`` per model object, for :func:`respond`'s per-call groups: the adapter
-#: holds only the row ids it has seen and its caches, and dies with the model.
-_ADAPTERS: weakref.WeakKeyDictionary[Any, SB3PolicyAdapter] = weakref.WeakKeyDictionary()
+#: The model attribute holding its cached adapter (:class:`_AdapterHolder`).
+_HOLDER = "_rlightning_pettingzoo_adapter"
+
+
+class _AdapterHolder(dict):  # type: ignore[type-arg]
+    """Holds a model's cached ``SB3PolicyAdapter`` on the model itself, so it dies with it.
+
+    A module-level ``WeakKeyDictionary`` keyed by the model cannot: its value, the adapter,
+    holds the model strongly, so no model would ever be freed (self-play makes many frozen
+    opponent copies). On the model, model and adapter are one cycle the garbage collector
+    frees. An empty ``dict`` to everything that copies or saves the model: SB3's ``save``
+    stores it as the JSON ``{}`` (``data_to_json``: it is JSON-serializable; a load gets a
+    plain ``{}``, which :func:`adapter_for` replaces), and ``copy``/``deepcopy``/pickle give an
+    empty holder (a copy of a model is another model: it gets its own adapter).
+    """
+
+    __slots__ = ("adapter",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.adapter: SB3PolicyAdapter | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_AdapterHolder, ())
+
+    def __copy__(self) -> _AdapterHolder:
+        return _AdapterHolder()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _AdapterHolder:
+        return _AdapterHolder()
 
 
 def is_sb3_model(obj: object) -> bool:
@@ -57,10 +83,14 @@ def is_sb3_model(obj: object) -> bool:
 def adapter_for(model: Any) -> SB3PolicyAdapter:
     """The cached :class:`rlightning_sb3.SB3PolicyAdapter` of ``model`` (made on first use).
 
+    Kept on the model (:class:`_AdapterHolder`, the attribute ``_rlightning_pettingzoo_adapter``):
+    it lives as long as the model and no longer.
+
     Raises:
         ImportError: ``rlightning-sb3`` is not installed (install ``rlightning-pettingzoo[sb3]``).
     """
-    adapter = _ADAPTERS.get(model)
+    holder = getattr(model, _HOLDER, None)
+    adapter = holder.adapter if isinstance(holder, _AdapterHolder) else None
     if adapter is None:
         try:
             from rlightning_sb3 import SB3PolicyAdapter
@@ -69,7 +99,11 @@ def adapter_for(model: Any) -> SB3PolicyAdapter:
                 "driving Stable-Baselines3 models needs rlightning-sb3: "
                 "pip install 'rlightning-pettingzoo[sb3]'"
             ) from error
-        adapter = _ADAPTERS[model] = SB3PolicyAdapter(model)
+        adapter = SB3PolicyAdapter(model)
+        if not isinstance(holder, _AdapterHolder):
+            holder = _AdapterHolder()
+            setattr(model, _HOLDER, holder)
+        holder.adapter = adapter
     return adapter
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import sys
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
@@ -31,6 +32,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning_pettingzoo._columns import Placed, Transition, pack
 from rlightning_pettingzoo._envs import describe_env
+from rlightning_pettingzoo._noise import SlotNoise, slot_noise
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
     observation_intake,
@@ -42,7 +44,7 @@ from rlightning_pettingzoo._sb3 import (
 from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper, _Copy
 from rlightning_pettingzoo.collector import Segment, _fill_rollout, _segments
 from rlightning_pettingzoo.policies import SharedPolicyAdapter
-from rlightning_pettingzoo.replay import _add_replay_row, _refuse_action_noise
+from rlightning_pettingzoo.replay import _add_replay_row
 
 __all__ = ["GroupReplayCollector", "GroupRolloutCollector"]
 
@@ -95,6 +97,8 @@ class _GroupStepper(AgentStepper):
         ]
         self._reference: dict[str, tuple[Any, Any, Any]] = {}  # group -> (agent, obs, act)
         self._known: dict[tuple[int, Any], tuple[Any, Any]] = {}
+        # group -> its model's per-slot action noise (GroupReplayCollector; _noise)
+        self._noises: dict[str, SlotNoise] = {}
         for i, env in enumerate(self._envs):
             possible = list(getattr(env, "possible_agents", None) or [])
             for agent in possible:
@@ -214,10 +218,14 @@ class _GroupStepper(AgentStepper):
             if group_keys:
                 first_copy, first_agent = group_keys[0]
                 space = self._envs[first_copy].action_space(first_agent)
+                noise = self._noises.get(group)
                 try:
-                    rows.update(
-                        sb3_rows(model, group_keys, observations, masks, space, deterministic=False)
-                    )
+                    with nullcontext() if noise is None else noise.drawing(group_keys):
+                        rows.update(
+                            sb3_rows(
+                                model, group_keys, observations, masks, space, deterministic=False
+                            )
+                        )
                 except ValueError as error:  # a shape error: name the agent (the base's)
                     culprit = self._culprit(plan, lambda agent: self.models[self._groups[agent]])
                     if culprit is None:
@@ -415,7 +423,9 @@ class GroupReplayCollector(_GroupStepper):
     :meth:`collect` returns once every group has finished one rollout of its model's
     ``train_freq``; a group that finished first keeps its further complete transitions, in
     order, for its next rollout (nothing is dropped). Then train each model as ``learn()``
-    does.
+    does. A group model's ``action_noise`` gets one process per (copy, agent) slot of its
+    agents, drawn when the agent acts and reset after the step that ends its episode, as
+    :class:`SharedReplayCollector`'s (:mod:`rlightning_pettingzoo._noise`).
 
     Build each model with a VecEnv of ``n_envs`` slots of its group's spaces and call
     :func:`rlightning_sb3.start_training` for each model first.
@@ -428,8 +438,7 @@ class GroupReplayCollector(_GroupStepper):
 
     Raises:
         TypeError: a model is not an off-policy SB3 model, or an env is not a ``ParallelEnv``.
-        ValueError: a buffer has ``optimize_memory_usage`` or a model ``action_noise``
-            (one noise process per agent is not kept); ``models`` or ``env_fns`` is
+        ValueError: a buffer has ``optimize_memory_usage``; ``models`` or ``env_fns`` is
             empty, ``seeds`` is not one per copy, a possible agent has no group (or one not in
             ``models``), a group has no possible agent, or a possible agent observes
             channel-last images its group's model acts on but cannot store. At
@@ -458,9 +467,14 @@ class GroupReplayCollector(_GroupStepper):
                     "the next row (another agent's transition here); build it with "
                     "optimize_memory_usage=False"
                 )
-            _refuse_action_noise(model, "GroupReplayCollector", group)
             adapter_for(model)
         super().__init__(models, env_fns, group_of, seeds, "GroupReplayCollector")
+        # per group with action noise: one process per (copy, agent) slot of its agents
+        # (_noise; the group collectors' row ids have no prefix)
+        for group, model in self.models.items():
+            found = slot_noise(model, self._envs, "", lambda a, g=group: self._groups[a] == g)
+            if found is not None:
+                self._noises[group] = found
         self._ready: dict[str, deque[Transition]] = {g: deque() for g in self.models}
         self._ended: list[Transition] = []
 
@@ -475,7 +489,9 @@ class GroupReplayCollector(_GroupStepper):
         Raises:
             ValueError: an agent left without being terminated or truncated, or has no
                 observation; an agent has no group, its spaces differ from its group's or do
-                not fit its model; what :func:`rlightning_sb3.add_replay_step` raises.
+                not fit its model; with ``action_noise``, an acting agent is not in its
+                copy's ``possible_agents`` (it has no noise process); what
+                :func:`rlightning_sb3.add_replay_step` raises.
             RuntimeError: no agent of a group still collecting could act for many rounds.
             rlightning_sb3.StopTraining: a model's callback stopped training.
         """
@@ -516,6 +532,9 @@ class GroupReplayCollector(_GroupStepper):
             rows = self._act(plan, keys)
             for copy in plan:
                 self._step(copy, rows, {}, False, self._ended)
+            ended = [(t.env_index, t.agent_id) for t in self._ended]
+            for noise in self._noises.values():  # after the step that ended them
+                noise.ended(ended)
 
 
 def _refuse_unfit_rollout_models(models: Mapping[str, Any]) -> None:

@@ -24,6 +24,7 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from rlightning import PolicyResponse
 from rlightning_pettingzoo._columns import Transition
+from rlightning_pettingzoo._noise import slot_noise
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
     refuse_unstarted,
@@ -50,6 +51,14 @@ class SharedReplayCollector(AgentStepper):
     transitions that do not fill a row wait for the next rows (off-policy: the policy that
     acted does not matter). A copy whose agents are all gone is reset.
 
+    A model's ``action_noise`` (TD3, DDPG, SAC) gets one process per (copy, agent) slot of
+    ``possible_agents`` (:mod:`rlightning_pettingzoo._noise`): drawn when the agent acts, reset
+    after the step that ends its episode; for agents that all stay these are the draws of
+    SB3's ``VectorizedActionNoise`` over one column per agent (``_setup_learn``,
+    ``_sample_action``, ``collect_rollouts``' ``action_noise.reset(indices=[idx])``). The
+    processes are the collector's: ``model.action_noise`` is theirs only while the model acts
+    here, and a new ``start_training`` does not reset them.
+
     Build the model with a VecEnv of ``n_envs`` slots of one agent's spaces (it sizes the
     buffer; never stepped here) and call :func:`rlightning_sb3.start_training` first.
 
@@ -62,8 +71,7 @@ class SharedReplayCollector(AgentStepper):
         TypeError: ``model`` is not an off-policy SB3 model, or an env is not a
             ``ParallelEnv``.
         ValueError: the buffer has ``optimize_memory_usage`` (it reads a cell's next
-            observation from the next row, which here holds another transition), the model
-            has an ``action_noise`` (TD3/DDPG/SAC: one noise process per agent is not kept),
+            observation from the next row, which here holds another transition),
             ``env_fns`` is empty or ``seeds`` is not one per copy, or a possible agent
             observes channel-last images the model acts on but cannot store (a
             channel-first model without ``VecTransposeImage``).
@@ -88,9 +96,9 @@ class SharedReplayCollector(AgentStepper):
                 "another agent's transition here; build the model with "
                 "optimize_memory_usage=False"
             )
-        _refuse_action_noise(model, "SharedReplayCollector")
         adapter_for(model)
         super().__init__(model, env_fns, seeds, "SharedReplayCollector")
+        self._noise = slot_noise(model, self._envs, self._row_prefix)
         self._ready: list[Transition] = []
         self._ended: list[Transition] = []
 
@@ -106,8 +114,10 @@ class SharedReplayCollector(AgentStepper):
         Raises:
             ValueError: before any step, ``start_training`` was not called; an agent left
                 without being terminated or truncated, was reported terminated or truncated
-                but left in ``env.agents``, or has no observation; what
-                :func:`rlightning_sb3.add_replay_step` and the adapter raise (spaces, masks).
+                but left in ``env.agents``, or has no observation; with ``action_noise``, an
+                acting agent is not in its copy's ``possible_agents`` (it has no noise
+                process); what :func:`rlightning_sb3.add_replay_step` and the adapter raise
+                (spaces, masks).
             RuntimeError: no agent of any copy could act for many rounds in a row.
             rlightning_sb3.StopTraining: a callback stopped training (before any step when
                 it stopped an earlier rollout).
@@ -139,9 +149,15 @@ class SharedReplayCollector(AgentStepper):
                     f"no agent of any env copy could act for {_MAX_IDLE_ROUNDS} rounds "
                     "(every live agent's mask allows no action)"
                 )
-            rows = self._act(plan, keys)
+            if self._noise is None:
+                rows = self._act(plan, keys)
+            else:
+                with self._noise.drawing(keys):  # one process per slot
+                    rows = self._act(plan, keys)
             for copy in plan:
                 self._step(copy, rows, {}, False, self._ended)
+            if self._noise is not None:  # after the step that ended them (collect_rollouts)
+                self._noise.ended([(t.env_index, t.agent_id) for t in self._ended])
 
     def _add(self, row: list[Transition]) -> bool:
         """One row of complete transitions, through ``add_replay_step``."""
@@ -179,29 +195,4 @@ def _add_replay_row(model: Any, row: list[Transition]) -> bool:
         np.asarray([t.end is not None for t in row], dtype=bool),
         infos,
         env_ids=env_ids,
-    )
-
-
-def _refuse_action_noise(model: Any, caller: str, group: str | None = None) -> None:
-    """Refuse an off-policy model with ``action_noise`` (both replay collectors' one check).
-
-    Args:
-        model: The off-policy model.
-        caller: The collector's name, for the message.
-        group: The model's group (the group collector), named in the message.
-
-    Raises:
-        ValueError: ``model.action_noise`` is set: SB3 keeps one noise process per VecEnv
-            column and resets it where that column's episode ends, and a column here holds
-            many agents' transitions (one process per agent is not kept).
-    """
-    noise = getattr(model, "action_noise", None)
-    if noise is None:
-        return
-    whose = f"{type(model).__name__}'s" if group is None else f"group {group!r}'s"
-    raise ValueError(
-        f"{caller} cannot drive {whose} action_noise ({type(noise).__name__}): SB3 keeps one "
-        "noise process per VecEnv column and resets it where that column's episode ends, and "
-        "here a column holds many agents' transitions (one process per agent is not kept); "
-        "build the model with action_noise=None"
     )

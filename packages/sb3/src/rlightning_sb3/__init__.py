@@ -46,6 +46,7 @@ check_version(
     SB3_SUPPORTED,
 )
 
+from rlightning_sb3._noise import bind_env_ids  # noqa: E402
 from rlightning_sb3._spaces import observation_space_mismatch  # noqa: E402
 from rlightning_sb3.acting import (  # noqa: E402
     ActingReplica,
@@ -91,6 +92,7 @@ __all__ = [
     "acting_state",
     "add_replay_step",
     "add_rollout_step",
+    "bind_env_ids",
     "check_training",
     "check_version",
     "finish_rollout",

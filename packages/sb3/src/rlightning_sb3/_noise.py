@@ -48,7 +48,18 @@ def bound_env_ids(noise: ActionNoise | None) -> list[str] | None:
 
 
 def bind_env_ids(noise: VectorizedActionNoise, ids: list[str]) -> None:
-    """Bind ``ids`` (one per process, in process order) to ``noise``; replaces a binding."""
+    """Bind ``ids`` (one per process, in process order) to ``noise``; replaces a binding.
+
+    :meth:`SB3PolicyAdapter.act <rlightning_sb3.SB3PolicyAdapter.act>` then draws row ``r``'s
+    sample from process ``ids.index(env_ids[r])``: for a call of every id in this order with
+    one ``noise()`` (SB3's ``VectorizedActionNoise.__call__``, process order), for a subset
+    ``noise.noises[j]()`` per row, in row order. Used by the PettingZoo replay collectors to
+    give each (copy, agent) slot its process, in slot order, before any draw.
+
+    Args:
+        noise: The vectorized noise (mutated: nothing; the binding is kept beside it).
+        ids: One distinct env id per process of ``noise``, in process order.
+    """
     _BOUND[noise] = list(ids)
 
 
