@@ -19,13 +19,14 @@ import numpy as np
 import pytest
 import torch as th
 from rlightning_ray_test_helpers import assert_same_rollouts, two_rollouts
-from rlightning_ray_test_pz_checks import ENVS, buffer_arrays
+from rlightning_ray_test_pz_checks import FIELDS, ENVS, assert_arrays, buffer_arrays
+from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rlightning_pettingzoo import SharedRolloutCollector
 from rlightning_ray.pettingzoo import RaySharedRolloutCollector
-from rlightning_sb3 import start_training
+from rlightning_sb3 import set_acting_seed, start_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
 
@@ -65,3 +66,138 @@ def test_bootstraps_are_eval_mode_values_as_in_process(local_ray: None) -> None:
     assert {s.end for s in got[0][0] + got[0][1]} >= {"terminated", "truncated", "cut"}
     assert_same_rollouts(got, want, (collector, inproc), (model, ref))
     assert not np.array_equal(want[1][0]["returns"], want[1][0]["rewards"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Probes that found nothing, kept as regressions: many runners, three copies per runner, three
+# rollouts with train() between, n_steps that does not divide the episodes, every algorithm,
+# masks in Dict observations.
+
+STATES = ("hidden_states_pi", "cell_states_pi", "hidden_states_vf", "cell_states_vf")
+CLOSE = ("returns", "advantages")
+
+
+def _arrays(model: Any) -> dict[str, np.ndarray]:
+    """Copies of the buffer's arrays (a Dict space's observations per key; LSTM states)."""
+    buf = model.rollout_buffer
+    names = [n for n in ("observations", *FIELDS) if n != "observations"]
+    out = {name: np.array(getattr(buf, name)) for name in names}
+    if isinstance(buf.observations, dict):
+        out.update({f"obs/{k}": np.array(v) for k, v in buf.observations.items()})
+    else:
+        out["observations"] = np.array(buf.observations)
+    if hasattr(buf, "action_masks"):
+        out["action_masks"] = np.array(buf.action_masks.reshape(buf.buffer_size, buf.n_envs, -1))
+    if hasattr(buf, "hidden_states_pi"):
+        out.update({name: np.array(getattr(buf, name)) for name in STATES})
+    return out
+
+
+def _columns(arrays: dict[str, np.ndarray], cols: slice) -> dict[str, np.ndarray]:
+    return {n: a[:, :, cols] if n in STATES else a[:, cols] for n, a in arrays.items()}
+
+
+def _model(algo: Any, n_envs: int, slot: Any, n_steps: int) -> Any:
+    env = DummyVecEnv([slot] * n_envs)
+    extra: dict[str, Any] = {"batch_size": n_steps * n_envs, "n_epochs": 1}
+    policy = "MultiInputPolicy" if slot is ENVS.DictSlot else "MlpPolicy"
+    extra["policy_kwargs"] = {"net_arch": [8]}
+    if algo is RecurrentPPO:
+        policy = "MultiInputLstmPolicy" if slot is ENVS.DictSlot else "MlpLstmPolicy"
+        extra["policy_kwargs"]["lstm_hidden_size"] = 4
+    model = algo(policy, env, n_steps=n_steps, seed=0, device="cpu", **extra)
+    start_training(model, total_timesteps=100_000)
+    return model
+
+
+def _runners_equal_in_process(
+    algo: Any,
+    env_fns: Any,
+    slot: Any,
+    *,
+    n_runners: int,
+    copies: int,
+    columns: int,
+    n_steps: int,
+    rollouts: int,
+) -> None:
+    """Each runner's columns == the in-process collector over its copies, ``rollouts`` times."""
+    n_envs = n_runners * columns
+    seeds = list(range(100, 100 + n_runners * copies))
+    acting_seeds = [40 + r for r in range(n_runners)]
+    model = _model(algo, n_envs, slot, n_steps)
+    collector = RaySharedRolloutCollector(
+        model,
+        env_fns(range(n_runners * copies)),
+        n_runners=n_runners,
+        copies_per_runner=copies,
+        seeds=seeds,
+        acting_seeds=acting_seeds,
+        num_cpus=0,
+    )
+    segments, buffers, weights = [], [], []
+    try:
+        for _ in range(rollouts):
+            weights.append({k: v.clone() for k, v in model.policy.state_dict().items()})
+            segments.append(collector.collect())
+            buffers.append(_arrays(model))
+            model.train()
+    finally:
+        collector.close()
+    assert model.num_timesteps == rollouts * n_steps * n_envs
+    ends = set()
+    for r in range(n_runners):
+        ref = _model(algo, columns, slot, n_steps)
+        block = range(r * copies, (r + 1) * copies)
+        inproc = SharedRolloutCollector(
+            ref, env_fns(block), seeds=seeds[r * copies : (r + 1) * copies]
+        )
+        set_acting_seed(acting_seeds[r])
+        cols = slice(r * columns, (r + 1) * columns)
+        for k in range(rollouts):
+            ref.policy.load_state_dict(weights[k])
+            want_segments = inproc.collect()
+            assert_arrays(
+                _columns(buffers[k], cols), _arrays(ref), f"runner {r}, rollout {k}", CLOSE
+            )
+            mine = [s for s in segments[k] if cols.start <= s.column < cols.stop]
+            assert [
+                (s.column - cols.start, s.env_index - block.start, s.start_row, s.stop_row)
+                + (s.agent_id, s.end, s.env_steps)
+                for s in mine
+            ] == [
+                (s.column, s.env_index, s.start_row, s.stop_row, s.agent_id, s.end, s.env_steps)
+                for s in want_segments
+            ]
+            ends |= {s.end for s in mine}
+    assert not np.array_equal(buffers[1]["values"], buffers[0]["values"])  # new weights acted
+    assert ends >= {"terminated", "truncated", "cut"}
+
+
+WAITS = frozenset({(1, 2), (2, 3)})
+
+
+def _schedule_fns(copies: range, masked: bool = False) -> list[Any]:
+    return [partial(ENVS.ScheduleEnv, SCHEDULE, c, WAITS, masked) for c in copies]
+
+
+def _dict_fns(copies: range) -> list[Any]:
+    return [partial(ENVS.MaskInObservation, SCHEDULE, c, WAITS, True) for c in copies]
+
+
+@pytest.mark.parametrize(
+    ("algo", "fns", "slot"),
+    [
+        (PPO, _schedule_fns, ENVS.AgentSlot),
+        (MaskablePPO, partial(_schedule_fns, masked=True), ENVS.AgentSlot),
+        (RecurrentPPO, _schedule_fns, ENVS.AgentSlot),
+        (MaskablePPO, _dict_fns, ENVS.DictSlot),
+    ],
+    ids=["PPO", "MaskablePPO", "RecurrentPPO", "MaskablePPO-dict"],
+)
+def test_three_runners_three_copies_three_rollouts(
+    local_ray: None, algo: Any, fns: Any, slot: Any
+) -> None:
+    _runners_equal_in_process(
+        algo, fns, slot, n_runners=3, copies=3, columns=2, n_steps=5, rollouts=3
+    )
