@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 import torch as th
 from rlightning_ray_test_helpers import assert_same_rollouts, two_rollouts
-from rlightning_ray_test_pz_checks import FIELDS, ENVS, assert_arrays, buffer_arrays
+from rlightning_ray_test_pz_checks import ENVS, FIELDS, assert_arrays, buffer_arrays
 from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rlightning_pettingzoo import SharedRolloutCollector
-from rlightning_ray.pettingzoo import RaySharedRolloutCollector
+from rlightning_ray.pettingzoo import RayAECRolloutCollector, RaySharedRolloutCollector
 from rlightning_sb3 import set_acting_seed, start_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
@@ -110,6 +110,10 @@ def _model(algo: Any, n_envs: int, slot: Any, n_steps: int) -> Any:
     return model
 
 
+def _where(s: Any) -> tuple[Any, ...]:
+    return (s.start_row, s.stop_row, s.agent_id, s.end, s.env_steps)
+
+
 def _runners_equal_in_process(
     algo: Any,
     env_fns: Any,
@@ -162,13 +166,8 @@ def _runners_equal_in_process(
             )
             mine = [s for s in segments[k] if cols.start <= s.column < cols.stop]
             assert [
-                (s.column - cols.start, s.env_index - block.start, s.start_row, s.stop_row)
-                + (s.agent_id, s.end, s.env_steps)
-                for s in mine
-            ] == [
-                (s.column, s.env_index, s.start_row, s.stop_row, s.agent_id, s.end, s.env_steps)
-                for s in want_segments
-            ]
+                (s.column - cols.start, s.env_index - block.start, *_where(s)) for s in mine
+            ] == [(s.column, s.env_index, *_where(s)) for s in want_segments]
             ends |= {s.end for s in mine}
     assert not np.array_equal(buffers[1]["values"], buffers[0]["values"])  # new weights acted
     assert ends >= {"terminated", "truncated", "cut"}
@@ -201,3 +200,25 @@ def test_three_runners_three_copies_three_rollouts(
     _runners_equal_in_process(
         algo, fns, slot, n_runners=3, copies=3, columns=2, n_steps=5, rollouts=3
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Acting seeds >= 2**32 passed the checks; every runner was built (torch and SB3 imported, the
+# replica loaded: seconds) and then failed with numpy's bare "Seed must be between 0 and
+# 2**32 - 1" (set_acting_seed is SB3's set_random_seed). The default model.seed + r overflowed
+# the same way for the last runners of a model seeded near 2**32.
+
+
+def test_an_acting_seed_past_numpys_range_is_refused_before_any_runner_is_built(
+    local_ray: None,
+) -> None:
+    model = _model(PPO, 2, ENVS.AgentSlot, 4)
+    with pytest.raises(ValueError, match=r"acting_seeds\[1\] must be < 2\*\*32.*got 4294967296"):
+        RaySharedRolloutCollector(
+            model, _schedule_fns(range(2)), n_runners=2, acting_seeds=[0, 2**32], num_cpus=0
+        )
+    model.seed = 2**32 - 1  # SB3's own range; runner 1's default seed is one past it
+    with pytest.raises(ValueError, match=r"runner 1's default acting seed model.seed \+ 1"):
+        RaySharedRolloutCollector(model, _schedule_fns(range(2)), n_runners=2, num_cpus=0)
+    with pytest.raises(ValueError, match=r"RayAECRolloutCollector acting_seeds\[0\]"):
+        RayAECRolloutCollector(model, [ENVS.AgentSlot], acting_seeds=[2**40], num_cpus=0)

@@ -109,21 +109,48 @@ def copy_seeds(seeds: Any, n_copies: int, name: str) -> list[int | None]:
     return out
 
 
+#: One past the largest acting seed: :func:`rlightning_sb3.set_acting_seed` is SB3's
+#: ``set_random_seed``, whose ``np.random.seed`` takes seeds in ``[0, 2**32 - 1]``.
+ACTING_SEED_LIMIT = 2**32
+
+
 def runner_seeds(model: Any, acting_seeds: Any, n_runners: int, name: str) -> list[int | None]:
     """Each runner's acting seed: ``acting_seeds`` checked, or ``model.seed + r``, or None.
+
+    Every seed is below :data:`ACTING_SEED_LIMIT` (``np.random.seed``'s range, which each
+    runner's :func:`rlightning_sb3.set_acting_seed` would otherwise refuse only after the
+    runners were built).
 
     Raises:
         TypeError, ValueError: what :func:`rlightning.rules.check_seeds` raises, or
             ``acting_seeds`` is not one per runner.
+        ValueError: a seed is ``>= 2**32`` (named ``acting_seeds[r]``, or ``model.seed + r``
+            for a default one).
     """
     if acting_seeds is None:
         base = getattr(model, "seed", None)
-        return [None if base is None else int(base) + r for r in range(n_runners)]
+        if base is None:
+            return [None] * n_runners
+        out: list[int | None] = [int(base) + r for r in range(n_runners)]
+        for r, seed in enumerate(out):
+            if seed is not None and seed >= ACTING_SEED_LIMIT:
+                raise ValueError(
+                    f"{name}: runner {r}'s default acting seed model.seed + {r} = {seed} is "
+                    f">= 2**32 (np.random.seed's limit, which set_acting_seed applies); give "
+                    "acting_seeds (one int in [0, 2**32 - 1] per runner)"
+                )
+        return out
     out = check_seeds(acting_seeds, f"{name} acting_seeds")
     if len(out) != n_runners:
         raise ValueError(
             f"{name}: acting_seeds must hold one seed per runner ({n_runners}), got {len(out)}"
         )
+    for r, seed in enumerate(out):
+        if seed is not None and seed >= ACTING_SEED_LIMIT:
+            raise ValueError(
+                f"{name} acting_seeds[{r}] must be < 2**32 (np.random.seed's limit, which "
+                f"set_acting_seed applies in the runner); got {seed}"
+            )
     return out
 
 

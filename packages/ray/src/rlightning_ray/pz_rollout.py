@@ -326,7 +326,8 @@ class RaySharedRolloutCollector(_RecordingCollector):
         ValueError: neither or both of ``env_fns`` and ``env_fn``; the copies are not
             ``n_runners * copies_per_runner``; ``model.n_envs`` is not a multiple of
             ``n_runners``; ``seeds`` or ``acting_seeds`` has the wrong length or a negative
-            seed; ``timeout_s`` is not > 0; bad counts.
+            seed; an acting seed (given, or the default ``model.seed + r``) is ``>= 2**32``;
+            ``timeout_s`` is not > 0; bad counts.
         RuntimeError: Ray is not initialised, or a runner failed to build (named, the cause
             chained).
     """
