@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import ray
 import torch as th
 from rlightning_ray_test_helpers import assert_same_rollouts, two_rollouts
 from rlightning_ray_test_pz_checks import ENVS, FIELDS, assert_arrays, buffer_arrays
@@ -222,3 +223,35 @@ def test_an_acting_seed_past_numpys_range_is_refused_before_any_runner_is_built(
         RaySharedRolloutCollector(model, _schedule_fns(range(2)), n_runners=2, num_cpus=0)
     with pytest.raises(ValueError, match=r"RayAECRolloutCollector acting_seeds\[0\]"):
         RayAECRolloutCollector(model, [ENVS.AgentSlot], acting_seeds=[2**40], num_cpus=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# collect() after close() failed with Python's bare "zip() argument 2 is longer than argument 1"
+# (RunnerPool.get zipped no refs with the runners' ids). A killed runner is named, at every later
+# collect() too (probe: found nothing).
+
+
+def test_collect_after_close_is_refused_naming_the_collector(local_ray: None) -> None:
+    model = _model(PPO, 2, ENVS.AgentSlot, 4)
+    collector = RaySharedRolloutCollector(model, _schedule_fns(range(1)), seeds=[0], num_cpus=0)
+    collector.collect()
+    collector.close()
+    before = model.num_timesteps
+    with pytest.raises(RuntimeError, match=r"RaySharedRolloutCollector.*closed"):
+        collector.collect()
+    assert model.num_timesteps == before
+
+
+def test_a_killed_runner_is_named_at_every_collect(local_ray: None) -> None:
+    model = _model(PPO, 2, ENVS.AgentSlot, 4)
+    collector = RaySharedRolloutCollector(
+        model, _schedule_fns(range(2)), n_runners=2, seeds=[0, 1], num_cpus=0
+    )
+    try:
+        collector.collect()
+        ray.kill(collector._pool.actors[1])
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match=r"runner 'pz-runner-1' failed to record"):
+                collector.collect()
+    finally:
+        collector.close()

@@ -268,8 +268,14 @@ class RunnerPool:
         """Call ``method(*args)`` on every runner at once; their answers in runner order.
 
         Raises:
-            RuntimeError: as :meth:`get`.
+            RuntimeError: as :meth:`get`; or the pool was closed (:meth:`close`: no runner is
+                left to ask).
         """
+        if not self.actors:
+            raise RuntimeError(
+                f"{self.name} is closed (close() ended its runners): build a new collector to "
+                f"{what}"
+            )
         return self.get([getattr(runner, method).remote(*args) for runner in self.actors], what)
 
     def close(self) -> None:
