@@ -255,3 +255,23 @@ def test_a_killed_runner_is_named_at_every_collect(local_ray: None) -> None:
                 collector.collect()
     finally:
         collector.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# collector.timeout_s, a public attribute, was a copy of the constructor's: setting it changed
+# nothing (the pool kept its own), silently; a bad value was not checked either.
+
+
+def test_setting_timeout_s_limits_the_next_collect(local_ray: None) -> None:
+    model = _model(PPO, 2, ENVS.AgentSlot, 4)
+    collector = RaySharedRolloutCollector(model, _schedule_fns(range(1)), seeds=[0], num_cpus=0)
+    try:
+        assert collector.timeout_s is None
+        with pytest.raises(ValueError, match=r"RaySharedRolloutCollector: timeout_s must be"):
+            collector.timeout_s = -1.0
+        collector.timeout_s = 1e-9  # no runner records a rollout in a nanosecond
+        with pytest.raises(RuntimeError, match=r"'pz-runner-0' did not record a rollout within"):
+            collector.collect()
+        assert model.num_timesteps == 0
+    finally:
+        collector.close()

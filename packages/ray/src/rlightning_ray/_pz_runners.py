@@ -19,6 +19,7 @@ from typing import Any
 from rlightning.rules import check_count, check_seeds
 
 __all__ = [
+    "PooledCollector",
     "RunnerPlan",
     "RunnerPool",
     "check_timeout",
@@ -285,6 +286,31 @@ class RunnerPool:
         for runner in self.actors:
             ray.kill(runner)
         self.actors = []
+
+
+class PooledCollector:
+    """What a collector over a :class:`RunnerPool` (its ``_pool``) exposes: its limit, close.
+
+    Attributes:
+        timeout_s: Seconds to wait for all the runners' answers of one :meth:`collect`
+            together (None: no limit): the pool's, read at each call; setting it (checked as
+            the constructor's ``timeout_s``) changes the next calls' limit.
+    """
+
+    _pool: RunnerPool
+
+    @property
+    def timeout_s(self) -> float | None:
+        """The runners' limit per call (seconds, None: none), the pool's own."""
+        return self._pool.timeout_s
+
+    @timeout_s.setter
+    def timeout_s(self, value: float | None) -> None:
+        self._pool.timeout_s = check_timeout(value, self._pool.name)
+
+    def close(self) -> None:
+        """End the runners' actors (their envs are not closed: they die with the process)."""
+        self._pool.close()
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlightning_ray._pz_runners import (
+    PooledCollector,
     RunnerPool,
     load_replica,
     merge_returns,
@@ -134,7 +135,7 @@ def _check_picklable(group_of: Any, name: str) -> None:
         ) from exc
 
 
-class RayGroupRolloutCollector:
+class RayGroupRolloutCollector(PooledCollector):
     """Fill one on-policy model's buffer per group of agents from env copies on Ray runners.
 
     The copies (``env_fns``, or ``env_fn`` called once per copy) are split into ``n_runners``
@@ -228,7 +229,6 @@ class RayGroupRolloutCollector:
             for group, model in models.items()
         }
         _check_picklable(group_of, name)
-        self.timeout_s = plan.timeout_s
         if not ray.is_initialized():
             raise RuntimeError(f"{name} needs Ray: call ray.init(...) first")
         self.models: dict[str, OnPolicyAlgorithm] = dict(models)
@@ -260,7 +260,7 @@ class RayGroupRolloutCollector:
                 for r in range(n_runners)
             ],
             num_cpus=num_cpus,
-            timeout_s=self.timeout_s,
+            timeout_s=plan.timeout_s,
         )
 
     def collect(self, *, update_model: bool = True) -> dict[str, list[Segment]]:
@@ -308,7 +308,3 @@ class RayGroupRolloutCollector:
         return fill_recorded_groups(
             self.models, rollouts, update_model=update_model, agent_returns=merged, caller=name
         )
-
-    def close(self) -> None:
-        """End the runners' actors (their envs are not closed: they die with the process)."""
-        self._pool.close()

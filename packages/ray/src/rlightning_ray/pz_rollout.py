@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlightning_ray._pz_runners import (
+    PooledCollector,
     RunnerPool,
     load_replica,
     merge_returns,
@@ -159,7 +160,7 @@ class SharedRolloutRunner:
         return rollout
 
 
-class _RecordingCollector:
+class _RecordingCollector(PooledCollector):
     """What the collectors on Ray runners that record in-process rollouts share (private).
 
     Splits the copies, checks the seeds and the timeout, saves the learner's model, builds one
@@ -204,7 +205,6 @@ class _RecordingCollector:
             timeout_s=timeout_s,
         )
         columns = runner_columns(name, model, n_runners)
-        self.timeout_s = plan.timeout_s
         if not ray.is_initialized():
             raise RuntimeError(f"{name} needs Ray: call ray.init(...) first")
         self.model = model
@@ -235,7 +235,7 @@ class _RecordingCollector:
                 for r in range(n_runners)
             ],
             num_cpus=num_cpus,
-            timeout_s=self.timeout_s,
+            timeout_s=plan.timeout_s,
         )
 
     def collect(self, *, update_model: bool = True) -> list[Segment]:
@@ -276,10 +276,6 @@ class _RecordingCollector:
         merged = merge_returns(rollout.agent_returns for rollout in rollouts)
         self.agent_returns = merged
         return fill_recorded(self.model, rollouts, update_model=update_model, agent_returns=merged)
-
-    def close(self) -> None:
-        """End the runners' actors (their envs are not closed: they die with the process)."""
-        self._pool.close()
 
 
 class RaySharedRolloutCollector(_RecordingCollector):
