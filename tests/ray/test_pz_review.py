@@ -6,8 +6,9 @@ eval mode), so the truncation bootstraps ``gamma * V(final observation)`` and th
 the fill computes on the learner are eval-mode values. On Ray runners the learner never acts: a
 fresh model (torch modules start in training mode) or one just trained (``train()`` leaves it in
 training mode) computed them in training mode. With a policy whose output depends on the mode
-(dropout, batch norm) the buffer's ``returns`` and ``advantages`` silently differed from the
-in-process collector's (and SB3's).
+(dropout, batch norm) the buffer's ``rewards`` (bootstrapped), ``returns`` and ``advantages``
+silently differed from the in-process collector's (and SB3's). Fixed where SB3's rule is kept:
+``rlightning_sb3.add_rollout_step`` (every fill's first step).
 """
 
 from __future__ import annotations

@@ -185,9 +185,9 @@ def fill_recorded(
     :func:`rlightning_sb3.add_rollout_step` row by row and :func:`rlightning_sb3.finish_rollout`
     ends the rollout, by the function ``SharedRolloutCollector.collect`` fills with.
 
-    The learner's policy is put in eval mode first (``policy.set_training_mode(False)``, as
-    ``collect_rollouts`` starts a rollout): the truncation bootstraps and the last values are
-    computed in the mode the acting policy was in.
+    The learner's policy never acted here: ``add_rollout_step`` puts it in eval mode at the
+    rollout's first step (``collect_rollouts``' ``set_training_mode(False)``), so its truncation
+    bootstraps and last values are the in-process collector's.
 
     Args:
         model: The learner's on-policy model (``n_steps`` rows; ``n_envs`` the rollouts'
@@ -236,11 +236,6 @@ def fill_recorded(
                 )
         column_offset += rollout.n_columns
         copy_offset += rollout.n_copies
-    # collect_rollouts' set_training_mode(False) as the rollout starts: the in-process
-    # collector's adapter left the acting (learner's) policy so; here the learner never acted
-    # (a fresh or just trained policy is in training mode: dropout, batch norm would change
-    # the bootstraps and last values computed below)
-    model.policy.set_training_mode(False)
     if agent_returns is None:
         merged: dict[Any, list[float]] = {}
         for rollout in rollouts:
