@@ -24,11 +24,13 @@ from rlightning_ray_test_helpers import assert_same_rollouts, two_rollouts
 from rlightning_ray_test_pz_checks import ENVS, FIELDS, assert_arrays, buffer_arrays
 from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.utils import set_random_seed
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rlightning_pettingzoo import SharedRolloutCollector
 from rlightning_ray.pettingzoo import RayAECRolloutCollector, RaySharedRolloutCollector
-from rlightning_sb3 import set_acting_seed, start_training
+from rlightning_sb3 import StopTraining, set_acting_seed, start_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
 
@@ -276,3 +278,72 @@ def test_setting_timeout_s_limits_the_next_collect(local_ray: None) -> None:
         assert model.num_timesteps == 0
     finally:
         collector.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Probe (found nothing; kept): a RecurrentPPO over a sequence of collect(), train(),
+# collect(update_model=False), collect() stopped by a callback: the learner's buffer, counters
+# and the StopTraining raised equal the in-process collector's, and the next collect() refuses
+# before any runner steps.
+
+
+class _StopAt(BaseCallback):
+    def __init__(self, calls: int) -> None:
+        super().__init__()
+        self.calls = calls
+
+    def _on_step(self) -> bool:
+        self.calls -= 1
+        return self.calls > 0
+
+
+def _sequence(collector: Any, model: Any, acting_seed: int | None) -> list[Any]:
+    from rlightning_ray_test_helpers import acting_state, restore_acting_state
+
+    out: list[Any] = []
+    if acting_seed is not None:
+        set_acting_seed(acting_seed)
+    for update in (True, False, True):
+        try:
+            collector.collect(update_model=update)
+            out.append(("ok", model.num_timesteps, _arrays(model)))
+        except StopTraining:
+            pos = model.rollout_buffer.pos
+            out.append(("stopped", model.num_timesteps, pos, _arrays(model)))
+            break  # the buffer is not full: no train()
+        saved = acting_state()
+        set_random_seed(99)
+        model.train()
+        if acting_seed is not None:
+            restore_acting_state(saved)
+    with pytest.raises(StopTraining):
+        collector.collect()
+    return out
+
+
+def test_recurrent_update_model_false_and_a_stopping_callback_as_in_process(
+    local_ray: None,
+) -> None:
+    n_envs, seeds, acting_seed = 2, [7, 8], 11
+
+    def model() -> Any:
+        m = _model(RecurrentPPO, n_envs, ENVS.AgentSlot, 5)
+        start_training(m, total_timesteps=100_000, callback=_StopAt(5 + 3))  # rollout 3, row 2
+        return m
+
+    ref = model()
+    want = _sequence(SharedRolloutCollector(ref, _schedule_fns(range(2)), seeds=seeds), ref, 11)
+    learner = model()
+    collector = RaySharedRolloutCollector(
+        learner, _schedule_fns(range(2)), seeds=seeds, acting_seeds=[acting_seed], num_cpus=0
+    )
+    try:
+        got = _sequence(collector, learner, None)
+    finally:
+        collector.close()
+    assert [g[:3] if g[0] == "stopped" else g[:2] for g in got] == [
+        w[:3] if w[0] == "stopped" else w[:2] for w in want
+    ]
+    assert got[-1][0] == "stopped"
+    for g, w in zip(got, want, strict=True):
+        assert_arrays(g[-1], w[-1], str(g[:2]))
