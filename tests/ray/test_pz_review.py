@@ -28,8 +28,12 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import set_random_seed
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from rlightning_pettingzoo import SharedRolloutCollector
-from rlightning_ray.pettingzoo import RayAECRolloutCollector, RaySharedRolloutCollector
+from rlightning_pettingzoo import GroupRolloutCollector, SharedRolloutCollector
+from rlightning_ray.pettingzoo import (
+    RayAECRolloutCollector,
+    RayGroupRolloutCollector,
+    RaySharedRolloutCollector,
+)
 from rlightning_sb3 import StopTraining, set_acting_seed, start_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
@@ -347,3 +351,84 @@ def test_recurrent_update_model_false_and_a_stopping_callback_as_in_process(
     assert got[-1][0] == "stopped"
     for g, w in zip(got, want, strict=True):
         assert_arrays(g[-1], w[-1], str(g[:2]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Probe (found nothing; kept): the group collector with 3 runners x 3 copies, 3 rollouts with
+# train() between, n_steps that do not divide the episodes, groups of unequal shares.
+
+GROUP_OF = {"a0": "even", "a1": "odd", "a2": "even"}
+
+
+def _group_models(share: dict[str, int]) -> dict[str, Any]:
+    spec = {"even": (PPO, 2, 5), "odd": (MaskablePPO, 1, 3)}
+    models = {}
+    for group, (algo, columns, n_steps) in spec.items():
+        n_envs = columns * share[group]
+        models[group] = algo(
+            "MlpPolicy",
+            DummyVecEnv([ENVS.AgentSlot] * n_envs),
+            n_steps=n_steps,
+            batch_size=n_steps * n_envs,
+            n_epochs=1,
+            seed=len(models),
+            device="cpu",
+            policy_kwargs={"net_arch": [8]},
+        )
+        start_training(models[group], total_timesteps=100_000)
+    return models
+
+
+def test_group_collector_three_runners_three_copies_three_rollouts(local_ray: None) -> None:
+    n_runners, copies, rollouts = 3, 3, 3
+    seeds = list(range(200, 200 + n_runners * copies))
+    acting_seeds = [60 + r for r in range(n_runners)]
+    models = _group_models({"even": n_runners, "odd": n_runners})
+    collector = RayGroupRolloutCollector(
+        models,
+        _schedule_fns(range(n_runners * copies)),
+        group_of=GROUP_OF,
+        n_runners=n_runners,
+        seeds=seeds,
+        acting_seeds=acting_seeds,
+        num_cpus=0,
+    )
+    got, weights = [], []
+    try:
+        for _ in range(rollouts):
+            weights.append(
+                {
+                    g: {k: v.clone() for k, v in m.policy.state_dict().items()}
+                    for g, m in models.items()
+                }
+            )
+            segments = collector.collect()
+            got.append((segments, {g: _arrays(m) for g, m in models.items()}))
+            for m in models.values():
+                m.train()
+    finally:
+        collector.close()
+    for r in range(n_runners):
+        refs = _group_models({"even": 1, "odd": 1})
+        block = range(r * copies, (r + 1) * copies)
+        inproc = GroupRolloutCollector(
+            refs,
+            _schedule_fns(block),
+            group_of=GROUP_OF,
+            seeds=seeds[r * copies : (r + 1) * copies],
+        )
+        set_acting_seed(acting_seeds[r])
+        for k in range(rollouts):
+            for g, m in refs.items():
+                m.policy.load_state_dict(weights[k][g])
+            want_segments = inproc.collect()
+            for g, m in refs.items():
+                n = m.n_envs
+                cols = slice(r * n, (r + 1) * n)
+                assert_arrays(
+                    _columns(got[k][1][g], cols), _arrays(m), f"{g} runner {r} rollout {k}", CLOSE
+                )
+                mine = [s for s in got[k][0][g] if cols.start <= s.column < cols.stop]
+                assert [
+                    (s.column - cols.start, s.env_index - block.start, *_where(s)) for s in mine
+                ] == [(s.column, s.env_index, *_where(s)) for s in want_segments[g]]
