@@ -13,9 +13,11 @@ silently differed from the in-process collector's (and SB3's). Fixed where SB3's
 
 from __future__ import annotations
 
+import sys
 from functools import partial
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import ray
@@ -26,7 +28,7 @@ from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import set_random_seed
-from stable_baselines3.common.vec_env import DummyVecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, VecTransposeImage
 
 from rlightning_pettingzoo import GroupRolloutCollector, SharedRolloutCollector
 from rlightning_ray.pettingzoo import (
@@ -432,3 +434,67 @@ def test_group_collector_three_runners_three_copies_three_rollouts(local_ray: No
                 assert [
                     (s.column - cols.start, s.env_index - block.start, *_where(s)) for s in mine
                 ] == [(s.column, s.env_index, *_where(s)) for s in want_segments[g]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Probe: Dict observations with a channel-last image key (SB3 wraps a MultiInputPolicy's env in
+# VecTransposeImage, which transposes the image key): the replica transposes as in process.
+
+DICT_IMAGE = gym.spaces.Dict(
+    {"image": ENVS.IMAGE, "vec": gym.spaces.Box(-10.0, 10.0, (2,), np.float32)}
+)
+
+
+class DictImageParallel(ENVS.ImageParallel):  # type: ignore[misc, name-defined]
+    """ImageParallel's images with a small vector beside them (a Dict observation)."""
+
+    def observation_space(self, agent: str) -> Any:
+        return DICT_IMAGE
+
+    def _observe(self, actions: dict[str, Any]) -> dict[str, Any]:
+        images = super()._observe(actions)
+        return {
+            a: {"image": im, "vec": np.array([self.t, len(a)], np.float32)}
+            for a, im in images.items()
+        }
+
+
+class DictImageSlot(gym.Env[Any, Any]):
+    observation_space = DICT_IMAGE
+    action_space = ENVS.ACT
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+
+def _dict_image_model(n_envs: int) -> Any:
+    model = PPO(
+        "MultiInputPolicy",
+        DummyVecEnv([DictImageSlot] * n_envs),
+        n_steps=6,
+        batch_size=6 * n_envs,
+        n_epochs=1,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"net_arch": [8], "features_extractor_kwargs": {"cnn_output_dim": 8}},
+    )
+    assert isinstance(model.get_env(), VecTransposeImage)
+    start_training(model, total_timesteps=10_000)
+    return model
+
+
+def test_dict_observations_with_an_image_key_as_in_process(local_ray: None) -> None:
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the env class above
+    ref = _dict_image_model(2)
+    inproc = SharedRolloutCollector(ref, [DictImageParallel], seeds=[3])
+    want = two_rollouts(inproc, ref, _arrays, 5)
+    model = _dict_image_model(2)
+    collector = RaySharedRolloutCollector(
+        model, [DictImageParallel], seeds=[3], acting_seeds=[5], num_cpus=0
+    )
+    got = two_rollouts(collector, model, _arrays, None)
+    for k in range(2):
+        assert_arrays(got[1][k], want[1][k], f"rollout {k}")
+        assert got[0][k] == want[0][k]
+    assert got[1][0]["obs/image"].shape[-3:] == (3, 36, 36)  # stored channel-first
