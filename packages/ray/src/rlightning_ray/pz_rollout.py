@@ -307,8 +307,9 @@ class RaySharedRolloutCollector(_RecordingCollector):
         seeds: Each copy's first-reset seed, in copy order (None: no seeds).
         acting_seeds: Each runner's acting seed (:func:`rlightning_sb3.set_acting_seed` in the
             runner after its replica is built). None: ``model.seed + r`` for runner ``r`` where
-            the model has a seed, else no seeding (each replica then starts from its load's
-            ``set_random_seed(model.seed)``, the same for all: give seeds).
+            the model has a seed, else no seeding (SB3's ``load`` seeds nothing for a model
+            without a seed: each runner draws from its process's own unseeded generators, a
+            run that cannot be repeated; give seeds to repeat it).
         num_cpus: CPUs each runner reserves.
         device: The replicas' torch device.
         timeout_s: Seconds to wait for all the runners' rollouts of one call together (one
