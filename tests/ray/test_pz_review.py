@@ -14,6 +14,7 @@ silently differed from the in-process collector's (and SB3's). Fixed where SB3's
 from __future__ import annotations
 
 import sys
+import threading
 from functools import partial
 from typing import Any
 
@@ -498,3 +499,24 @@ def test_dict_observations_with_an_image_key_as_in_process(local_ray: None) -> N
         assert_arrays(got[1][k], want[1][k], f"rollout {k}")
         assert got[0][k] == want[0][k]
     assert got[1][0]["obs/image"].shape[-3:] == (3, 36, 36)  # stored channel-first
+
+
+# ---------------------------------------------------------------------------------------------
+# An env function Ray cannot pickle failed in Ray's actor creation with "Could not serialize
+# the argument [<function <lambda> ...>] for a task or actor ...SharedRolloutRunner.__init__",
+# naming neither the copy nor the runner (and after the runners before it were started).
+
+
+def test_an_unpicklable_env_function_is_named_by_copy_and_runner(local_ray: None) -> None:
+    lock = threading.Lock()
+    good = partial(ENVS.ScheduleEnv, SCHEDULE, 0)
+
+    def bad() -> Any:  # a closure over a lock: cloudpickle cannot send it
+        with lock:
+            return good()
+
+    model = _model(PPO, 2, ENVS.AgentSlot, 4)
+    with pytest.raises(TypeError, match=r"the env function of copy 1 \(runner 1\) must be pick"):
+        RaySharedRolloutCollector(model, [good, bad], n_runners=2, num_cpus=0)
+    with pytest.raises(TypeError, match=r"RayAECRolloutCollector: the env function of copy 0"):
+        RayAECRolloutCollector(model, env_fn=bad, num_cpus=0)

@@ -22,6 +22,7 @@ __all__ = [
     "PooledCollector",
     "RunnerPlan",
     "RunnerPool",
+    "check_picklable",
     "check_timeout",
     "copy_seeds",
     "load_replica",
@@ -91,6 +92,30 @@ def split_copies(
                 f"PettingZoo env), got {type(fn).__name__}"
             )
     return fns, int(copies_per_runner)
+
+
+def check_picklable(value: Any, what: str, name: str, fix: str) -> None:
+    """Refuse ``value`` where Ray's cloudpickle cannot send it to the runners (named).
+
+    Args:
+        value: What the runners are sent (an env function, ``group_of``).
+        what: It, as the caller names it (``"env function of copy 1"``).
+        name: The collector, for the message.
+        fix: What to give instead.
+
+    Raises:
+        TypeError: ``ray.cloudpickle.dumps(value)`` fails (its error in the message, chained).
+    """
+    import ray
+
+    try:
+        ray.cloudpickle.dumps(value)  # type: ignore[no-untyped-call]
+    except Exception as exc:  # cloudpickle raises TypeError, PicklingError, AttributeError...
+        raise TypeError(
+            f"{name}: {what} must be picklable (Ray's cloudpickle) to reach the runners, "
+            f"which call it in their own processes; {type(value).__name__} {value!r} is not "
+            f"({type(exc).__name__}: {exc}): {fix}"
+        ) from exc
 
 
 def copy_seeds(seeds: Any, n_copies: int, name: str) -> list[int | None]:
@@ -373,10 +398,22 @@ def plan_runners(
         TypeError, ValueError: what :func:`rlightning.rules.check_count` (``n_runners``,
             ``num_cpus``), :func:`split_copies`, :func:`copy_seeds`, :func:`runner_seeds` and
             :func:`check_timeout` raise.
+        TypeError: an env function Ray cannot pickle (:func:`check_picklable`, named by copy
+            and runner).
     """
     check_count(n_runners, f"{name} n_runners", minimum=1)
     check_count(num_cpus, f"{name} num_cpus", minimum=0, integer=False)
     fns, k = split_copies(name, env_fns, env_fn, n_runners, copies_per_runner)
+    seen: set[int] = set()
+    for c, fn in enumerate(fns):  # before any runner is built (Ray's own error names no copy)
+        if id(fn) not in seen:
+            seen.add(id(fn))
+            check_picklable(
+                fn,
+                f"the env function of copy {c} (runner {c // k})",
+                name,
+                "give a module-level function or a functools.partial of one",
+            )
     return RunnerPlan(
         fns=fns,
         copies_per_runner=k,

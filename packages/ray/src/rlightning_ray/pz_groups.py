@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from rlightning_ray._pz_runners import (
     PooledCollector,
     RunnerPool,
+    check_picklable,
     load_replica,
     merge_returns,
     plan_runners,
@@ -119,20 +120,6 @@ class GroupRolloutRunner:
         for group, model in self.models.items():
             model.policy.load_state_dict(weights[group])
         return self.recorder.record()
-
-
-def _check_picklable(group_of: Any, name: str) -> None:
-    """Refuse a ``group_of`` Ray cannot send to the runners (it is called in their processes)."""
-    import ray
-
-    try:
-        ray.cloudpickle.dumps(group_of)  # type: ignore[no-untyped-call]
-    except Exception as exc:  # cloudpickle raises TypeError, PicklingError, AttributeError...
-        raise TypeError(
-            f"{name}: group_of must be picklable (Ray's cloudpickle) to reach the runners, "
-            f"which call it in their own processes; {type(group_of).__name__} {group_of!r} is "
-            f"not ({type(exc).__name__}: {exc}): give a dict or a module-level function"
-        ) from exc
 
 
 class RayGroupRolloutCollector(PooledCollector):
@@ -228,7 +215,7 @@ class RayGroupRolloutCollector(PooledCollector):
             group: runner_columns(name, model, n_runners, f"the model of group {group!r} has")
             for group, model in models.items()
         }
-        _check_picklable(group_of, name)
+        check_picklable(group_of, "group_of", name, "give a dict or a module-level function")
         if not ray.is_initialized():
             raise RuntimeError(f"{name} needs Ray: call ray.init(...) first")
         self.models: dict[str, OnPolicyAlgorithm] = dict(models)
