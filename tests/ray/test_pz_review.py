@@ -23,15 +23,20 @@ import numpy as np
 import pytest
 import ray
 import torch as th
+from pettingzoo.classic import tictactoe_v3
 from rlightning_ray_test_helpers import assert_same_rollouts, two_rollouts
 from rlightning_ray_test_pz_checks import ENVS, FIELDS, assert_arrays, buffer_arrays
 from sb3_contrib import MaskablePPO, RecurrentPPO
-from stable_baselines3 import PPO
+from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import set_random_seed
 from stable_baselines3.common.vec_env import DummyVecEnv, VecTransposeImage
 
-from rlightning_pettingzoo import GroupRolloutCollector, SharedRolloutCollector
+from rlightning_pettingzoo import (
+    AECRolloutCollector,
+    GroupRolloutCollector,
+    SharedRolloutCollector,
+)
 from rlightning_ray.pettingzoo import (
     RayAECRolloutCollector,
     RayGroupRolloutCollector,
@@ -520,3 +525,71 @@ def test_an_unpicklable_env_function_is_named_by_copy_and_runner(local_ray: None
         RaySharedRolloutCollector(model, [good, bad], n_runners=2, num_cpus=0)
     with pytest.raises(TypeError, match=r"RayAECRolloutCollector: the env function of copy 0"):
         RayAECRolloutCollector(model, env_fn=bad, num_cpus=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# A frozen off-policy opponent acts at random during its warm-up (num_timesteps <
+# learning_starts) and on epsilon, drawing from its own action space. In process it samples on
+# from wherever the user's model left its generator; each runner's copy, loaded from the model's
+# save, had SB3's load reseed it with model.seed (_setup_model's set_random_seed): another
+# opponent's moves, so other observations, actions and rewards in the buffer, silently, for any
+# opponent whose space had sampled before (a trained model, a deepcopy of one).
+
+
+class _Seat(gym.Env[Any, Any]):
+    def __init__(self) -> None:
+        env = tictactoe_v3.env()
+        self.observation_space = env.observation_space("player_1")
+        self.action_space = env.action_space("player_1")
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+
+def _seat_model() -> Any:
+    model = MaskablePPO(
+        "MultiInputPolicy", DummyVecEnv([_Seat] * 2), n_steps=8, batch_size=8, n_epochs=1,
+        seed=0, device="cpu", policy_kwargs={"net_arch": [8]},
+    )  # fmt: skip
+    start_training(model, total_timesteps=10_000)
+    return model
+
+
+def _used_dqn() -> Any:
+    dqn = DQN(
+        "MultiInputPolicy", DummyVecEnv([_Seat]), learning_starts=1000, seed=5, device="cpu",
+        policy_kwargs={"net_arch": [8]},
+    )  # fmt: skip
+    for _ in range(3):
+        dqn.action_space.sample()  # used: its generator has moved on from seed 5
+    return dqn
+
+
+def _seat_arrays(model: Any) -> dict[str, np.ndarray]:
+    buf = model.rollout_buffer
+    out = {name: np.array(getattr(buf, name)) for name in FIELDS if name != "observations"}
+    out.update({f"obs/{k}": np.array(v) for k, v in buf.observations.items()})
+    return out
+
+
+def test_a_frozen_off_policy_opponent_samples_as_in_process(local_ray: None) -> None:
+    ref = _seat_model()
+    opponent = _used_dqn()
+    inproc = AECRolloutCollector(
+        ref, [tictactoe_v3.env] * 2, opponents={"player_2": opponent}, seeds=[1, 2]
+    )
+    want = two_rollouts(inproc, ref, _seat_arrays, 11)
+    model = _seat_model()
+    collector = RayAECRolloutCollector(
+        model,
+        [tictactoe_v3.env] * 2,
+        opponents={"player_2": _used_dqn()},
+        seeds=[1, 2],
+        acting_seeds=[11],
+        num_cpus=0,
+    )
+    got = two_rollouts(collector, model, _seat_arrays, None)
+    for k in range(2):
+        assert_arrays(got[1][k], want[1][k], f"rollout {k}")
+        assert got[0][k] == want[0][k]
