@@ -15,7 +15,9 @@ rollout (the turns, PettingZoo's dead steps, the opponents and the rollout's end
 Opponents travel as what builds them in the runner: ``"random"`` as is (drawn from a generator
 per copy seeded with the copy's seed, as in process), a frozen SB3 model as its ``save`` bytes
 and class, loaded once in each runner (before the acting seed is set: SB3's ``load`` seeds the
-global generators) and never updated.
+global generators) and never updated, its action space then the learner-side model's (``load``
+reseeds the space with ``model.seed``; an off-policy opponent's warm-up and epsilon moves sample
+it, in process from wherever the user's model left its generator).
 
 With one runner its buffer equals the in-process collector's over the same copies, seeds,
 opponents and torch seed, array for array; with several, runner ``r``'s columns equal the
