@@ -185,6 +185,10 @@ def fill_recorded(
     :func:`rlightning_sb3.add_rollout_step` row by row and :func:`rlightning_sb3.finish_rollout`
     ends the rollout, by the function ``SharedRolloutCollector.collect`` fills with.
 
+    The learner's policy never acted here: ``add_rollout_step`` puts it in eval mode at the
+    rollout's first step (``collect_rollouts``' ``set_training_mode(False)``), so its truncation
+    bootstraps and last values are the in-process collector's.
+
     Args:
         model: The learner's on-policy model (``n_steps`` rows; ``n_envs`` the rollouts'
             columns together).

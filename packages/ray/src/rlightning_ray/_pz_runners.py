@@ -19,8 +19,10 @@ from typing import Any
 from rlightning.rules import check_count, check_seeds
 
 __all__ = [
+    "PooledCollector",
     "RunnerPlan",
     "RunnerPool",
+    "check_picklable",
     "check_timeout",
     "copy_seeds",
     "load_replica",
@@ -92,6 +94,30 @@ def split_copies(
     return fns, int(copies_per_runner)
 
 
+def check_picklable(value: Any, what: str, name: str, fix: str) -> None:
+    """Refuse ``value`` where Ray's cloudpickle cannot send it to the runners (named).
+
+    Args:
+        value: What the runners are sent (an env function, ``group_of``).
+        what: It, as the caller names it (``"env function of copy 1"``).
+        name: The collector, for the message.
+        fix: What to give instead.
+
+    Raises:
+        TypeError: ``ray.cloudpickle.dumps(value)`` fails (its error in the message, chained).
+    """
+    import ray
+
+    try:
+        ray.cloudpickle.dumps(value)  # type: ignore[no-untyped-call]
+    except Exception as exc:  # cloudpickle raises TypeError, PicklingError, AttributeError...
+        raise TypeError(
+            f"{name}: {what} must be picklable (Ray's cloudpickle) to reach the runners, "
+            f"which call it in their own processes; {type(value).__name__} {value!r} is not "
+            f"({type(exc).__name__}: {exc}): {fix}"
+        ) from exc
+
+
 def copy_seeds(seeds: Any, n_copies: int, name: str) -> list[int | None]:
     """Each copy's first-reset seed (``seeds`` checked by :func:`rlightning.rules.check_seeds`).
 
@@ -109,21 +135,48 @@ def copy_seeds(seeds: Any, n_copies: int, name: str) -> list[int | None]:
     return out
 
 
+#: One past the largest acting seed: :func:`rlightning_sb3.set_acting_seed` is SB3's
+#: ``set_random_seed``, whose ``np.random.seed`` takes seeds in ``[0, 2**32 - 1]``.
+ACTING_SEED_LIMIT = 2**32
+
+
 def runner_seeds(model: Any, acting_seeds: Any, n_runners: int, name: str) -> list[int | None]:
     """Each runner's acting seed: ``acting_seeds`` checked, or ``model.seed + r``, or None.
+
+    Every seed is below :data:`ACTING_SEED_LIMIT` (``np.random.seed``'s range, which each
+    runner's :func:`rlightning_sb3.set_acting_seed` would otherwise refuse only after the
+    runners were built).
 
     Raises:
         TypeError, ValueError: what :func:`rlightning.rules.check_seeds` raises, or
             ``acting_seeds`` is not one per runner.
+        ValueError: a seed is ``>= 2**32`` (named ``acting_seeds[r]``, or ``model.seed + r``
+            for a default one).
     """
     if acting_seeds is None:
         base = getattr(model, "seed", None)
-        return [None if base is None else int(base) + r for r in range(n_runners)]
+        if base is None:
+            return [None] * n_runners
+        out: list[int | None] = [int(base) + r for r in range(n_runners)]
+        for r, seed in enumerate(out):
+            if seed is not None and seed >= ACTING_SEED_LIMIT:
+                raise ValueError(
+                    f"{name}: runner {r}'s default acting seed model.seed + {r} = {seed} is "
+                    f">= 2**32 (np.random.seed's limit, which set_acting_seed applies); give "
+                    "acting_seeds (one int in [0, 2**32 - 1] per runner)"
+                )
+        return out
     out = check_seeds(acting_seeds, f"{name} acting_seeds")
     if len(out) != n_runners:
         raise ValueError(
             f"{name}: acting_seeds must hold one seed per runner ({n_runners}), got {len(out)}"
         )
+    for r, seed in enumerate(out):
+        if seed is not None and seed >= ACTING_SEED_LIMIT:
+            raise ValueError(
+                f"{name} acting_seeds[{r}] must be < 2**32 (np.random.seed's limit, which "
+                f"set_acting_seed applies in the runner); got {seed}"
+            )
     return out
 
 
@@ -241,8 +294,14 @@ class RunnerPool:
         """Call ``method(*args)`` on every runner at once; their answers in runner order.
 
         Raises:
-            RuntimeError: as :meth:`get`.
+            RuntimeError: as :meth:`get`; or the pool was closed (:meth:`close`: no runner is
+                left to ask).
         """
+        if not self.actors:
+            raise RuntimeError(
+                f"{self.name} is closed (close() ended its runners): build a new collector to "
+                f"{what}"
+            )
         return self.get([getattr(runner, method).remote(*args) for runner in self.actors], what)
 
     def close(self) -> None:
@@ -252,6 +311,31 @@ class RunnerPool:
         for runner in self.actors:
             ray.kill(runner)
         self.actors = []
+
+
+class PooledCollector:
+    """What a collector over a :class:`RunnerPool` (its ``_pool``) exposes: its limit, close.
+
+    Attributes:
+        timeout_s: Seconds to wait for all the runners' answers of one :meth:`collect`
+            together (None: no limit): the pool's, read at each call; setting it (checked as
+            the constructor's ``timeout_s``) changes the next calls' limit.
+    """
+
+    _pool: RunnerPool
+
+    @property
+    def timeout_s(self) -> float | None:
+        """The runners' limit per call (seconds, None: none), the pool's own."""
+        return self._pool.timeout_s
+
+    @timeout_s.setter
+    def timeout_s(self, value: float | None) -> None:
+        self._pool.timeout_s = check_timeout(value, self._pool.name)
+
+    def close(self) -> None:
+        """End the runners' actors (their envs are not closed: they die with the process)."""
+        self._pool.close()
 
 
 @dataclass(frozen=True)
@@ -314,10 +398,22 @@ def plan_runners(
         TypeError, ValueError: what :func:`rlightning.rules.check_count` (``n_runners``,
             ``num_cpus``), :func:`split_copies`, :func:`copy_seeds`, :func:`runner_seeds` and
             :func:`check_timeout` raise.
+        TypeError: an env function Ray cannot pickle (:func:`check_picklable`, named by copy
+            and runner).
     """
     check_count(n_runners, f"{name} n_runners", minimum=1)
     check_count(num_cpus, f"{name} num_cpus", minimum=0, integer=False)
     fns, k = split_copies(name, env_fns, env_fn, n_runners, copies_per_runner)
+    seen: set[int] = set()
+    for c, fn in enumerate(fns):  # before any runner is built (Ray's own error names no copy)
+        if id(fn) not in seen:
+            seen.add(id(fn))
+            check_picklable(
+                fn,
+                f"the env function of copy {c} (runner {c // k})",
+                name,
+                "give a module-level function or a functools.partial of one",
+            )
     return RunnerPlan(
         fns=fns,
         copies_per_runner=k,

@@ -15,7 +15,9 @@ rollout (the turns, PettingZoo's dead steps, the opponents and the rollout's end
 Opponents travel as what builds them in the runner: ``"random"`` as is (drawn from a generator
 per copy seeded with the copy's seed, as in process), a frozen SB3 model as its ``save`` bytes
 and class, loaded once in each runner (before the acting seed is set: SB3's ``load`` seeds the
-global generators) and never updated.
+global generators) and never updated, its action space then the learner-side model's (``load``
+reseeds the space with ``model.seed``; an off-policy opponent's warm-up and epsilon moves sample
+it, in process from wherever the user's model left its generator).
 
 With one runner its buffer equals the in-process collector's over the same copies, seeds,
 opponents and torch seed, array for array; with several, runner ``r``'s columns equal the
@@ -45,8 +47,9 @@ class AECRolloutRunner(SharedRolloutRunner):
 
     Built in the actor's process by :class:`RayAECRolloutCollector` (not meant to be built by
     hand), with the arguments of :class:`~rlightning_ray.pz_rollout.SharedRolloutRunner`;
-    ``options`` is ``{agent_id: "random" | (model_class, saved)}``: the opponents, each frozen
-    model as SB3's ``model.save`` wrote it (bytes) and its class.
+    ``options`` is ``{agent_id: "random" | (model_class, saved, action_space)}``: the
+    opponents, each frozen model as SB3's ``model.save`` wrote it (bytes), its class and its
+    action space as the learner's process holds it (its random generator's state included).
 
     Raises:
         What ``SharedRolloutRunner`` raises, what the opponents' ``model_class.load`` raises,
@@ -59,12 +62,16 @@ class AECRolloutRunner(SharedRolloutRunner):
         """The opponents, loaded in this process: ``{"opponents": {agent_id: opponent}}``.
 
         Args:
-            options: ``{agent_id: "random" | (model_class, saved)}``.
+            options: ``{agent_id: "random" | (model_class, saved, action_space)}``.
             device: The opponents' torch device (the replica's).
 
         Returns:
             ``{"opponents": ...}``: ``"random"`` as is, each frozen model loaded with
-            ``model_class.load(saved, device=device)`` (no env: it only acts).
+            ``model_class.load(saved, device=device)`` (no env: it only acts), its
+            ``action_space`` then the one sent: SB3's ``load`` reseeds the loaded space with
+            ``model.seed`` (``_setup_model``'s ``set_random_seed``), where the opponent in the
+            learner's process samples on from wherever its generator is (an off-policy model's
+            warm-up and epsilon actions are ``action_space.sample()``).
 
         Raises:
             What ``model_class.load`` raises.
@@ -74,8 +81,10 @@ class AECRolloutRunner(SharedRolloutRunner):
             if isinstance(opponent, str):
                 opponents[agent] = opponent
             else:
-                model_class, saved = opponent
-                opponents[agent] = model_class.load(io.BytesIO(saved), device=device)
+                model_class, saved, action_space = opponent
+                loaded = model_class.load(io.BytesIO(saved), device=device)
+                loaded.action_space = action_space  # its generator where the learner's is
+                opponents[agent] = loaded
         return {"opponents": opponents}
 
 
@@ -140,7 +149,7 @@ class RayAECRolloutCollector(_RecordingCollector):
         travelling = {
             agent: opponent
             if isinstance(opponent, str)
-            else (type(opponent), saved_model(opponent))
+            else (type(opponent), saved_model(opponent), opponent.action_space)
             for agent, opponent in (opponents or {}).items()
         }
         self._start(

@@ -30,7 +30,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlightning_ray._pz_runners import (
+    PooledCollector,
     RunnerPool,
+    check_picklable,
     load_replica,
     merge_returns,
     plan_runners,
@@ -120,21 +122,7 @@ class GroupRolloutRunner:
         return self.recorder.record()
 
 
-def _check_picklable(group_of: Any, name: str) -> None:
-    """Refuse a ``group_of`` Ray cannot send to the runners (it is called in their processes)."""
-    import ray
-
-    try:
-        ray.cloudpickle.dumps(group_of)  # type: ignore[no-untyped-call]
-    except Exception as exc:  # cloudpickle raises TypeError, PicklingError, AttributeError...
-        raise TypeError(
-            f"{name}: group_of must be picklable (Ray's cloudpickle) to reach the runners, "
-            f"which call it in their own processes; {type(group_of).__name__} {group_of!r} is "
-            f"not ({type(exc).__name__}: {exc}): give a dict or a module-level function"
-        ) from exc
-
-
-class RayGroupRolloutCollector:
+class RayGroupRolloutCollector(PooledCollector):
     """Fill one on-policy model's buffer per group of agents from env copies on Ray runners.
 
     The copies (``env_fns``, or ``env_fn`` called once per copy) are split into ``n_runners``
@@ -227,8 +215,7 @@ class RayGroupRolloutCollector:
             group: runner_columns(name, model, n_runners, f"the model of group {group!r} has")
             for group, model in models.items()
         }
-        _check_picklable(group_of, name)
-        self.timeout_s = plan.timeout_s
+        check_picklable(group_of, "group_of", name, "give a dict or a module-level function")
         if not ray.is_initialized():
             raise RuntimeError(f"{name} needs Ray: call ray.init(...) first")
         self.models: dict[str, OnPolicyAlgorithm] = dict(models)
@@ -260,7 +247,7 @@ class RayGroupRolloutCollector:
                 for r in range(n_runners)
             ],
             num_cpus=num_cpus,
-            timeout_s=self.timeout_s,
+            timeout_s=plan.timeout_s,
         )
 
     def collect(self, *, update_model: bool = True) -> dict[str, list[Segment]]:
@@ -308,7 +295,3 @@ class RayGroupRolloutCollector:
         return fill_recorded_groups(
             self.models, rollouts, update_model=update_model, agent_returns=merged, caller=name
         )
-
-    def close(self) -> None:
-        """End the runners' actors (their envs are not closed: they die with the process)."""
-        self._pool.close()

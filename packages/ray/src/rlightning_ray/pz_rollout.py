@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlightning_ray._pz_runners import (
+    PooledCollector,
     RunnerPool,
     load_replica,
     merge_returns,
@@ -159,7 +160,7 @@ class SharedRolloutRunner:
         return rollout
 
 
-class _RecordingCollector:
+class _RecordingCollector(PooledCollector):
     """What the collectors on Ray runners that record in-process rollouts share (private).
 
     Splits the copies, checks the seeds and the timeout, saves the learner's model, builds one
@@ -204,7 +205,6 @@ class _RecordingCollector:
             timeout_s=timeout_s,
         )
         columns = runner_columns(name, model, n_runners)
-        self.timeout_s = plan.timeout_s
         if not ray.is_initialized():
             raise RuntimeError(f"{name} needs Ray: call ray.init(...) first")
         self.model = model
@@ -235,7 +235,7 @@ class _RecordingCollector:
                 for r in range(n_runners)
             ],
             num_cpus=num_cpus,
-            timeout_s=self.timeout_s,
+            timeout_s=plan.timeout_s,
         )
 
     def collect(self, *, update_model: bool = True) -> list[Segment]:
@@ -277,10 +277,6 @@ class _RecordingCollector:
         self.agent_returns = merged
         return fill_recorded(self.model, rollouts, update_model=update_model, agent_returns=merged)
 
-    def close(self) -> None:
-        """End the runners' actors (their envs are not closed: they die with the process)."""
-        self._pool.close()
-
 
 class RaySharedRolloutCollector(_RecordingCollector):
     """Fill one shared on-policy model's buffer from env copies stepped on Ray runners.
@@ -311,8 +307,9 @@ class RaySharedRolloutCollector(_RecordingCollector):
         seeds: Each copy's first-reset seed, in copy order (None: no seeds).
         acting_seeds: Each runner's acting seed (:func:`rlightning_sb3.set_acting_seed` in the
             runner after its replica is built). None: ``model.seed + r`` for runner ``r`` where
-            the model has a seed, else no seeding (each replica then starts from its load's
-            ``set_random_seed(model.seed)``, the same for all: give seeds).
+            the model has a seed, else no seeding (SB3's ``load`` seeds nothing for a model
+            without a seed: each runner draws from its process's own unseeded generators, a
+            run that cannot be repeated; give seeds to repeat it).
         num_cpus: CPUs each runner reserves.
         device: The replicas' torch device.
         timeout_s: Seconds to wait for all the runners' rollouts of one call together (one
@@ -326,7 +323,8 @@ class RaySharedRolloutCollector(_RecordingCollector):
         ValueError: neither or both of ``env_fns`` and ``env_fn``; the copies are not
             ``n_runners * copies_per_runner``; ``model.n_envs`` is not a multiple of
             ``n_runners``; ``seeds`` or ``acting_seeds`` has the wrong length or a negative
-            seed; ``timeout_s`` is not > 0; bad counts.
+            seed; an acting seed (given, or the default ``model.seed + r``) is ``>= 2**32``;
+            ``timeout_s`` is not > 0; bad counts.
         RuntimeError: Ray is not initialised, or a runner failed to build (named, the cause
             chained).
     """

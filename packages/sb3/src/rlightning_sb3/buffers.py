@@ -141,6 +141,10 @@ def add_rollout_step(
     per-env responses are checked as ``act`` checks them; an unsplit ``ResponseBatch`` holds the
     copy ``act`` checked). A full buffer (the
     previous rollout's) is reset first, as ``collect_rollouts`` resets it at each rollout's start.
+    At a rollout's first step (the buffer empty or full) the policy is put in eval mode
+    (``policy.set_training_mode(False)``, as ``collect_rollouts`` starts), so the bootstraps
+    here and :func:`finish_rollout`'s last values are eval-mode values also where the actions
+    came from a replica (the model never acted, and ``train()`` left it in training mode).
 
     With ``update_model``, the step follows ``collect_rollouts``' order: ``num_timesteps +=
     n_envs``; when :func:`start_training` got a callback, ``on_rollout_start`` (the first step of
@@ -237,10 +241,14 @@ def add_rollout_step(
             masks = check_action_masks(model, hasattr(buf, "action_masks"), masks, ids)
         extra["action_masks"] = masks
 
+    policy: Any = model.policy
+    if buf.full or buf.pos == 0:
+        # collect_rollouts' set_training_mode(False) as a rollout starts: its bootstraps and
+        # last values are eval-mode values even where the model never acted (a replica did)
+        policy.set_training_mode(False)
     # The values of truncated episodes' terminal observations (SB3 issue #633), computed before
     # anything is changed; added to the rewards after the callbacks, as collect_rollouts does.
     bootstrap: list[tuple[int, Any]] = []
-    policy: Any = model.policy
     done_flags = dones_arr.tolist()  # Python bools: no numpy scalar per env on every step
     for idx in range(len(done_flags)) if True in done_flags else ():
         if (

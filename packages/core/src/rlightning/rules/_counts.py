@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 
 from rlightning.rules._errors import rule_error
 
@@ -85,8 +86,10 @@ def check_seeds(seeds: object, name: str) -> list[int | None]:
         A new list: None kept, every other seed as a Python int. Nothing is mutated.
 
     Raises:
-        TypeError: ``seeds`` is not iterable (a lone int), is a str, bytes or mapping, or an
-            entry is a bool, float or str (named as ``name[index]``).
+        TypeError: ``seeds`` is not iterable (a lone int, a 0-d numpy array), is a str,
+            bytes or mapping, is unordered (a set, a frozenset, a dict's keys: its iteration
+            order is not the order the seeds were written in), or an entry is a bool, float or
+            str (named as ``name[index]``).
         ValueError: an entry is negative.
 
     Examples:
@@ -97,7 +100,16 @@ def check_seeds(seeds: object, name: str) -> list[int | None]:
         ...
         TypeError: seeds must be a sequence of seeds (one int >= 0, or None, per item), got int 3
     """
-    if isinstance(seeds, str | bytes | Mapping) or not isinstance(seeds, Iterable):
+    if isinstance(seeds, AbstractSet):  # {5, 1} iterates 1, 5: copy 0 would get seed 1
+        raise TypeError(
+            f"{name} must be an ordered sequence of seeds (one per item, in order: a list, "
+            f"tuple, range or numpy array), got the unordered {type(seeds).__name__} {seeds!r}"
+        )
+    if (
+        isinstance(seeds, str | bytes | Mapping)
+        or not isinstance(seeds, Iterable)
+        or getattr(seeds, "ndim", None) == 0  # a 0-d numpy array: iterating it raises
+    ):
         raise TypeError(
             f"{name} must be a sequence of seeds (one int >= 0, or None, per item), got "
             f"{type(seeds).__name__} {seeds!r}"
