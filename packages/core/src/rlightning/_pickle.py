@@ -369,14 +369,32 @@ def _pack_response_list(responses: list[Any]) -> tuple[Any, ...] | None:
     values = [[d[key] for d in dicts] for key in keys]
     kinds = [_column_kind(column, tensor_cls) for column in values]
     # an object stacked in one column and also held by another field would lose its identity
-    # (pickle's memo keeps it for values sent step by step): such columns go step by step
+    # (pickle's memo keeps it for values sent step by step): such columns go step by step,
+    # except a column that is another stacked column object for object (DQN's ``buffer_action``
+    # is its ``action``): it travels as that column's index and loads as the same objects
+    same: dict[int, int] = {}
+    for j in range(len(values)):
+        if kinds[j] in ("array", "tensor"):
+            for i in range(j):
+                if kinds[i] == kinds[j] and i not in same and _same_objects(values[i], values[j]):
+                    same[j] = i
+                    break
     counts: dict[int, int] = {}
-    for column in values:
-        for value in column:
-            counts[id(value)] = counts.get(id(value), 0) + 1
     for j, column in enumerate(values):
+        if j not in same:
+            for value in column:
+                counts[id(value)] = counts.get(id(value), 0) + 1
+    for j, column in enumerate(values):
+        if j in same:
+            continue
         if kinds[j] in ("array", "tensor") and any(counts[id(v)] > 1 for v in column):
             kinds[j] = "steps"
+    for j, i in list(same.items()):
+        if kinds[i] == "steps":  # its original was demoted: it goes step by step too (memo)
+            kinds[j] = "steps"
+            del same[j]
+        else:
+            kinds[j] = "same"
     if all(kind == "steps" for kind in kinds):
         return None
     steps = [j for j, kind in enumerate(kinds) if kind == "steps"]
@@ -388,8 +406,16 @@ def _pack_response_list(responses: list[Any]) -> tuple[Any, ...] | None:
             _wrap_fields(fields, tensor_cls)
             for j in steps:
                 values[j][t] = fields[keys[j]]
-    columns = [_pack_column(kind, column) for kind, column in zip(kinds, values, strict=True)]
+    columns = [
+        (kind, same[j]) if kind == "same" else _pack_column(kind, values[j])
+        for j, kind in enumerate(kinds)
+    ]
     return (_rebuild_responses, (cls, keys, len(responses), columns))
+
+
+def _same_objects(a: list[Any], b: list[Any]) -> bool:
+    """Whether ``a[t] is b[t]`` for every step."""
+    return all(x is y for x, y in zip(a, b, strict=True))
 
 
 def _flat_atomic(value: Any) -> bool:
@@ -403,7 +429,9 @@ def _rebuild_responses(
     cls: type[Any], keys: tuple[str, ...], n: int, columns: list[tuple[str, Any]]
 ) -> list[Any]:
     """The responses packed by :func:`pack_responses`: ``n`` new ``cls``, fields in order."""
-    values = [_unpack_column(kind, data) for kind, data in columns]
+    values: list[list[Any]] = []
+    for kind, data in columns:
+        values.append(values[data] if kind == "same" else _unpack_column(kind, data))
     responses = []
     new: Any = cls.__new__
     for t in range(n):
