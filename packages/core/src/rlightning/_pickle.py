@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import copyreg
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -379,11 +380,10 @@ def _pack_response_list(responses: list[Any]) -> tuple[Any, ...] | None:
                 if kinds[i] == kinds[j] and i not in same and _same_objects(values[i], values[j]):
                     same[j] = i
                     break
-    counts: dict[int, int] = {}
+    counts: Counter[int] = Counter()
     for j, column in enumerate(values):
         if j not in same:
-            for value in column:
-                counts[id(value)] = counts.get(id(value), 0) + 1
+            counts.update(map(id, column))
     for j, column in enumerate(values):
         if j in same:
             continue
@@ -422,7 +422,7 @@ def _flat_atomic(value: Any) -> bool:
     """Whether ``value`` is atomic or a list/tuple of atomics (no tensor to wrap inside)."""
     if type(value) in _ATOMIC:
         return True
-    return isinstance(value, (list, tuple)) and all(type(v) in _ATOMIC for v in value)
+    return isinstance(value, (list, tuple)) and _ATOMIC.issuperset(map(type, value))
 
 
 def _rebuild_responses(
