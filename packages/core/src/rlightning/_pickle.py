@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import copyreg
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -49,7 +50,7 @@ from rlightning._torch import (
 from rlightning._tree import ATOMIC_TYPES as _ATOMIC
 from rlightning._tree import map_leaves
 
-__all__ = ["reduce_response"]
+__all__ = ["pack_responses", "pack_steps", "reduce_response"]
 
 
 class _TensorPickle:
@@ -200,3 +201,305 @@ def reduce_response(response: Any, protocol: int) -> tuple[Any, ...]:
         _wrap_fields(fields, tensor_cls)
     # copyreg.__newobj__ is what pickle turns into its NEWOBJ opcode (cls.__new__(cls)).
     return (copyreg.__newobj__, (type(response),), fields)  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------- column-wise lists
+#
+# A runner's fragment holds ``n_steps`` responses and ``n_steps`` observation batches. Pickled one
+# by one, each response costs a NEWOBJ, a field dict, a reducer call per tensor and one numpy
+# buffer per array (Ray then handles each buffer out of band: several hundred per fragment). Packed
+# column-wise, each field of the responses travels as one stacked array: issue 20's per-fragment
+# cost. Loading rebuilds the same responses: the same class and field order, each value of the
+# same type, dtype, shape and device, a numpy array a C-contiguous array of its own step (a view
+# of the stacked buffer, writable exactly when the per-step pickling would have made it writable:
+# in band yes, Ray's read-only out-of-band buffer no), a tensor built on that view as
+# :func:`_rebuild_tensor` builds it (its own storage of its own size, no offset), an int an int.
+# A column is stacked only when that is exact; any other column travels step by step, through
+# :func:`reduce_response`'s own wrapping.
+
+
+def _stackable_array(values: list[Any]) -> bool:
+    """Whether ``values`` are distinct C-contiguous ndarrays of one dtype, shape and flag."""
+    first = values[0]
+    if type(first) is not np.ndarray or first.dtype.hasobject:
+        return False
+    dtype, shape, writeable = first.dtype, first.shape, first.flags.writeable
+    seen = set()
+    for value in values:
+        if (
+            type(value) is not np.ndarray
+            or value.flags.writeable != writeable
+            or value.dtype != dtype
+            or value.shape != shape
+            or not value.flags.c_contiguous
+        ):
+            return False
+        seen.add(id(value))
+    return len(seen) == len(values)
+
+
+def _stack(values: list[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
+    """``np.stack(values)``, read-only when they are.
+
+    A read-only array pickles in band as bytes and loads read-only, a writable one as a
+    bytearray and loads writable: the stack keeps what each step would have had.
+    """
+    stacked = np.stack(values)
+    if not values[0].flags.writeable:
+        stacked.flags.writeable = False
+    return stacked
+
+
+def _rows(stacked: np.ndarray[Any, Any]) -> list[np.ndarray[Any, Any]]:
+    """Each step's row of ``stacked`` as an array view (0-d arrays too, never numpy scalars)."""
+    return [stacked[t, ...] for t in range(len(stacked))]
+
+
+def _stackable_tensor(values: list[Any], tensor_cls: type[Any] | None) -> bool:
+    """Whether ``values`` are distinct plain CPU tensors :class:`_TensorPickle` sends as views."""
+    if tensor_cls is None or type(values[0]) is not tensor_cls:
+        return False
+    first = values[0]
+    dtype, shape = first.dtype, first.shape
+    if dtype in NUMPY_UNSUPPORTED_DTYPES:
+        return False
+    strided = _strided()
+    seen = set()
+    for value in values:
+        if (
+            type(value) is not tensor_cls
+            or not value.is_cpu
+            or value.requires_grad
+            or value.layout is not strided
+            or value.is_quantized
+            or value.dtype != dtype
+            or value.shape != shape
+            or not value.is_contiguous()
+            or value.is_conj()
+            or value.is_neg()
+        ):
+            return False
+        seen.add(id(value))
+    return len(seen) == len(values)
+
+
+def _stackable_int(values: list[Any]) -> bool:
+    """Whether ``values`` are all ``int`` (not bool) within int64."""
+    return all(type(v) is int and -(2**63) <= v < 2**63 for v in values)
+
+
+def _column_kind(values: list[Any], tensor_cls: type[Any] | None) -> str:
+    """How a column travels: ``array``/``tensor``/``int`` stacked, else ``steps``."""
+    if _stackable_array(values):
+        return "array"
+    if _stackable_tensor(values, tensor_cls):
+        return "tensor"
+    if _stackable_int(values):
+        return "int"
+    return "steps"
+
+
+def _pack_column(kind: str, values: list[Any]) -> tuple[str, Any]:
+    """One column of kind ``kind`` (:func:`_column_kind`) as ``(kind, data)``."""
+    if kind == "array":
+        return (kind, _stack(values))
+    if kind == "tensor":
+        return (kind, np.stack([value.numpy() for value in values]))
+    if kind == "int":
+        return (kind, np.array(values, dtype=np.int64))
+    return (kind, values)
+
+
+def _unpack_column(kind: str, data: Any) -> list[Any]:
+    """The per-step values of a column packed by :func:`_pack_column`."""
+    if kind == "array":
+        return _rows(data)
+    if kind == "tensor":
+        return [_rebuild_tensor(row) for row in _rows(data)]
+    if kind == "int":
+        return data.tolist()  # type: ignore[no-any-return]
+    return data  # type: ignore[no-any-return]
+
+
+class _Packed:
+    """A list of responses (or of step values) while its holder is pickled (column-wise)."""
+
+    __slots__ = ("items", "responses")
+
+    def __init__(self, items: list[Any], responses: bool) -> None:
+        self.items = items
+        self.responses = responses
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        if self.responses:
+            packed = _pack_response_list(self.items)
+            if packed is not None:
+                return packed
+        else:
+            packed = _pack_step_list(self.items)
+            if packed is not None:
+                return packed
+        return (list, (list(self.items),))
+
+    def __copy__(self) -> Any:
+        return self.items
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        return copy.deepcopy(self.items, memo)
+
+
+def _pack_response_list(responses: list[Any]) -> tuple[Any, ...] | None:
+    """The column-wise reduce value of ``responses``, or None when it would not be exact."""
+    if len(responses) < 2:
+        return None
+    cls = type(responses[0])
+    code = getattr(getattr(cls, "__reduce_ex__", None), "__code__", None)
+    if (
+        getattr(cls, "__setstate__", None) is not None
+        or code is None
+        or "reduce_response" not in code.co_names
+    ):
+        return None  # a class that pickles otherwise than reduce_response: as it does
+    keys = tuple(responses[0].__dict__)
+    dicts = []
+    for response in responses:
+        if type(response) is not cls or tuple(response.__dict__) != keys:
+            return None
+        dicts.append(response.__dict__)
+    tensor_cls = tensor_type()
+    values = [[d[key] for d in dicts] for key in keys]
+    kinds = [_column_kind(column, tensor_cls) for column in values]
+    # an object stacked in one column and also held by another field would lose its identity
+    # (pickle's memo keeps it for values sent step by step): such columns go step by step,
+    # except a column that is another stacked column object for object (DQN's ``buffer_action``
+    # is its ``action``): it travels as that column's index and loads as the same objects
+    same: dict[int, int] = {}
+    for j in range(len(values)):
+        if kinds[j] in ("array", "tensor"):
+            for i in range(j):
+                if kinds[i] == kinds[j] and i not in same and _same_objects(values[i], values[j]):
+                    same[j] = i
+                    break
+    counts: Counter[int] = Counter()
+    for j, column in enumerate(values):
+        if j not in same:
+            counts.update(map(id, column))
+    for j, column in enumerate(values):
+        if j in same:
+            continue
+        if kinds[j] in ("array", "tensor") and any(counts[id(v)] > 1 for v in column):
+            kinds[j] = "steps"
+    for j, i in list(same.items()):
+        if kinds[i] == "steps":  # its original was demoted: it goes step by step too (memo)
+            kinds[j] = "steps"
+            del same[j]
+        else:
+            kinds[j] = "same"
+    if all(kind == "steps" for kind in kinds):
+        return None
+    steps = [j for j, kind in enumerate(kinds) if kind == "steps"]
+    if tensor_cls is not None and not all(_flat_atomic(v) for j in steps for v in values[j]):
+        for j in steps:
+            values[j] = list(values[j])
+        for t in range(len(dicts)):  # one stand-in per tensor per response, as reduce_response
+            fields = {keys[j]: values[j][t] for j in steps}
+            _wrap_fields(fields, tensor_cls)
+            for j in steps:
+                values[j][t] = fields[keys[j]]
+    columns = [
+        (kind, same[j]) if kind == "same" else _pack_column(kind, values[j])
+        for j, kind in enumerate(kinds)
+    ]
+    return (_rebuild_responses, (cls, keys, len(responses), columns))
+
+
+def _same_objects(a: list[Any], b: list[Any]) -> bool:
+    """Whether ``a[t] is b[t]`` for every step."""
+    return all(x is y for x, y in zip(a, b, strict=True))
+
+
+def _flat_atomic(value: Any) -> bool:
+    """Whether ``value`` is atomic or a list/tuple of atomics (no tensor to wrap inside)."""
+    if type(value) in _ATOMIC:
+        return True
+    return isinstance(value, (list, tuple)) and _ATOMIC.issuperset(map(type, value))
+
+
+def _rebuild_responses(
+    cls: type[Any], keys: tuple[str, ...], n: int, columns: list[tuple[str, Any]]
+) -> list[Any]:
+    """The responses packed by :func:`pack_responses`: ``n`` new ``cls``, fields in order."""
+    values: list[list[Any]] = []
+    for kind, data in columns:
+        values.append(values[data] if kind == "same" else _unpack_column(kind, data))
+    responses = []
+    new: Any = cls.__new__
+    for t in range(n):
+        response = new(cls)
+        response.__dict__.update(zip(keys, [column[t] for column in values], strict=True))
+        responses.append(response)
+    return responses
+
+
+def _pack_step_list(items: list[Any]) -> tuple[Any, ...] | None:
+    """The column-wise reduce value of ``n_steps`` arrays (or dicts of arrays), or None."""
+    if len(items) < 2:
+        return None
+    if _stackable_array(items):
+        return (_rebuild_steps, (_stack(items),))
+    first = items[0]
+    if type(first) is not dict:
+        return None
+    keys = tuple(first)
+    if not all(type(item) is dict and tuple(item) == keys for item in items):
+        return None
+    columns = [[item[key] for item in items] for key in keys]
+    if not all(_stackable_array(column) for column in columns):
+        return None
+    ids = [id(v) for column in columns for v in column]
+    if len(set(ids)) != len(ids):
+        return None
+    return (_rebuild_step_dicts, (keys, [_stack(column) for column in columns]))
+
+
+def _rebuild_steps(stacked: np.ndarray[Any, Any]) -> list[Any]:
+    """The per-step arrays packed by :func:`pack_steps`."""
+    return _rows(stacked)
+
+
+def _rebuild_step_dicts(keys: tuple[str, ...], stacked: list[np.ndarray[Any, Any]]) -> list[Any]:
+    """The per-step dicts of arrays packed by :func:`pack_steps`, keys in order."""
+    rows = [_rows(column) for column in stacked]
+    return [dict(zip(keys, step, strict=True)) for step in zip(*rows, strict=True)]
+
+
+def pack_responses(responses: list[Any]) -> Any:
+    """A stand-in that pickles ``responses`` column-wise (see the section comment above).
+
+    Args:
+        responses: A list of ``PolicyResponse`` (any class whose ``__reduce_ex__`` is
+            :func:`reduce_response`'s).
+
+    Returns:
+        An object to put in a pickled state in place of ``responses``: it pickles as the
+        rebuilt list (one stacked array per numpy, tensor or int column; each other column step
+        by step), or as the plain list when stacking would not be exact (responses of several
+        classes or field sets, an object shared between fields, fewer than two responses).
+        ``copy``/``deepcopy`` of it give the list itself / a deep copy. Nothing is mutated.
+    """
+    return _Packed(responses, True)
+
+
+def pack_steps(items: list[Any]) -> Any:
+    """A stand-in that pickles ``n_steps`` arrays (or dicts of arrays) as one stack per key.
+
+    Args:
+        items: Per-step observation (or mask) batches: distinct C-contiguous ndarrays of one
+            dtype and shape, or dicts of them with one key order; anything else pickles as the
+            plain list.
+
+    Returns:
+        As :func:`pack_responses`, for a list of arrays: each loads as a C-contiguous view of its
+        step of the stacked array (writable as a per-step load would be).
+    """
+    return _Packed(items, False)
