@@ -346,3 +346,25 @@ def test_channel_last_images_are_stored_as_in_process(local_ray: None) -> None:
     for name in FIELDS:
         np.testing.assert_array_equal(_buffer(model)[name], _buffer(ref)[name], err_msg=name)
     assert _buffer(model)["observations"].shape == (6, 2, 3, 36, 36)  # channel-first, as stored
+
+
+def test_pool_rules_hold_for_the_replay_collector(local_ray: None) -> None:
+    """The rules the review added to the other Ray collectors (``PooledCollector``,
+    ``plan_runners``) hold here too: ``collect()`` after ``close()`` says the collector is
+    closed (was Python's ``zip()`` error), a ``timeout_s`` set later is checked and used (was
+    ignored), an acting seed of ``2**32`` is refused before any runner is built (was numpy's
+    bare error in the runner)."""
+    slots = DummyVecEnv([ENVS.AgentSlot] * 2)
+    model = DQN("MlpPolicy", slots, learning_starts=0, train_freq=1, device="cpu")
+    fns = [partial(ENVS.ScheduleEnv, SCHEDULE, 0)]
+    with pytest.raises(ValueError, match=r"acting_seeds\[0\]"):
+        RaySharedReplayCollector(model, fns, acting_seeds=[2**32])
+    collector = RaySharedReplayCollector(model, fns, acting_seeds=[1], num_cpus=0)
+    with pytest.raises(ValueError, match="timeout_s must be None"):
+        collector.timeout_s = -1
+    collector.timeout_s = 30
+    assert collector.timeout_s == 30.0
+    collector.close()
+    start_training(model, 1_000)
+    with pytest.raises(RuntimeError, match="is closed"):
+        collector.collect()

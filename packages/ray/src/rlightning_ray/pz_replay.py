@@ -37,12 +37,11 @@ from typing import TYPE_CHECKING, Any
 
 from rlightning.rules import check_count
 from rlightning_ray._pz_runners import (
+    PooledCollector,
     RunnerPool,
-    check_timeout,
-    copy_seeds,
-    runner_seeds,
+    plan_runners,
+    runner_columns,
     saved_model,
-    split_copies,
 )
 
 try:
@@ -154,7 +153,7 @@ class SharedReplayRunner:
         return int(self.model.num_timesteps), None if rate is None else float(rate)
 
 
-class RaySharedReplayCollector:
+class RaySharedReplayCollector(PooledCollector):
     """Fill one shared off-policy model's replay buffer from env copies stepped on Ray runners.
 
     The copies (``env_fns``, or ``env_fn`` called once per copy) are split into ``n_runners``
@@ -231,19 +230,21 @@ class RaySharedReplayCollector:
         name = "RaySharedReplayCollector"
         check_count(n_runners, f"{name} n_runners", minimum=1)
         check_replay_model(model, name, n_runners)
-        check_count(num_cpus, f"{name} num_cpus", minimum=0, integer=False)
-        fns, copies_per_runner = split_copies(name, env_fns, env_fn, n_runners, copies_per_runner)
-        n_copies = len(fns)
+        plan = plan_runners(
+            name,
+            env_fns=env_fns,
+            env_fn=env_fn,
+            n_runners=n_runners,
+            copies_per_runner=copies_per_runner,
+            seeds=seeds,
+            acting_seeds=acting_seeds,
+            seed_model=model,
+            num_cpus=num_cpus,
+            timeout_s=timeout_s,
+        )
+        columns = runner_columns(name, model, n_runners)
         n_envs = int(model.n_envs)
-        if n_envs % n_runners:
-            raise ValueError(
-                f"{name}: the model's n_envs={n_envs} buffer columns cannot be split into "
-                f"{n_runners} runners of equal columns: build the model with a multiple of "
-                "n_runners slots"
-            )
-        seeds_of_copies = copy_seeds(seeds, n_copies, name)
-        seeds_of_runners = runner_seeds(model, acting_seeds, n_runners, name)
-        self.timeout_s = check_timeout(timeout_s, name)
+        copies_per_runner = plan.copies_per_runner
         if not ray.is_initialized():
             raise RuntimeError(f"{name} needs Ray: call ray.init(...) first")
         self.model = model
@@ -253,10 +254,8 @@ class RaySharedReplayCollector:
         #: :meth:`collect`).
         self.agent_returns: dict[Any, deque[float]] = {}
         blob = ray.put(saved_model(model))
-        columns = n_envs // n_runners
         transpose = image_transpose(model)  # the replicas transpose images as the learner's env
         raw = model.observation_space if transpose is None else transpose.raw_space
-        k = copies_per_runner
         self._pool = RunnerPool(
             name,
             SharedReplayRunner,
@@ -266,9 +265,8 @@ class RaySharedReplayCollector:
                     blob,
                     columns,
                     n_envs,
-                    fns[r * k : (r + 1) * k],
-                    seeds_of_copies[r * k : (r + 1) * k],
-                    seeds_of_runners[r],
+                    *plan.block(r),
+                    plan.runner_seeds[r],
                     device,
                     f"pz-runner-{r}",
                     (raw, model.action_space),
@@ -276,7 +274,7 @@ class RaySharedReplayCollector:
                 for r in range(n_runners)
             ],
             num_cpus=num_cpus,
-            timeout_s=self.timeout_s,
+            timeout_s=plan.timeout_s,
         )
 
     def collect(self) -> int:
@@ -320,7 +318,3 @@ class RaySharedReplayCollector:
             RuntimeError: a runner failed or timed out (named).
         """
         return self._pool.call("counters", what="report its counters")
-
-    def close(self) -> None:
-        """End the runners' actors (their envs are not closed: they die with the process)."""
-        self._pool.close()
