@@ -15,6 +15,10 @@ iteration, ``in``, ``==`` with a list, ``reversed``, ``index``, ``count`` and ``
 ``list``) all behave as on the list of per-env responses; ``isinstance(batch, list)`` is False,
 ``list(batch)`` gives one. Code that works on the whole batch reads
 :attr:`ResponseBatch.stacked` and skips the split.
+
+:func:`pack_responses` and :func:`pack_steps` are the same idea for a list of such answers sent
+to another process (``rlightning_ray``'s fragments): stand-ins that pickle ``n_steps`` responses,
+or arrays, as one stacked array per field and load them as the per-step pickling loads them.
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar, overload
 
 from rlightning._fields import _new_namespace
+from rlightning._pickle import pack_responses, pack_steps
 from rlightning._stack import ENV_IDS_FIELD
 from rlightning.types.policy_response import PolicyResponse
 
-__all__ = ["ResponseBatch"]
+__all__ = ["ResponseBatch", "pack_responses", "pack_steps"]
 
 _R = TypeVar("_R", bound=PolicyResponse)
 

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import numpy as np
 from gymnasium import spaces
 
-from rlightning._pickle import pack_responses, pack_steps
+from rlightning.batch import pack_responses, pack_steps
 from rlightning_ray._contract import reset_problem, step_problem
 from rlightning_ray.latency import HOPS
 
