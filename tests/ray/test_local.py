@@ -234,6 +234,67 @@ def test_weights_published_while_runners_sample_wait_for_the_next_fragment(
             ray.kill(runner)
 
 
+def test_the_collector_hands_its_runners_the_weights_with_no_registry_read(
+    local_ray: None, envs: ModuleType
+) -> None:
+    """Its runners load what it published from the sample call: even with the registry gone."""
+    runners = rlightning_ray.start_runners(
+        partial(envs.CounterEnv, 0),
+        n_runners=2,
+        envs_per_runner=1,
+        num_cpus=0.25,
+        policy=envs.EchoPolicy,
+    )
+    collector = rlightning_ray.Collector(runners)
+    try:
+        collector.publish(2, {"w": 2})
+        registry = ray.get(runners[0].describe.remote())["registry"]
+        ray.kill(registry, no_restart=True)  # a registry read would fail from here on
+        fragments = collector.sample(3, current_version=2)
+        assert {a.policy_version for f in fragments for a in f.answers} == {2}
+        with pytest.raises(Exception, match=r"(?i)actor"):  # reading it directly does fail
+            ray.get(runners[0].sample.remote(1))
+    finally:
+        for runner in runners:
+            ray.kill(runner)
+
+
+def test_a_newer_collector_takes_the_runners_over_and_the_older_is_refused(
+    local_ray: None, envs: ModuleType
+) -> None:
+    """Only the newest Collector over the runners publishes and samples: no stale weights."""
+    runners = rlightning_ray.start_runners(
+        partial(envs.CounterEnv, 0),
+        n_runners=2,
+        envs_per_runner=1,
+        num_cpus=0.25,
+        policy=envs.EchoPolicy,
+    )
+    older = rlightning_ray.Collector(runners)
+    try:
+        older.publish(1, {"w": 1})
+        newer = rlightning_ray.Collector(runners)  # claims the registry: starts from version 1
+        first = newer.sample(2, current_version=1)
+        assert {a.policy_version for f in first for a in f.answers} == {1}
+        with pytest.raises(ValueError, match="claimed by the newest Collector"):
+            older.publish(2, {"w": 2})
+        with pytest.raises(RuntimeError, match="serves the newest Collector built over it"):
+            older.sample(2)
+        newer.publish(3, {"w": 3})
+        later = newer.sample(2, current_version=3)
+        assert {a.policy_version for f in later for a in f.answers} == {3}
+        # a runner sampled without a Collector reads the registry (the newest publish, 3)
+        direct = ray.get(runners[1].sample.remote(1))
+        assert [a.policy_version for a in direct.answers] == [3]
+        registry = ray.get(runners[0].describe.remote())["registry"]
+        refused = registry.publish.remote(4, [ray.put({"w": 4})])
+        with pytest.raises(ValueError, match="publish from outside a Collector"):
+            ray.get(refused)
+    finally:
+        for runner in runners:
+            ray.kill(runner)
+
+
 def test_a_local_runner_killed_mid_sample_restarts_with_the_newest_weights(
     local_ray: None, envs: ModuleType
 ) -> None:

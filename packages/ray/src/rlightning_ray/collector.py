@@ -57,6 +57,13 @@ class Collector:
             its fragments unless it is given its own: :data:`DEFAULT_TIMEOUT_S` (600 s) by
             default; ``math.inf`` for no limit.
 
+    Building it claims the local-mode runners and their
+    :class:`~rlightning_ray.WeightsRegistry`: from then on this collector is their only
+    publisher (:meth:`publish`) and hands each runner the newest weights with each
+    :meth:`sample`, so no runner reads the registry before a fragment. A newer Collector built
+    over the same runners takes them over (this one's ``publish`` and ``sample`` are refused
+    then, naming why).
+
     Raises:
         ValueError: no runner, a runner id or env id repeated (the same runner twice, or two
             ``start_runners`` calls naming theirs alike), a server's deterministic ``order`` is
@@ -113,10 +120,27 @@ class Collector:
         modes = [d.get("mode", "server") for d in described]
         self.local = all(m == "local" for m in modes)
         self._registries: list[Any] = []  # the local runners' registries, one per actor
+        # per runner: the index of its registry in _registries (None: none, server mode)
+        self._runner_registry: list[int | None] = []
         for d in described:
             handle = d.get("registry")
             if handle is not None and all(handle != h for h in self._registries):
                 self._registries.append(handle)
+            self._runner_registry.append(
+                None if handle is None else [h == handle for h in self._registries].index(True)
+            )
+        # Claim the registries (only this collector publishes there from now on) and the
+        # runners: each sample hands a runner the newest weights, no registry read per fragment.
+        self._owner = uuid.uuid4().hex
+        #: per registry, the newest (version, [ObjectRef]) published there (None: none yet)
+        self._latest: list[Any] = ray.get([h.claim.remote(self._owner) for h in self._registries])
+        ray.get(
+            [
+                r.claim.remote(self._owner)
+                for r, k in zip(self.runners, self._runner_registry, strict=True)
+                if k is not None
+            ]
+        )
         self.restarts = 0
         self._hops: list[Any] = []
         served = [(d["runner_id"], d["server"]) for d in described if d.get("server") is not None]
@@ -263,8 +287,9 @@ class Collector:
                 current_version=current_version,
                 max_staleness=self.max_staleness,
                 call_id=call_id,
+                **({} if k is None else {"owner": self._owner, "latest": self._latest[k]}),
             )
-            for r in self.runners
+            for r, k in zip(self.runners, self._runner_registry, strict=True)
         ]
         fragments: list[Any] = [None] * len(refs)
         deadline = None if math.isinf(limit) else time.monotonic() + limit
@@ -399,10 +424,12 @@ class Collector:
         """Publish ``weights`` as ``version`` to the local-mode runners, once.
 
         The weights are put in the object store once (``ray.put``) and each runner's
-        :class:`~rlightning_ray.WeightsRegistry` gets the reference; every runner loads them at
-        the start of its next fragment (:meth:`LocalPolicy.refresh
-        <rlightning_ray.local.LocalPolicy.refresh>`), never inside one. Runners Ray restarts
-        read them the same way. For runners of a server, use
+        :class:`~rlightning_ray.WeightsRegistry` gets the reference; this collector hands it to
+        every runner with its next :meth:`sample`, and the runner loads it at the start of that
+        fragment (:meth:`LocalPolicy.refresh <rlightning_ray.local.LocalPolicy.refresh>`),
+        never inside one. The collector claimed the registries when it was built: only it
+        publishes there (a newer Collector over the same runners takes them over; this one's
+        publish and sample are refused then). For runners of a server, use
         :func:`~rlightning_ray.publish_weights` with the server and its registry.
 
         Args:
@@ -415,8 +442,9 @@ class Collector:
 
         Raises:
             TypeError: ``version`` is not an int.
-            ValueError: the runners are not all in the local mode (names the mode), or
-                ``version`` is not newer than the last published.
+            ValueError: the runners are not all in the local mode (names the mode),
+                ``version`` is not newer than the last published, or a newer Collector over
+                the same runners claimed their registry.
         """
         import ray
 
@@ -429,7 +457,8 @@ class Collector:
                 "rlightning_ray.publish_weights(server, registry, version, weights)"
             )
         ref = ray.put(weights)
-        ray.get([r.publish.remote(version, [ref]) for r in self._registries])
+        ray.get([r.publish.remote(version, [ref], self._owner) for r in self._registries])
+        self._latest = [(version, [ref]) for _ in self._registries]
         return version
 
     def latency(self, *, reset: bool = False) -> LatencyReport:

@@ -16,9 +16,11 @@ the :class:`~rlightning_ray.PolicyServer` and waits. In the local mode each
   versions and checks.
 * **Weights between fragments, never inside one**: the learner publishes to a
   :class:`~rlightning_ray.WeightsRegistry` (:meth:`Collector.publish
-  <rlightning_ray.Collector.publish>`, or :func:`~rlightning_ray.publish_weights` with
-  ``server=None``); the runner calls :meth:`LocalPolicy.refresh` at the start of each ``sample``
-  and loads the newest version there, so one fragment is acted by one version.
+  <rlightning_ray.Collector.publish>`); the runner calls :meth:`LocalPolicy.refresh` at the
+  start of each ``sample`` and loads the newest version there, so one fragment is acted by one
+  version. The Collector claims the registry (only it publishes there from then on) and hands
+  each runner the newest ``(version, [ObjectRef])`` with each ``sample``: no registry read per
+  fragment.
 * **Exactness**: with all of a runner's envs in every call, in env order, an ``ActingReplica``
   draws what SB3's ``collect_rollouts`` draws over those envs (``make_vec_env(k, seed=s)``), so a
   runner's buffer columns equal SB3's, array for array (tests/ray/test_local.py). A seeded
@@ -39,6 +41,8 @@ from rlightning_ray.checks import POLICY_VERSION_FIELD
 from rlightning_ray.server import BatchPolicy, _stacked
 
 __all__ = ["LocalPolicy"]
+
+_READ: Any = object()  # refresh()'s default: read the registry
 
 # The names LocalPolicy.act writes straight into a PolicyResponse's fields (as its __setattr__
 # would): none may be a reserved member of the class (nor env_id, which __setattr__ checks).
@@ -79,15 +83,21 @@ class LocalPolicy:
         self._registry = registry
         self._runner_id = runner_id
 
-    def refresh(self) -> int:
-        """Load the registry's newest weights if they are newer than :attr:`version`.
+    def refresh(self, latest: Any = _READ) -> int:
+        """Load the newest published weights if they are newer than :attr:`version`.
 
         The first publish is loaded whatever its version (also 0: the factory's weights are
         not the learner's).
 
-        The runner calls it before each fragment (never inside one). Reads the registry (one
-        actor call) and, when it holds a newer version, the weights' object (``ray.get``) and
-        passes them to the policy's ``set_weights``.
+        The runner calls it before each fragment (never inside one). Without ``latest`` it
+        reads the registry (one actor call); a local-mode :class:`~rlightning_ray.Collector`,
+        the registry's only publisher once it claimed it, hands the newest weights with each
+        ``sample`` instead, which saves that call. When they are newer, the weights' object is
+        fetched (``ray.get``) and passed to the policy's ``set_weights``.
+
+        Args:
+            latest: The newest ``(version, [ObjectRef])`` published, or None when nothing was
+                published yet (then the factory's weights stay); not given: read the registry.
 
         Returns:
             The version in use afterwards.
@@ -97,13 +107,16 @@ class LocalPolicy:
             RuntimeError: the policy's ``set_weights`` raised (the runner and both versions
                 named; the cause chained); the policy keeps its version.
         """
-        if self._registry is None:
+        if latest is _READ:
+            if self._registry is None:
+                return self.version
+            import ray
+
+            latest = ray.get(self._registry.latest.remote())
+        if latest is None or (self._loaded and latest[0] <= self.version):
             return self.version
         import ray
 
-        latest = ray.get(self._registry.latest.remote())
-        if latest is None or (self._loaded and latest[0] <= self.version):
-            return self.version
         version, refs = latest
         set_weights = getattr(self.policy, "set_weights", None)
         if set_weights is None:

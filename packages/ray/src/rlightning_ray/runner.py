@@ -165,6 +165,7 @@ class EnvRunner:
         self._local: LocalPolicy | None = None
         if policy is not None:  # built last: its seeding is not consumed by the envs
             self._local = LocalPolicy(policy, registry=registry, runner_id=runner_id)
+        self._owner: str | None = None  # the token of the Collector it serves (claim)
 
     def _actor_identity(self) -> tuple[bool, str]:
         """``(restarted, incarnation)`` of the Ray actor this runner lives in.
@@ -225,6 +226,36 @@ class EnvRunner:
             "streams": self.streams,
         }
 
+    def claim(self, owner: str) -> None:
+        """Serve the local-mode :class:`~rlightning_ray.Collector` of token ``owner`` from now on.
+
+        A Collector calls it on each of its local runners when it is built (after claiming
+        their :class:`~rlightning_ray.WeightsRegistry`); a ``sample`` handed another token is
+        refused from then on (that Collector was replaced by a newer one over this runner).
+        """
+        self._owner = owner
+
+    def _check_owner(self, owner: str) -> None:
+        """Refuse a ``sample`` from a Collector this runner no longer serves.
+
+        A runner Ray re-created lost its claim: it reads the registry's owner once.
+
+        Raises:
+            RuntimeError: ``owner`` is not the token of the newest Collector over the runner.
+        """
+        if self._owner is None:
+            import ray
+
+            registry = None if self._local is None else self._local._registry
+            if registry is not None:
+                self._owner = ray.get(registry.owner.remote())
+        if owner != self._owner:
+            raise RuntimeError(
+                f"runner {self.runner_id!r} serves the newest Collector built over it, not this "
+                "one (its weights handed with sample may be older than that Collector's): "
+                "sample and publish with the newest Collector"
+            )
+
     def sample(
         self,
         n_steps: int,
@@ -232,6 +263,8 @@ class EnvRunner:
         current_version: int | None = None,
         max_staleness: int = 0,
         call_id: str | None = None,
+        owner: str | None = None,
+        latest: Any = None,
     ) -> Any:
         """Step every env ``n_steps`` times with the server's answers; return the finished steps.
 
@@ -253,6 +286,12 @@ class EnvRunner:
             call_id: The collector's id of this call (the same for every runner of one
                 :meth:`Collector.sample <rlightning_ray.Collector.sample>`), which the server's
                 deterministic mode uses to keep the runners in lockstep; None sends no tag.
+            owner: In the local mode, the token of the :class:`~rlightning_ray.Collector`
+                asking (it claimed the runner's registry: only it publishes there), with
+                ``latest``; None: the runner reads its registry for the newest weights.
+            latest: With ``owner``: the newest ``(version, [ObjectRef])`` that Collector
+                published (None: nothing yet), loaded if newer than the runner's (no registry
+                read).
 
         Pipelined (``pipeline=True``): each half is its own stream. Both halves' step-0
         requests are sent (``.remote()``, not waited for); then, per step, for each half in
@@ -273,8 +312,9 @@ class EnvRunner:
                 gymnasium's API (a 4-tuple ``step``, an observation of another shape than the
                 observation space's: names the env, the runner and the space).
             RuntimeError: an env raised in ``step`` or ``reset`` (names the env, the runner and
-                the step; the cause is chained), or the server failed this runner's request
-                (e.g. ``LockstepError`` in the deterministic mode).
+                the step; the cause is chained), the server failed this runner's request
+                (e.g. ``LockstepError`` in the deterministic mode), or ``owner`` is not the
+                newest Collector's over this runner.
         """
         import ray
 
@@ -285,7 +325,11 @@ class EnvRunner:
         group = self._group
         local = self._local
         if local is not None:
-            local.refresh()
+            if owner is None:
+                local.refresh()
+            else:
+                self._check_owner(owner)
+                local.refresh(latest)
         stream = _Stream(self, group, self.env_ids, slice(0, len(self.env_ids)), n_steps)
         for t in range(n_steps):
             seen = group.observe()

@@ -19,21 +19,58 @@ class WeightsRegistry:
     """A Ray actor remembering the newest published weights (a reference, not a copy).
 
     Create it with ``ray.remote(WeightsRegistry).remote()`` (:func:`rlightning_ray.start_server`
-    does). The driver owns the weights' objects, so they outlive a crashed server.
+    and, for the local mode, :func:`rlightning_ray.start_runners` do). The driver owns the
+    weights' objects, so they outlive a crashed server or runner.
+
+    A local-mode :class:`~rlightning_ray.Collector` *claims* its runners' registry when it is
+    built (:meth:`claim`): from then on only it publishes there (:meth:`publish` with its
+    ``owner`` token), so the version it hands its runners with each ``sample`` is always the
+    newest, and they need not read the registry before every fragment. A newer Collector over
+    the same runners claims it in turn; the older one's publishes are refused.
     """
 
     def __init__(self) -> None:
         self._latest: tuple[int, list[Any]] | None = None
+        self._owner: str | None = None
 
-    def publish(self, version: int, refs: list[Any]) -> int:
+    def claim(self, owner: str) -> tuple[int, list[Any]] | None:
+        """Make ``owner`` (a Collector's token) the only publisher; return the newest weights.
+
+        Returns:
+            The newest ``(version, [ObjectRef])``, or None before the first publish.
+        """
+        self._owner = owner
+        return self._latest
+
+    def owner(self) -> str | None:
+        """The token of the Collector that claimed the registry last (None: unclaimed)."""
+        return self._owner
+
+    def publish(self, version: int, refs: list[Any], owner: str | None = None) -> int:
         """Remember ``refs`` (a one-item list holding the weights' ObjectRef) as ``version``.
+
+        Args:
+            version: The new version, newer than the one remembered.
+            refs: ``[ObjectRef]`` of the weights.
+            owner: The publishing Collector's token (None: a publish from outside a Collector,
+                e.g. :func:`publish_weights`).
 
         Returns:
             ``version``.
 
         Raises:
-            ValueError: ``version`` is not newer than the one remembered.
+            ValueError: ``version`` is not newer than the one remembered, or a Collector
+                claimed the registry and ``owner`` is not its token (publish through the
+                newest Collector built over the runners).
         """
+        if self._owner is not None and owner != self._owner:
+            who = "a publish from outside a Collector" if owner is None else "an older Collector"
+            raise ValueError(
+                f"weights version {version} refused: the runners' weights registry is claimed "
+                f"by the newest Collector built over them, and this is {who}; publish with that "
+                "Collector's publish(version, weights) (its runners load only what it hands "
+                "them)"
+            )
         if self._latest is not None and version <= self._latest[0]:
             raise ValueError(
                 f"weights version {version} is not newer than the published {self._latest[0]}"
