@@ -26,6 +26,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rlightning.rules import check_seeds
 from rlightning_pettingzoo import (
+    AECReplayCollector,
     AECRolloutCollector,
     GroupRolloutCollector,
     SharedReplayCollector,
@@ -87,11 +88,19 @@ def _aec(seeds: Any) -> Any:
     )
 
 
+def _aec_replay(seeds: Any) -> Any:
+    model = DQN("MultiInputPolicy", DummyVecEnv([_TicTacToeSlot]), buffer_size=16, device="cpu")
+    return AECReplayCollector(
+        model, [tictactoe_v3.env], opponents={"player_2": "random"}, seeds=seeds
+    )
+
+
 BUILDERS: dict[str, Callable[[Any], Any]] = {
     "SharedRolloutCollector": _shared,
     "SharedReplayCollector": _replay,
     "GroupRolloutCollector": _group,
     "AECRolloutCollector": _aec,
+    "AECReplayCollector": _aec_replay,
 }
 
 

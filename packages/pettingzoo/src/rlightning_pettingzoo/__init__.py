@@ -13,7 +13,8 @@
   :class:`GroupRolloutCollector` and :class:`GroupReplayCollector` (the same with one model per
   group of agents that share spaces, or per agent, each filling its own buffer);
   :class:`AECRolloutCollector` (turn-based AEC envs: self-play, or against frozen or random
-  opponents); :class:`RolloutRecorder`/:func:`fill_recorded` and
+  opponents) and :class:`AECReplayCollector` (the same for DQN's ``ReplayBuffer``);
+  :class:`RolloutRecorder`/:func:`fill_recorded` and
   :class:`ReplayRecorder`/:func:`fill_recorded_replay` (the shared collectors split in two
   processes, for ``rlightning_ray``'s runners); with the ``[sb3]`` extra, imported on first use.
 * Env groups: :class:`ParallelEnvGroup` (``k`` parallel envs stepped together: observe, step,
@@ -62,6 +63,7 @@ except PackageNotFoundError:  # running from a source tree that was not installe
 
 _SB3_NAMES = {
     "AECRolloutCollector": "aec_collector",
+    "AECReplayCollector": "aec_replay",
     "Segment": "collector",
     "SharedRolloutCollector": "collector",
     "SharedReplayCollector": "replay",
@@ -97,6 +99,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "PETTINGZOO_SUPPORTED",
     "PETTINGZOO_TESTED",
+    "AECReplayCollector",
     "AECRolloutCollector",
     "AECRolloutRecorder",
     "GroupReplayCollector",

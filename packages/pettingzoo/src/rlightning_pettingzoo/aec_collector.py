@@ -31,7 +31,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from gymnasium import spaces
@@ -121,6 +121,9 @@ class AECRolloutCollector(CopyBookkeeping):
             called.
     """
 
+    #: The collector's name in its messages.
+    _caller: ClassVar[str] = "AECRolloutCollector"
+
     def __init__(
         self,
         model: OnPolicyAlgorithm,
@@ -129,15 +132,10 @@ class AECRolloutCollector(CopyBookkeeping):
         opponents: Mapping[Any, Opponent] | None = None,
         seeds: Sequence[int | None] | None = None,
     ) -> None:
-        if not isinstance(model, OnPolicyAlgorithm):
-            raise TypeError(
-                "AECRolloutCollector needs an on-policy SB3 model (PPO, A2C, MaskablePPO), "
-                f"got {type(model).__name__}"
-            )
-        _refuse_recurrent_model(model, "AECRolloutCollector")
+        self._check_model(model)
         self.model = model
-        self._make_envs(env_fns, "AECRolloutCollector", require_aec, "an AECEnv")
-        refuse_unapplied_wrappers(model, "AECRolloutCollector")
+        self._make_envs(env_fns, self._caller, require_aec, "an AECEnv")
+        refuse_unapplied_wrappers(model, self._caller)
         # a trained agent's observation: a copy, transposed as SB3's VecTransposeImage where
         # SB3 wrapped the model's env in one (opponents' models transpose their own input)
         self._intake = observation_intake(model)
@@ -145,16 +143,29 @@ class AECRolloutCollector(CopyBookkeeping):
         # seeds, open transitions, episodes, steps, ranks, dropped (trained agents' turns acted
         # but not stored: self-play, closing the open transitions at the rollout's end),
         # agent_returns (per trained agent): _stepper_base.CopyBookkeeping
-        self._start_bookkeeping(seeds, "AECRolloutCollector")
+        self._start_bookkeeping(seeds, self._caller)
         self._rngs = [np.random.default_rng(seed) for seed in self._seeds]
         self.opponents: dict[Any, Opponent] = dict(opponents or {})
         self._check_opponents()
         self._live = [False] * n  # the copy's game is on (reset and not over)
         self._acted: set[tuple[int, Any]] = set()  # acted since its last turn (reward owed)
 
+    def _check_model(self, model: Any) -> None:
+        """Refuse a trained model this collector cannot fill a buffer for (before any env).
+
+        Raises:
+            TypeError: ``model`` is not an on-policy SB3 model, or is recurrent.
+        """
+        if not isinstance(model, OnPolicyAlgorithm):
+            raise TypeError(
+                f"{self._caller} needs an on-policy SB3 model (PPO, A2C, MaskablePPO), "
+                f"got {type(model).__name__}"
+            )
+        _refuse_recurrent_model(model, self._caller)
+
     def _check_opponents(self) -> None:
         for agent, opponent in self.opponents.items():
-            _check_opponent(agent, opponent, self.model, "AECRolloutCollector")
+            _check_opponent(agent, opponent, self.model, self._caller)
         for i, env in enumerate(self._envs):
             possible = list(env.possible_agents)
             unknown = [a for a in self.opponents if a not in possible]
@@ -173,7 +184,7 @@ class AECRolloutCollector(CopyBookkeeping):
             # agent's first round; an AEC env declares every seat's spaces up front)
             trained = [a for a in possible if a not in self.opponents]
             _check_model_fits(env, self.model, trained, {})
-            refuse_unstorable_layout(env, i, self.model, trained, "AECRolloutCollector")
+            refuse_unstorable_layout(env, i, self.model, trained, self._caller)
 
     def _reset(self, i: int) -> None:
         env = self._envs[i]
@@ -254,7 +265,7 @@ class AECRolloutCollector(CopyBookkeeping):
             raise ValueError(
                 f"agent {agent!r} of {describe_env(env)} (copy {i}) has its turn but its action "
                 "mask allows no action; an AEC agent cannot wait (env.step needs its action), "
-                "so AECRolloutCollector refuses"
+                f"so {self._caller} refuses"
             )
         return checked
 
@@ -366,7 +377,7 @@ class AECRolloutCollector(CopyBookkeeping):
         """
         model: Any = self.model
         if update_model:  # before any step: add_rollout_step would refuse only at the end
-            refuse_unstarted(model, "AECRolloutCollector")
+            refuse_unstarted(model, self._caller)
         buf = model.rollout_buffer
         n_rows, n_columns = int(buf.buffer_size), int(buf.n_envs)
         capacity = n_rows * n_columns
