@@ -33,6 +33,8 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 from pettingzoo.classic import connect_four_v3, tictactoe_v3
 from sb3_contrib import RecurrentPPO
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
@@ -364,6 +366,24 @@ def test_fewer_columns_than_agents_resets_where_a_run_changes_column() -> None:
     assert totals["rows"] == 2 * 8
 
 
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**16),
+    n_steps=st.integers(2, 10),
+    copies=st.integers(1, 3),
+    n_columns=st.integers(1, 4),
+    opponents=st.sampled_from([{}, {"player_1": "random"}, {"player_2": "random"}]),
+)
+def test_reference_holds_over_seeds_steps_copies_and_columns(
+    seed: int, n_steps: int, copies: int, n_columns: int, opponents: dict[str, Any]
+) -> None:
+    seeds = [seed + c for c in range(copies)]
+    totals, _, _ = run(tictactoe_v3, n_steps, copies, n_columns, opponents, 2, seeds)
+    assert totals["rows"] == 2 * n_steps * n_columns
+    event(f"forced resets: {totals['forced_resets'] > 0}")
+    event(f"a state carried into the next rollout: {totals['carried'] > 0}")
+
+
 @pytest.mark.parametrize(
     "mutation",
     ["hidden_states_vf", "cell_states_pi", "episode_starts", "swap_columns", "values"],
@@ -398,7 +418,8 @@ def test_a_mutated_buffer_fails_the_reference(mutation: str) -> None:
 def test_a_feed_forward_collector_keeps_its_slot_ordered_layout() -> None:
     # the recurrent lanes are used for recurrent models only: a PPO's columns are the slots'
     # streams in slot order, as before (test_aec_collector checks its values)
-    model = PPO("MultiInputPolicy", DummyVecEnv([lambda: Slot(tictactoe_v3)] * 2), n_steps=8)
+    slots = DummyVecEnv([lambda: Slot(tictactoe_v3)] * 2)
+    model = PPO("MultiInputPolicy", slots, n_steps=8, batch_size=16)
     collector = AECRolloutCollector(model, [tictactoe_v3.env] * 2, seeds=[0, 1])
     segments = collector.collect(update_model=False)
     order = [(s.env_index, s.agent_id) for s in segments]
