@@ -7,6 +7,7 @@ stored) is theirs.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -16,7 +17,26 @@ from rlightning.rules import check_seeds
 from rlightning_pettingzoo._columns import Transition
 from rlightning_pettingzoo._envs import require_distinct
 
-__all__ = ["CopyBookkeeping"]
+__all__ = ["CopyBookkeeping", "row_prefix"]
+
+#: Numbers the collectors, for their row ids in a model's adapter (:func:`row_prefix`).
+_COLLECTORS = itertools.count()
+
+
+def row_prefix(caller: str) -> str:
+    """A new collector's own prefix for its row ids in the model's (shared) adapter.
+
+    ``rlightning_pettingzoo._sb3.sb3_rows`` puts it before each agent's row id, so a
+    RecurrentPPO's per-agent LSTM states (carried by the adapter, one per row id) are never
+    another collector's on the same model.
+
+    Args:
+        caller: The collector's name.
+
+    Returns:
+        ``"<caller>-<n>/"``, ``n`` counting the collectors made in this process.
+    """
+    return f"{caller}-{next(_COLLECTORS)}/"
 
 
 class CopyBookkeeping:

@@ -8,7 +8,6 @@ agent ends). The collectors decide what goes into which buffer.
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -27,15 +26,12 @@ from rlightning_pettingzoo._sb3 import (
     refuse_unstorable_layout,
     sb3_rows,
 )
-from rlightning_pettingzoo._stepper_base import CopyBookkeeping
+from rlightning_pettingzoo._stepper_base import CopyBookkeeping, row_prefix
 from rlightning_pettingzoo.masks import find_action_mask
 from rlightning_pettingzoo.parallel import to_parallel_actions
 from rlightning_pettingzoo.policies import _WAITS, SharedPolicyAdapter, _assemble, _checked_masks
 
 __all__ = ["AgentStepper"]
-
-#: Numbers the collectors, for their row ids in a model's adapter (``AgentStepper._row_prefix``).
-_COLLECTORS = itertools.count()
 
 #: Rounds in a row in which no agent of any copy could act before a collector gives up.
 _MAX_IDLE_ROUNDS = 10_000
@@ -77,9 +73,7 @@ class AgentStepper(CopyBookkeeping):
     ) -> None:
         self.model = model
         self._make_envs(env_fns, caller, require_parallel, "a ParallelEnv")
-        # this collector's own row ids in the model's (shared) adapter: a RecurrentPPO's
-        # per-agent LSTM states are never another collector's on the same model
-        self._row_prefix = f"{caller}-{next(_COLLECTORS)}/"
+        self._row_prefix = row_prefix(caller)
         refuse_unapplied_wrappers(model, caller)
         # each observation's copy, transposed where SB3 wrapped the model's env in
         # VecTransposeImage (channel-last images): what learn() acts on and stores

@@ -23,6 +23,16 @@ The semantics (``docs/pettingzoo.md``, "Training", "AEC environments"; ``docs/de
   (self-play) is acted by the model but not stored (counted in :attr:`AECRolloutCollector.
   dropped`). A copy then pauses at the turn where its last open transition closed, and the next
   rollout acts that turn: no value is made up, no row bootstraps from a guess.
+* A RecurrentPPO (sb3-contrib) keeps one LSTM state per (copy, trained agent), advanced only on
+  that agent's own turns (an AEC agent observes and acts only when selected; opponents' turns,
+  the other seats' turns and dead steps leave it as it is), reset at the agent's first turn of
+  each game (``episode_start``). Its turns' columns are assigned as they are acted, by the
+  parallel collector's rule (:class:`rlightning_pettingzoo._lanes.RecurrentLanes`): an agent
+  keeps its column while it has room, and where its run in a column starts below row 0 (its
+  own column was full, or taken) its LSTM is reset too, as the buffer then flags the row
+  ``episode_start``. Each row's ``lstm_states`` is the state its agent acted from; the turns
+  acted but not stored at a rollout's end advance the state like any other turn, and an agent
+  that keeps its column starts the next rollout's row 0 from it.
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from rlightning import rules
 from rlightning_pettingzoo._columns import Placed, Transition, owned, pack
 from rlightning_pettingzoo._envs import describe_env, require_aec
+from rlightning_pettingzoo._lanes import RecurrentLanes
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
     is_sb3_model,
@@ -51,7 +62,7 @@ from rlightning_pettingzoo._sb3 import (
     refuse_unstorable_layout,
     sb3_rows,
 )
-from rlightning_pettingzoo._stepper_base import CopyBookkeeping
+from rlightning_pettingzoo._stepper_base import CopyBookkeeping, row_prefix
 from rlightning_pettingzoo.collector import Segment, _fill_rollout, _segments
 from rlightning_pettingzoo.masks import find_action_mask
 from rlightning_pettingzoo.policies import _WAITS, _check_model_fits, _checked_masks
@@ -92,10 +103,18 @@ class AECRolloutCollector(CopyBookkeeping):
     ``callback``, ``log_interval`` and ``progress_bar`` then act as in ``learn()``), and
     ``model.train()`` after each :meth:`collect`.
 
+    A RecurrentPPO keeps one LSTM state per (copy, trained agent), stepped on the agent's own
+    turns only and reset at its first turn of each game; its columns are assigned as its
+    agents act (see the module docstring): give it one column per (copy, trained agent), or
+    more, so that an agent changes column (and its LSTM is reset there) only where the seats'
+    turn counts differ near a rollout's end.
+
     Args:
-        model: A PPO, A2C, MaskablePPO or other feed-forward ``OnPolicyAlgorithm``. A
+        model: A PPO, A2C, MaskablePPO, RecurrentPPO or other ``OnPolicyAlgorithm``. A
             MaskablePPO gets each turn's mask (``observe(agent)["action_mask"]`` or
-            ``infos[agent]["action_mask"]``, see :func:`find_action_mask`) and stores it.
+            ``infos[agent]["action_mask"]``, see :func:`find_action_mask`) and stores it;
+            the other models get none (a mask in a Dict observation is part of what they
+            observe; an illegal move is the env's to handle).
         env_fns: One function per env copy, each returning a PettingZoo ``AECEnv``.
         opponents: ``{agent_id: opponent}`` for the agents that are not trained: a frozen SB3
             model (pass a copy, e.g. ``MaskablePPO.load(path)``; it acts through its own
@@ -109,7 +128,7 @@ class AECRolloutCollector(CopyBookkeeping):
             copy's random opponents.
 
     Raises:
-        TypeError: ``model`` is not an on-policy SB3 model or is recurrent, an env is not an
+        TypeError: ``model`` is not an on-policy SB3 model, an env is not an
             ``AECEnv``, an opponent is neither an SB3 model nor ``"random"``, an opponent model
             is recurrent (no hidden state is kept between its turns), or a ``"random"``
             opponent's action space is not ``Discrete``.
@@ -134,6 +153,7 @@ class AECRolloutCollector(CopyBookkeeping):
     ) -> None:
         self._check_model(model)
         self.model = model
+        self._recurrent = adapter_for(model).is_recurrent
         self._make_envs(env_fns, self._caller, require_aec, "an AECEnv")
         refuse_unapplied_wrappers(model, self._caller)
         # a trained agent's observation: a copy, transposed as SB3's VecTransposeImage where
@@ -149,19 +169,22 @@ class AECRolloutCollector(CopyBookkeeping):
         self._check_opponents()
         self._live = [False] * n  # the copy's game is on (reset and not over)
         self._acted: set[tuple[int, Any]] = set()  # acted since its last turn (reward owed)
+        # a RecurrentPPO: this collector's row ids in the model's adapter (one LSTM state per
+        # (copy, agent)), and each stored turn's column, chosen as it acts (_lanes)
+        self._row_prefix = row_prefix(self._caller)
+        self._lanes = RecurrentLanes(int(model.n_envs))
 
     def _check_model(self, model: Any) -> None:
         """Refuse a trained model this collector cannot fill a buffer for (before any env).
 
         Raises:
-            TypeError: ``model`` is not an on-policy SB3 model, or is recurrent.
+            TypeError: ``model`` is not an on-policy SB3 model.
         """
         if not isinstance(model, OnPolicyAlgorithm):
             raise TypeError(
-                f"{self._caller} needs an on-policy SB3 model (PPO, A2C, MaskablePPO), "
-                f"got {type(model).__name__}"
+                f"{self._caller} needs an on-policy SB3 model (PPO, A2C, MaskablePPO, "
+                f"RecurrentPPO), got {type(model).__name__}"
             )
-        _refuse_recurrent_model(model, self._caller)
 
     def _check_opponents(self) -> None:
         for agent, opponent in self.opponents.items():
@@ -295,6 +318,10 @@ class AECRolloutCollector(CopyBookkeeping):
         first = turns[0]
         action_space = self._envs[first.index].action_space(first.agent)
         keys = [(t.index, t.agent) for t in turns]
+        starts: list[bool] | None = None
+        if self._recurrent:  # the LSTM resets: where an episode or a run in a column starts
+            chosen = self._lanes.assign(keys if streams is not None else [], self._starting)
+            starts = [chosen[k] if k in chosen else k[1] in self._starting[k[0]] for k in keys]
         try:
             rows = sb3_rows(
                 self.model,
@@ -303,6 +330,8 @@ class AECRolloutCollector(CopyBookkeeping):
                 [t.mask for t in turns],
                 action_space,
                 deterministic=False,
+                episode_starts=starts,
+                row_prefix=self._row_prefix,
             )
         except ValueError as error:  # np.stack's or SB3's shape error: name the agent
             for t in turns:
@@ -340,6 +369,8 @@ class AECRolloutCollector(CopyBookkeeping):
                 )
                 streams.setdefault(key, []).append(transition)
                 self._open[key] = transition
+                if self._recurrent:
+                    self._lanes.place(key, transition)
             self._starting[i].discard(agent)
             self._acted.add(key)
             self._episode.setdefault(key, [0.0, 0])[1] += 1
@@ -385,6 +416,8 @@ class AECRolloutCollector(CopyBookkeeping):
         streams: dict[tuple[int, Any], list[Transition]] = {}
         self.dropped = 0
         count = 0
+        if self._recurrent:
+            self._lanes.begin(n_rows)
         while count < capacity:
             turns: list[_Turn] = []
             for i in range(len(self._envs)):
@@ -411,27 +444,17 @@ class AECRolloutCollector(CopyBookkeeping):
                 "after the rollout's end (their agents were never selected again)"
             )
         self._open.clear()
-        order = sorted(streams, key=lambda s: (s[0], self._agent_rank(*s)))
-        placed = pack([streams[s] for s in order], n_rows, n_columns)
+        if self._recurrent:
+            placed = self._lanes.packed()
+        else:
+            order = sorted(streams, key=lambda s: (s[0], self._agent_rank(*s)))
+            placed = pack([streams[s] for s in order], n_rows, n_columns)
         self._fill(placed, update_model)
         return _segments(placed, n_rows, n_columns)
 
     def _fill(self, placed: list[list[Placed]], update_model: bool) -> None:
         """Hand the rows to ``add_rollout_step``, then ``finish_rollout``."""
         _fill_rollout(self.model, placed, update_model, self.agent_returns)
-
-
-def _refuse_recurrent_model(model: Any, caller: str) -> None:
-    """Refuse a recurrent trained model (no hidden state per agent is kept between turns).
-
-    Raises:
-        TypeError: ``model``'s policy is recurrent (sb3-contrib's ``RecurrentPPO``).
-    """
-    if adapter_for(model).is_recurrent:
-        raise TypeError(
-            f"{type(model).__name__} has a recurrent policy; {caller} drives "
-            "feed-forward policies only (a hidden state per agent is not kept)"
-        )
 
 
 def _check_opponent(agent: Any, opponent: Opponent, model: Any, caller: str) -> None:

@@ -34,6 +34,7 @@ from rlightning_pettingzoo._columns import (
     stack_agent_observations,
     stack_rows,
 )
+from rlightning_pettingzoo._lanes import RecurrentLanes
 from rlightning_pettingzoo._sb3 import adapter_for, refuse_unstarted, stack_named
 from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper
 from rlightning_sb3 import add_rollout_step, finish_rollout
@@ -119,9 +120,8 @@ class SharedRolloutCollector(AgentStepper):
             )
         self._recurrent = adapter_for(model).is_recurrent
         super().__init__(model, env_fns, seeds, "SharedRolloutCollector")
-        # recurrent: each column's current agent and each agent's column (see _lanes)
-        self._owner: list[tuple[int, Any] | None] = [None] * int(model.rollout_buffer.n_envs)
-        self._lane_of: dict[tuple[int, Any], int] = {}
+        # recurrent: each stored agent-step's column, chosen as it acts (_lanes)
+        self._lanes = RecurrentLanes(int(model.rollout_buffer.n_envs))
 
     def collect(self, *, update_model: bool = True) -> list[Segment]:
         """Collect one full rollout into ``model.rollout_buffer`` and compute its advantages.
@@ -161,8 +161,8 @@ class SharedRolloutCollector(AgentStepper):
         count, idle = 0, 0
         self.dropped = 0
         maskable = hasattr(buf, "action_masks")
-        lanes: list[list[Transition]] = [[] for _ in range(n_columns)]  # recurrent only
-        fills = [0] * n_columns
+        if self._recurrent:
+            self._lanes.begin(n_rows)
         while count < capacity:
             plan = self._plan(capacity - count)
             keys = [(copy.index, agent) for copy in plan for agent in copy.acting]
@@ -181,74 +181,21 @@ class SharedRolloutCollector(AgentStepper):
                     count += self._step(copy, rows, streams, maskable)
                 continue
             kept = [(copy.index, a) for copy in plan for a in copy.acting[: copy.kept]]
-            lanes_now, starts_now = self._assign(kept, lanes, fills, n_rows)
-            chosen = dict(zip(kept, zip(lanes_now, starts_now, strict=True), strict=True))
-            starts = [chosen[k][1] if k in chosen else k[1] in self._starting[k[0]] for k in keys]
+            chosen = self._lanes.assign(kept, self._starting)
+            starts = [chosen[k] if k in chosen else k[1] in self._starting[k[0]] for k in keys]
             rows = self._act(plan, keys, starts)
             for copy in plan:
                 count += self._step(copy, rows, streams, maskable)
             for key in kept:
-                lane, start = chosen[key]
-                transition = streams[key][-1]
-                transition.episode_start = start
-                column = lanes[lane]
-                if column and column[-1].end is None and _slot(column[-1]) != key:
-                    column[-1].cut = True  # its agent acts on in another column
-                column.append(transition)
+                self._lanes.place(key, streams[key][-1])
         self._open.clear()  # the rollout cuts the trajectories still open
         if self._recurrent:
-            placed = pack(lanes, n_rows, n_columns)
-            for row in placed:
-                for p in row:
-                    assert p.episode_start == p.transition.episode_start, "internal: lanes"
+            placed = self._lanes.packed()
         else:
             order = sorted(streams, key=lambda s: (s[0], self._agent_rank(*s)))
             placed = pack([streams[s] for s in order], n_rows, n_columns)
         self._fill(placed, update_model)
         return _segments(placed, n_rows, n_columns)
-
-    def _assign(
-        self,
-        keys: list[tuple[int, Any]],
-        lanes: list[list[Transition]],
-        fills: list[int],
-        n_rows: int,
-    ) -> tuple[list[int], list[bool]]:
-        """A recurrent model's column (lane) for each stored agent-step of a round, and its start.
-
-        An agent keeps its column while the column has room; otherwise it takes the lowest
-        column with room whose agent has ended (or none), else the lowest with room (whose
-        agent, cut there, moves on). The step's ``episode_start`` (the LSTM reset when it acts,
-        and what the buffer stores) is True where its episode starts, and where it begins a run
-        in a column below row 0 (SB3's GAE and sb3-contrib's sequences start there); at row 0 a
-        continuing agent keeps its state (the column's first sequence starts from the stored
-        state). ``fills`` is mutated.
-        """
-        out_lanes: list[int] = []
-        out_starts: list[bool] = []
-        taken: set[int] = set()  # columns given to another agent this round
-        for key in keys:
-            real = key[1] in self._starting[key[0]]
-            lane = self._lane_of.get(key)
-            if lane is None or self._owner[lane] != key or fills[lane] >= n_rows:
-                room = [c for c in range(len(fills)) if fills[c] < n_rows and c not in taken]
-                if not room:
-                    room = [c for c in range(len(fills)) if fills[c] < n_rows]
-                free = [c for c in room if self._owner[c] is None or _ended(lanes[c])]
-                lane = (free or room)[0]
-                previous = self._owner[lane]
-                if previous is not None and self._lane_of.get(previous) == lane:
-                    del self._lane_of[previous]
-                self._owner[lane] = key
-                self._lane_of[key] = lane
-                start = real or fills[lane] > 0
-            else:
-                start = real
-            taken.add(lane)
-            fills[lane] += 1
-            out_lanes.append(lane)
-            out_starts.append(start)
-        return out_lanes, out_starts
 
     def _fill(self, placed: list[list[Placed]], update_model: bool) -> None:
         """Hand the rows to ``add_rollout_step``, then ``finish_rollout``."""
@@ -385,15 +332,6 @@ def _row_batch(
             "episode_start": np.array(starts, dtype=bool),
         },
     )
-
-
-def _slot(transition: Transition) -> tuple[int, Any]:
-    return (transition.env_index, transition.agent_id)
-
-
-def _ended(column: list[Transition]) -> bool:
-    """The column's last agent-step ended its agent's episode (the column is free)."""
-    return bool(column) and column[-1].end is not None
 
 
 def _segments(placed: list[list[Placed]], n_rows: int, n_columns: int) -> list[Segment]:

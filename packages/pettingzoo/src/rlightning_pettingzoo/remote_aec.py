@@ -21,11 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rlightning_pettingzoo.aec_collector import (
-    AECRolloutCollector,
-    _check_opponent,
-    _refuse_recurrent_model,
-)
+from rlightning_pettingzoo.aec_collector import AECRolloutCollector, _check_opponent
 from rlightning_pettingzoo.remote import _Recording, check_rollout_model
 
 __all__ = ["AECRolloutRecorder", "check_aec_model"]
@@ -55,11 +51,12 @@ def check_aec_model(model: Any, opponents: Any, caller: str) -> None:
     """Refuse a model or opponents an :class:`AECRolloutRecorder` could not record with.
 
     What can be checked without an env, before anything starts: the model as
-    :func:`~rlightning_pettingzoo.check_rollout_model` checks it, and not recurrent (the AEC
-    collector keeps no hidden state per agent); ``opponents`` a mapping whose entries are
-    ``"random"`` or frozen feed-forward SB3 models other than ``model`` (each entry as
-    ``AECRolloutCollector`` checks it). The opponents' agents and spaces are checked against
-    the envs where the recorder is built.
+    :func:`~rlightning_pettingzoo.check_rollout_model` checks it (a RecurrentPPO is
+    accepted: the recorder's replica carries each agent's LSTM state from one rollout to the
+    next, as :class:`~rlightning_pettingzoo.RolloutRecorder`'s does); ``opponents`` a mapping
+    whose entries are ``"random"`` or frozen feed-forward SB3 models other than ``model``
+    (each entry as ``AECRolloutCollector`` checks it). The opponents' agents and spaces are
+    checked against the envs where the recorder is built.
 
     Args:
         model: The learner's model.
@@ -70,13 +67,12 @@ def check_aec_model(model: Any, opponents: Any, caller: str) -> None:
         None; nothing is mutated.
 
     Raises:
-        TypeError: ``model`` is not an on-policy SB3 model or is recurrent; ``opponents`` is
-            not a mapping; an entry is a string other than ``"random"``, not an SB3 model, or
-            a recurrent model (each named by agent).
+        TypeError: ``model`` is not an on-policy SB3 model; ``opponents`` is not a mapping;
+            an entry is a string other than ``"random"``, not an SB3 model, or a recurrent
+            model (each named by agent).
         ValueError: what ``check_rollout_model`` raises; an opponent is ``model`` itself.
     """
     check_rollout_model(model, caller)
-    _refuse_recurrent_model(model, caller)
     if opponents is None:
         return
     if not isinstance(opponents, Mapping):

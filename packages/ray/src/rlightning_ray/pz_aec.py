@@ -21,7 +21,9 @@ it, in process from wherever the user's model left its generator).
 
 With one runner its buffer equals the in-process collector's over the same copies, seeds,
 opponents and torch seed, array for array; with several, runner ``r``'s columns equal the
-in-process collector's over runner ``r``'s copies (tests/ray/test_pz_aec.py).
+in-process collector's over runner ``r``'s copies (tests/ray/test_pz_aec.py). A RecurrentPPO
+records as it collects in process (``pz_rollout``): each runner's replica carries its trained
+agents' LSTM states from one rollout to the next (tests/ray/test_pz_aec_recurrent.py).
 """
 
 from __future__ import annotations
@@ -102,9 +104,11 @@ class RayAECRolloutCollector(_RecordingCollector):
     until they are built.
 
     Args:
-        model: The learner's PPO, A2C or MaskablePPO (feed-forward), built over a VecEnv of
-            ``n_envs`` slots of one agent's spaces (it sizes the buffer; never stepped);
-            ``n_envs`` a multiple of ``n_runners``.
+        model: The learner's PPO, A2C, MaskablePPO or RecurrentPPO (each runner's replica
+            carries its trained agents' LSTM states from one rollout to the next, stepped on
+            each agent's own turns), built over a VecEnv of ``n_envs`` slots of one agent's
+            spaces (it sizes the buffer; never stepped); ``n_envs`` a multiple of
+            ``n_runners``.
         env_fns: One function per copy, each returning a PettingZoo ``AECEnv`` (called in the
             runners' processes).
         env_fn: Instead of ``env_fns``: one function for every copy.
@@ -117,10 +121,9 @@ class RayAECRolloutCollector(_RecordingCollector):
             each copy's random opponents, as in process).
 
     Raises:
-        TypeError: ``model`` is not an on-policy SB3 model or is recurrent; ``opponents`` is
-            not a mapping, or an entry is neither ``"random"`` nor an SB3 model, or is a
-            recurrent model (named by agent); and the argument errors of
-            ``RaySharedRolloutCollector``.
+        TypeError: ``model`` is not an on-policy SB3 model; ``opponents`` is not a mapping,
+            or an entry is neither ``"random"`` nor an SB3 model, or is a recurrent model
+            (named by agent); and the argument errors of ``RaySharedRolloutCollector``.
         ValueError: an opponent is ``model`` itself; the model explores with gSDE or its env
             has wrappers the collector does not apply; and the argument errors of
             ``RaySharedRolloutCollector``.
