@@ -117,11 +117,13 @@ class SharedRolloutCollector(AgentStepper):
                 "SharedRolloutCollector needs an on-policy SB3 model (PPO, A2C, MaskablePPO), "
                 f"got {type(model).__name__}"
             )
-        self._recurrent = adapter_for(model).is_recurrent
         super().__init__(model, env_fns, seeds, "SharedRolloutCollector")
-        # recurrent: each column's current agent and each agent's column (see _lanes)
-        self._owner: list[tuple[int, Any] | None] = [None] * int(model.rollout_buffer.n_envs)
-        self._lane_of: dict[tuple[int, Any], int] = {}
+        # recurrent: the columns assigned as the agents act (see _RecurrentLanes)
+        self._lanes = (
+            _RecurrentLanes(int(model.rollout_buffer.n_envs))
+            if adapter_for(model).is_recurrent
+            else None
+        )
 
     def collect(self, *, update_model: bool = True) -> list[Segment]:
         """Collect one full rollout into ``model.rollout_buffer`` and compute its advantages.
@@ -161,8 +163,9 @@ class SharedRolloutCollector(AgentStepper):
         count, idle = 0, 0
         self.dropped = 0
         maskable = hasattr(buf, "action_masks")
-        lanes: list[list[Transition]] = [[] for _ in range(n_columns)]  # recurrent only
-        fills = [0] * n_columns
+        lanes = self._lanes
+        if lanes is not None:
+            lanes.begin(n_rows)
         while count < capacity:
             plan = self._plan(capacity - count)
             keys = [(copy.index, agent) for copy in plan for agent in copy.acting]
@@ -175,84 +178,153 @@ class SharedRolloutCollector(AgentStepper):
                     )
             else:
                 idle = 0
-            if not self._recurrent:
+            if lanes is None:
                 rows = self._act(plan, keys)
                 for copy in plan:
                     count += self._step(copy, rows, streams, maskable)
                 continue
             kept = [(copy.index, a) for copy in plan for a in copy.acting[: copy.kept]]
-            lanes_now, starts_now = self._assign(kept, lanes, fills, n_rows)
-            chosen = dict(zip(kept, zip(lanes_now, starts_now, strict=True), strict=True))
-            starts = [chosen[k][1] if k in chosen else k[1] in self._starting[k[0]] for k in keys]
-            rows = self._act(plan, keys, starts)
+            chosen = lanes.assign(kept, self._starting)
+            rows = self._act(plan, keys, lanes.starts(keys, chosen, self._starting))
             for copy in plan:
                 count += self._step(copy, rows, streams, maskable)
-            for key in kept:
-                lane, start = chosen[key]
-                transition = streams[key][-1]
-                transition.episode_start = start
-                column = lanes[lane]
-                if column and column[-1].end is None and _slot(column[-1]) != key:
-                    column[-1].cut = True  # its agent acts on in another column
-                column.append(transition)
+            lanes.place(chosen, streams)
         self._open.clear()  # the rollout cuts the trajectories still open
-        if self._recurrent:
-            placed = pack(lanes, n_rows, n_columns)
-            for row in placed:
-                for p in row:
-                    assert p.episode_start == p.transition.episode_start, "internal: lanes"
+        if lanes is not None:
+            placed = lanes.pack()
         else:
             order = sorted(streams, key=lambda s: (s[0], self._agent_rank(*s)))
             placed = pack([streams[s] for s in order], n_rows, n_columns)
         self._fill(placed, update_model)
         return _segments(placed, n_rows, n_columns)
 
-    def _assign(
-        self,
-        keys: list[tuple[int, Any]],
-        lanes: list[list[Transition]],
-        fills: list[int],
-        n_rows: int,
-    ) -> tuple[list[int], list[bool]]:
-        """A recurrent model's column (lane) for each stored agent-step of a round, and its start.
+    def _fill(self, placed: list[list[Placed]], update_model: bool) -> None:
+        """Hand the rows to ``add_rollout_step``, then ``finish_rollout``."""
+        _fill_rollout(self.model, placed, update_model, self.agent_returns)
+
+
+class _RecurrentLanes:
+    """A recurrent model's buffer columns (lanes), assigned as its agents act, across rollouts.
+
+    The layout :class:`SharedRolloutCollector` gives a RecurrentPPO (and
+    ``GroupRolloutCollector`` each RecurrentPPO group): instead of packing each slot's stream
+    into the columns after the rollout (``_columns.pack`` of the slots in order), each stored
+    agent-step takes its column when its agent acts, so the ``episode_start`` the buffer stores
+    in a row (where SB3's GAE stops and sb3-contrib's training resets the LSTM) is known before
+    the forward pass and is the reset the LSTM gets when the agent acts (``sb3_rows``'
+    ``episode_starts``). Which agent owns which column carries over from one rollout to the
+    next (an agent continuing at row 0 keeps its LSTM state: the column's first sequence starts
+    from the stored state).
+
+    Per rollout: :meth:`begin`, then per round :meth:`assign` (the stored agent-steps),
+    :meth:`starts` (every acting key's reset), the forward pass and the steps, :meth:`place`;
+    at the end :meth:`pack`.
+
+    Args:
+        n_columns: The buffer's ``n_envs``.
+    """
+
+    def __init__(self, n_columns: int) -> None:
+        # each column's current agent and each agent's column
+        self._owner: list[tuple[int, Any] | None] = [None] * n_columns
+        self._lane_of: dict[tuple[int, Any], int] = {}
+        self._lanes: list[list[Transition]] = [[] for _ in range(n_columns)]
+        self._fills = [0] * n_columns
+        self._n_rows = 0
+
+    def begin(self, n_rows: int) -> None:
+        """Start a rollout of ``n_rows`` rows: every column empty (the owners are kept)."""
+        n_columns = len(self._owner)
+        self._lanes = [[] for _ in range(n_columns)]
+        self._fills = [0] * n_columns
+        self._n_rows = n_rows
+
+    def assign(
+        self, keys: Sequence[tuple[int, Any]], starting: Sequence[set[Any]]
+    ) -> dict[tuple[int, Any], tuple[int, bool]]:
+        """The column (lane) of each stored agent-step of a round, and its ``episode_start``.
 
         An agent keeps its column while the column has room; otherwise it takes the lowest
         column with room whose agent has ended (or none), else the lowest with room (whose
         agent, cut there, moves on). The step's ``episode_start`` (the LSTM reset when it acts,
         and what the buffer stores) is True where its episode starts, and where it begins a run
         in a column below row 0 (SB3's GAE and sb3-contrib's sequences start there); at row 0 a
-        continuing agent keeps its state (the column's first sequence starts from the stored
-        state). ``fills`` is mutated.
+        continuing agent keeps its state.
+
+        Args:
+            keys: The round's stored ``(copy, agent)`` slots, in batch order (each once).
+            starting: Per copy, its agents whose trajectory starts at their next action.
+
+        Returns:
+            ``{key: (column, episode_start)}``. The column fills and owners are mutated.
         """
-        out_lanes: list[int] = []
-        out_starts: list[bool] = []
+        n_rows, fills, owner, lane_of = self._n_rows, self._fills, self._owner, self._lane_of
+        chosen: dict[tuple[int, Any], tuple[int, bool]] = {}
         taken: set[int] = set()  # columns given to another agent this round
         for key in keys:
-            real = key[1] in self._starting[key[0]]
-            lane = self._lane_of.get(key)
-            if lane is None or self._owner[lane] != key or fills[lane] >= n_rows:
+            real = key[1] in starting[key[0]]
+            lane = lane_of.get(key)
+            if lane is None or owner[lane] != key or fills[lane] >= n_rows:
                 room = [c for c in range(len(fills)) if fills[c] < n_rows and c not in taken]
                 if not room:
                     room = [c for c in range(len(fills)) if fills[c] < n_rows]
-                free = [c for c in room if self._owner[c] is None or _ended(lanes[c])]
+                free = [c for c in room if owner[c] is None or _ended(self._lanes[c])]
                 lane = (free or room)[0]
-                previous = self._owner[lane]
-                if previous is not None and self._lane_of.get(previous) == lane:
-                    del self._lane_of[previous]
-                self._owner[lane] = key
-                self._lane_of[key] = lane
+                previous = owner[lane]
+                if previous is not None and lane_of.get(previous) == lane:
+                    del lane_of[previous]
+                owner[lane] = key
+                lane_of[key] = lane
                 start = real or fills[lane] > 0
             else:
                 start = real
             taken.add(lane)
             fills[lane] += 1
-            out_lanes.append(lane)
-            out_starts.append(start)
-        return out_lanes, out_starts
+            chosen[key] = (lane, start)
+        return chosen
 
-    def _fill(self, placed: list[list[Placed]], update_model: bool) -> None:
-        """Hand the rows to ``add_rollout_step``, then ``finish_rollout``."""
-        _fill_rollout(self.model, placed, update_model, self.agent_returns)
+    @staticmethod
+    def starts(
+        keys: Sequence[tuple[int, Any]],
+        chosen: Mapping[tuple[int, Any], tuple[int, bool]],
+        starting: Sequence[set[Any]],
+    ) -> list[bool]:
+        """Each acting key's LSTM reset, in ``keys`` order.
+
+        A stored step's is its :meth:`assign` start; a dropped step's (not in ``chosen``) its
+        trajectory's own start (``starting``).
+        """
+        return [chosen[k][1] if k in chosen else k[1] in starting[k[0]] for k in keys]
+
+    def place(
+        self,
+        chosen: Mapping[tuple[int, Any], tuple[int, bool]],
+        streams: Mapping[tuple[int, Any], list[Transition]],
+    ) -> None:
+        """Put each chosen key's new transition (the last of its stream) in its column.
+
+        Its ``episode_start`` becomes the assigned one; a column's previous agent, still open,
+        is cut there (it acts on in another column).
+        """
+        for key, (lane, start) in chosen.items():
+            transition = streams[key][-1]
+            transition.episode_start = start
+            column = self._lanes[lane]
+            if column and column[-1].end is None and _slot(column[-1]) != key:
+                column[-1].cut = True  # its agent acts on in another column
+            column.append(transition)
+
+    def pack(self) -> list[list[Placed]]:
+        """The rollout's rows, ``rows[r][c]`` (``_columns.pack`` of the columns as streams).
+
+        Raises:
+            ValueError: the columns do not hold ``n_rows * n_columns`` transitions.
+        """
+        placed = pack(self._lanes, self._n_rows, len(self._lanes))
+        for row in placed:
+            for p in row:
+                assert p.episode_start == p.transition.episode_start, "internal: lanes"
+        return placed
 
 
 def _fill_rollout(
