@@ -7,6 +7,13 @@ code), what :class:`SharedRolloutCollector` fills with the same model, seeds and
 the four LSTM state arrays included, over several collects with ``train()`` in between; and so
 must the weights after each ``train()``, the segments, ``num_timesteps`` and the episodes.
 
+On mpe2's simple_adversary (a RecurrentPPO adversary group, a PPO good group; every agent lives
+until all are truncated) the RecurrentPPO group's buffer equals ``RecurrentPPO.learn()``'s over a
+VecEnv of the adversaries only, the good agents acted by their own PPO inside it in the
+collector's order (test_collector_groups' ``GroupVecEnv``), over two rollouts with ``train()``
+between, the LSTM state arrays included (``allclose`` for the floats: learn()'s forward is
+sb3-contrib's own, the collector's the adapter's), and so are the trained weights.
+
 Two groups (a RecurrentPPO and a PPO, or two RecurrentPPOs of different LSTM sizes), each
 against a reference of its own agents alone: every row of a group's buffer is a logged acting
 step of one of its agents; a recurrent group's stored LSTM state at each row is the state its
@@ -56,6 +63,7 @@ ENVS = _load("rlightning_pettingzoo_collector_envs", "collector_envs.py")
 PARITY = _load("rlightning_pettingzoo_collector_parity", "test_collector_parity.py")
 SCHEDULES = _load("rlightning_pettingzoo_collector_schedules", "test_collector_schedules.py")
 RECURRENT = _load("rlightning_pettingzoo_test_collector_recurrent", "test_collector_recurrent.py")
+GROUPED = _load("rlightning_pettingzoo_test_collector_groups", "test_collector_groups.py")
 FIELDS, STATES, lstm_step = PARITY.FIELDS, RECURRENT.STATES, RECURRENT._lstm_step
 ScheduleEnv, span, schedules, waits = ENVS.ScheduleEnv, ENVS.span, ENVS.schedules, ENVS.waits
 reference_gae = SCHEDULES.reference_gae
@@ -193,6 +201,77 @@ def test_one_group_equals_the_shared_collector_on_drawn_schedules(
         schedule, waiting, n_copies, n_columns, n_steps, rollouts
     )
     event(f"dropped: {sum(group['dropped']) > 0}")
+
+
+class _RecurrentReference(GROUPED.Reference):  # type: ignore[misc,name-defined]
+    """test_collector_groups' ``Reference``, copying the LSTM state arrays too."""
+
+    def _on_rollout_end(self) -> None:
+        buf = self.model.rollout_buffer
+        self.rollouts.append({name: getattr(buf, name).copy() for name in ALL})
+        np.random.seed(len(self.rollouts))  # the next train()'s minibatches
+
+
+def test_recurrent_group_equals_recurrent_ppo_learn_over_a_vec_env_of_its_agents(
+    simple_adversary: ModuleType,
+) -> None:
+    def make() -> Any:
+        return simple_adversary.parallel_env(max_cycles=5, continuous_actions=False)
+
+    groups, order = GROUPED.GROUPS, ["adversary", "good"]  # the adversary acts first
+    n_copies, n_steps, rollouts = 2, 8, 2
+    columns = {g: n_copies * len(groups[g]) for g in order}
+    spaces = make()
+    kwargs: dict[str, Any] = {"n_steps": n_steps, "n_epochs": 1, "device": "cpu"}
+
+    def build(group: str, env: Any) -> Any:
+        extra = {"batch_size": n_steps * columns[group], "seed": order.index(group)}
+        if group == "adversary":
+            policy = {"net_arch": [16], "lstm_hidden_size": 8}
+            return RecurrentPPO("MlpLstmPolicy", env, policy_kwargs=policy, **kwargs, **extra)
+        return PPO("MlpPolicy", env, policy_kwargs={"net_arch": [16]}, **kwargs, **extra)
+
+    models = {g: build(g, GROUPED._slots(spaces, groups[g][0], columns[g])) for g in order}
+    for g, model in models.items():
+        start_training(model, rollouts * n_steps * columns[g])
+    collector = GroupRolloutCollector(
+        models, [make] * n_copies, group_of=GROUPED.GROUP_OF, seeds=list(range(n_copies))
+    )
+    ours, good_weights = [], []
+    for k in range(rollouts):
+        good_weights.append({n: t.clone() for n, t in models["good"].policy.state_dict().items()})
+        collector.collect()
+        assert collector.dropped == 0
+        ours.append(
+            {name: getattr(models["adversary"].rollout_buffer, name).copy() for name in ALL}
+        )
+        for model in models.values():
+            np.random.seed(k + 1)
+            model.train()
+    for model in models.values():
+        finish_training(model)
+
+    # the reference: RecurrentPPO.learn() for the adversaries, the good agents acted after them
+    venv = GROUPED.GroupVecEnv(make, n_copies, groups["adversary"], [], n_steps)
+    learner = build("adversary", venv)
+    good = build("good", GROUPED._slots(spaces, groups["good"][0], columns["good"]))
+    venv.others = [(good, groups["good"], False)]
+    venv.weights = [[good_weights[k]] for k in range(rollouts)]
+    reference = _RecurrentReference(venv)
+    learner.learn(total_timesteps=rollouts * n_steps * columns["adversary"], callback=reference)
+    assert learner.num_timesteps == models["adversary"].num_timesteps
+    assert len(reference.rollouts) == rollouts
+    for k in range(rollouts):
+        RECURRENT._compare(ours[k], reference.rollouts[k], f"adversary rollout {k}")
+    # rollout 1 goes on from rollout 0's states (the episode does not start at its row 0)
+    assert not ours[1]["episode_starts"][0].any()
+    assert np.abs(ours[1]["hidden_states_pi"][0]).sum() > 0
+    for (key, mine), (_, ref) in zip(
+        models["adversary"].policy.state_dict().items(),
+        learner.policy.state_dict().items(),
+        strict=True,
+    ):
+        th.testing.assert_close(mine, ref, rtol=1e-4, atol=1e-5, msg=key)
 
 
 def _odd_even(agent: str) -> str:
