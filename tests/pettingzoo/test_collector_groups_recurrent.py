@@ -67,6 +67,7 @@ GROUPED = _load("rlightning_pettingzoo_test_collector_groups", "test_collector_g
 FIELDS, STATES, lstm_step = PARITY.FIELDS, RECURRENT.STATES, RECURRENT._lstm_step
 ScheduleEnv, span, schedules, waits = ENVS.ScheduleEnv, ENVS.span, ENVS.schedules, ENVS.waits
 reference_gae = SCHEDULES.reference_gae
+_odd_even, _two_groups = GROUPED._odd_even, GROUPED._two_groups
 ALL = (*FIELDS, *STATES)
 
 #: A schedule with every case: a0 lives 7 steps (truncated), a1 joins at 1 and is terminated at
@@ -274,10 +275,6 @@ def test_recurrent_group_equals_recurrent_ppo_learn_over_a_vec_env_of_its_agents
         th.testing.assert_close(mine, ref, rtol=1e-4, atol=1e-5, msg=key)
 
 
-def _odd_even(agent: str) -> str:
-    return "odd" if int(agent[1:]) % 2 else "even"
-
-
 def _check_lstm_states(
     model: Any,
     envs: list[Any],
@@ -422,14 +419,6 @@ KINDS = {
     "ppo+recurrent": {"even": "recurrent", "odd": "ppo"},
     "two-recurrent": {"even": "recurrent", "odd": "recurrent"},
 }
-
-
-def _two_groups(
-    schedule: list[tuple[int, int, str]], waiting: frozenset[tuple[int, int]]
-) -> tuple[list[tuple[int, int, str]], frozenset[tuple[int, int]]]:
-    """Agent 1 lives as agent 0 does (so group "odd" always has an agent) and acts at its
-    episode's first step (test_collector_groups' rule)."""
-    return [schedule[0], schedule[0], *schedule[1:]], waiting - {(1, 0)}
 
 
 @pytest.mark.parametrize("kinds", list(KINDS.values()), ids=list(KINDS))
