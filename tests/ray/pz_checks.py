@@ -36,6 +36,9 @@ FIELDS += ("log_probs", "advantages")
 #: The arrays that hold the learner's bootstraps: its critic batches all runners' columns, an
 #: in-process reference one runner's (other batch shapes: not bitwise alike).
 CLOSE = ("returns", "advantages")
+#: RecurrentRolloutBuffer's stored LSTM states, ``(n_steps, n_lstm_layers, n_envs, hidden)``
+#: each: their columns are axis 2.
+STATES = ("hidden_states_pi", "cell_states_pi", "hidden_states_vf", "cell_states_vf")
 
 
 def not_parallel() -> Any:
@@ -44,13 +47,24 @@ def not_parallel() -> Any:
 
 
 def buffer_arrays(model: Any, columns: slice = slice(None)) -> dict[str, np.ndarray]:
-    """Copies of ``model.rollout_buffer``'s arrays (``FIELDS``, and a MaskablePPO's masks)."""
+    """Copies of ``model.rollout_buffer``'s arrays (``FIELDS``, a MaskablePPO's masks and a
+    RecurrentPPO's four LSTM state arrays), of ``columns`` only."""
     buf = model.rollout_buffer
     out = {name: np.array(getattr(buf, name)[:, columns]) for name in FIELDS}
     if hasattr(buf, "action_masks"):
         masks = buf.action_masks.reshape(buf.buffer_size, buf.n_envs, -1)
         out["action_masks"] = np.array(masks[:, columns])
+    if hasattr(buf, "hidden_states_pi"):
+        out.update({name: np.array(getattr(buf, name)[:, :, columns]) for name in STATES})
     return out
+
+
+def column_block(arrays: dict[str, np.ndarray], columns: slice) -> dict[str, np.ndarray]:
+    """:func:`buffer_arrays`' ``columns`` of arrays it returned (the states' columns: axis 2)."""
+    return {
+        name: array[:, :, columns] if name in STATES else array[:, columns]
+        for name, array in arrays.items()
+    }
 
 
 def assert_arrays(

@@ -24,6 +24,7 @@ from rlightning_ray_test_pz_checks import (
     CLOSE,
     ENVS,
     assert_segments_moved,
+    column_block,
     episodes,
     restore_rng,
     rng_state,
@@ -82,7 +83,8 @@ def _models(
     """Group -> ``algo`` over ``n_envs`` slots of its spaces, ``n_steps`` rows, started.
 
     A group of channel-last images gets a tiny ``CnnPolicy`` (SB3 wraps its VecEnv in
-    ``VecTransposeImage``), the others an ``MlpPolicy``.
+    ``VecTransposeImage``), the others an ``MlpPolicy``; a RecurrentPPO an ``MlpLstmPolicy``
+    whose LSTM has ``4 + 2 * k`` units (``k``: the group's place in ``spec``).
     """
     models = {}
     for k, (group, (algo, n_envs, n_steps)) in enumerate(spec.items()):
@@ -90,14 +92,17 @@ def _models(
         env = DummyVecEnv([partial(_Slot, obs_space, act_space)] * n_envs)
         extra = {"batch_size": n_steps * n_envs, "n_epochs": 1} if algo is not A2C else {}
         image = len(obs_space.shape or ()) == 3
+        recurrent = algo is RecurrentPPO
+        policy = "CnnPolicy" if image else "MlpPolicy"
         models[group] = algo(
-            "CnnPolicy" if image else "MlpPolicy",
+            policy.replace("Policy", "LstmPolicy") if recurrent else policy,
             env,
             n_steps=n_steps,
             seed=k,
             device="cpu",
             policy_kwargs={"net_arch": [8]}
-            | ({"features_extractor_kwargs": {"features_dim": 8}} if image else {}),
+            | ({"features_extractor_kwargs": {"features_dim": 8}} if image else {})
+            | ({"lstm_hidden_size": 4 + 2 * k} if recurrent else {}),
             **extra,
         )
         assert isinstance(models[group].get_env(), VecTransposeImage) == image
@@ -218,10 +223,9 @@ def test_one_runner_transposes_each_image_groups_observations_as_in_process(
     assert {s.end for s in segments[1]["first"]} >= {"truncated"}
 
 
-def test_two_runners_fill_their_columns_of_every_group_as_in_process(local_ray: None) -> None:
+def _two_runners_equal_in_process(spec: dict[str, tuple[Any, int, int]]) -> None:
     """2 runners x 2 copies: runner r's columns of each group == in-process over its copies."""
     seeds, acting_seeds = [3, 4, 5, 6], [21, 22]
-    spec = {"even": (A2C, 4, 8), "odd": (PPO, 2, 6)}
     spaces = {g: (ENVS.OBS, ENVS.ACT) for g in spec}
     models = _models(spec, spaces)
     collector = RayGroupRolloutCollector(
@@ -265,8 +269,7 @@ def test_two_runners_fill_their_columns_of_every_group_as_in_process(local_ray: 
             ref_segments = inproc.collect(update_model=False)
             for group, ref in refs.items():
                 m = half[group][0]
-                cols = slice(r * m, (r + 1) * m)
-                block = {name: array[:, cols] for name, array in buffers[k][group].items()}
+                block = column_block(buffers[k][group], slice(r * m, (r + 1) * m))
                 # returns and advantages hold the learner's bootstraps (the critic over all
                 # runners' last observations in one batch, the reference's over one runner's)
                 _assert_equal(block, _buffer(ref), f"runner {r}, {group}, rollout {k}", CLOSE)
@@ -279,6 +282,11 @@ def test_two_runners_fill_their_columns_of_every_group_as_in_process(local_ray: 
     assert collector.group_dropped == dropped
     for model in models.values():
         assert model.num_timesteps == 2 * model.n_steps * model.n_envs
+
+
+def test_two_runners_fill_their_columns_of_every_group_as_in_process(local_ray: None) -> None:
+    """2 runners x 2 copies: runner r's columns of each group == in-process over its copies."""
+    _two_runners_equal_in_process({"even": (A2C, 4, 8), "odd": (PPO, 2, 6)})
 
 
 def test_arguments_are_refused_before_any_runner_starts(local_ray: None) -> None:
@@ -337,15 +345,6 @@ def test_arguments_are_refused_before_any_runner_starts(local_ray: None) -> None
     inproc.collect(update_model=False)
     for group in spec:
         _assert_equal(_buffer(unstarted[group]), _buffer(ref[group]), f"{group} after refusal")
-
-
-def test_a_recurrent_group_model_is_refused(local_ray: None) -> None:
-    models = _models({"even": (PPO, 2, 8)}, {"even": (ENVS.OBS, ENVS.ACT)})
-    models["odd"] = RecurrentPPO(
-        "MlpLstmPolicy", DummyVecEnv([ENVS.AgentSlot]), n_steps=8, device="cpu"
-    )
-    with pytest.raises(TypeError, match=r"group 'odd' \(RecurrentPPO\) has a recurrent policy"):
-        RayGroupRolloutCollector(models, _schedule_fns(range(1)), group_of=ODD_EVEN)
 
 
 def test_a_group_of_without_an_agents_group_is_named_by_its_runner(local_ray: None) -> None:

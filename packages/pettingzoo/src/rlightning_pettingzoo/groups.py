@@ -1,7 +1,8 @@
 """One SB3 policy per group of PettingZoo agents (or per agent), over copies of a parallel env.
 
-:class:`GroupRolloutCollector` (PPO, A2C, MaskablePPO) and :class:`GroupReplayCollector` (DQN,
-SAC, TD3) are the shared collectors (:class:`~rlightning_pettingzoo.SharedRolloutCollector`,
+:class:`GroupRolloutCollector` (PPO, A2C, MaskablePPO, RecurrentPPO) and
+:class:`GroupReplayCollector` (DQN, SAC, TD3) are the shared collectors
+(:class:`~rlightning_pettingzoo.SharedRolloutCollector`,
 :class:`~rlightning_pettingzoo.SharedReplayCollector`) with one model per *group*: ``group_of``
 names each agent's group, the agents of a group share their spaces and their model, and each
 group's model fills its **own** buffer with its agents' trajectories only, under the same
@@ -32,6 +33,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning_pettingzoo._columns import Placed, Transition, pack
 from rlightning_pettingzoo._envs import describe_env
+from rlightning_pettingzoo._lanes import RecurrentLanes
 from rlightning_pettingzoo._noise import SlotNoise, slot_noise
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
@@ -99,6 +101,8 @@ class _GroupStepper(AgentStepper):
         self._known: dict[tuple[int, Any], tuple[Any, Any]] = {}
         # group -> its model's per-slot action noise (GroupReplayCollector; _noise)
         self._noises: dict[str, SlotNoise] = {}
+        # group -> the columns of its recurrent model (GroupRolloutCollector; _lanes)
+        self._recurrent: dict[str, RecurrentLanes] = {}
         for i, env in enumerate(self._envs):
             possible = list(getattr(env, "possible_agents", None) or [])
             for agent in possible:
@@ -197,11 +201,11 @@ class _GroupStepper(AgentStepper):
     ) -> dict[tuple[int, Any], dict[str, Any]]:
         """One batched forward pass per group, in ``models`` order, for its acting agents.
 
-        ``starts`` (the base's LSTM resets) is never given: the group collectors refuse
-        recurrent models.
+        ``starts`` (one per key, in ``keys`` order: ``GroupRolloutCollector``'s LSTM resets)
+        go, for each recurrent group, to its model's forward pass (its agents' LSTM states are
+        kept in its adapter under this collector's row ids); feed-forward groups ignore them.
         """
-        if starts is not None:
-            raise TypeError("the group collectors drive feed-forward policies only")
+        start_of = {} if starts is None else dict(zip(keys, starts, strict=True))
         rows: dict[tuple[int, Any], dict[str, Any]] = {}
         for group, model in self.models.items():
             group_keys: list[tuple[int, Any]] = []
@@ -219,11 +223,25 @@ class _GroupStepper(AgentStepper):
                 first_copy, first_agent = group_keys[0]
                 space = self._envs[first_copy].action_space(first_agent)
                 noise = self._noises.get(group)
+                # a recurrent group's LSTM resets, its states under this collector's row ids
+                # (feed-forward groups: no prefix; the replay groups' noise reads the ids)
+                episode_starts, prefix = (
+                    ([start_of[k] for k in group_keys], self._row_prefix)
+                    if group in self._recurrent
+                    else (None, "")
+                )
                 try:
                     with nullcontext() if noise is None else noise.drawing(group_keys):
                         rows.update(
                             sb3_rows(
-                                model, group_keys, observations, masks, space, deterministic=False
+                                model,
+                                group_keys,
+                                observations,
+                                masks,
+                                space,
+                                deterministic=False,
+                                episode_starts=episode_starts,
+                                row_prefix=prefix,
                             )
                         )
                 except ValueError as error:  # a shape error: name the agent (the base's)
@@ -251,22 +269,32 @@ class GroupRolloutCollector(_GroupStepper):
     ``rollout/ep_rew_mean/<agent_id>``. Near a buffer's end only copies whose acting agents
     of the groups not yet full fit are stepped (as the shared collector); when none fits, the
     copy with the fewest agent-steps to drop is stepped. Agents of a full group act and are
-    not stored.
+    not stored; once the copies before it in a round fill every buffer, a copy with acting
+    agents waits, untouched, for the next rollout (as the shared collector's: nothing of it
+    could be stored). So a single group of every agent steps as ``SharedRolloutCollector``.
+
+    A RecurrentPPO group (sb3-contrib) is driven as :class:`SharedRolloutCollector` drives a
+    RecurrentPPO (the same code, ``_lanes.RecurrentLanes``): one LSTM state per (copy,
+    agent) of the group, kept from one :meth:`collect` to the next in the model's adapter,
+    reset where the agent's trajectory starts and where its run in a column starts below row
+    0; the group's columns are assigned as its agents act, each row's ``lstm_states`` is the
+    state its agent acted from. An agent of a full group acts on with its state carried (its
+    step is not stored). So a single group of every agent fills its RecurrentPPO's buffer as
+    ``SharedRolloutCollector`` does (``tests/pettingzoo/test_collector_groups_recurrent.py``).
 
     Build each model with a VecEnv of ``n_envs`` slots of its group's spaces (it sizes the
     buffer; never stepped) and, with ``update_model``, call
     :func:`rlightning_sb3.start_training` for each model (its own callback).
 
     Args:
-        models: Group name -> a PPO, A2C or MaskablePPO (feed-forward policy).
+        models: Group name -> a PPO, A2C, MaskablePPO or RecurrentPPO.
         env_fns: One function per env copy, each returning a PettingZoo ``ParallelEnv``.
         group_of: Agent id -> group name: a mapping or a function. A policy per agent is
             ``{agent: agent}`` with ``models`` keyed by agent id.
         seeds: The seed of each copy's first reset (None: no seed).
 
     Raises:
-        TypeError: a model is not an on-policy SB3 model or is recurrent, or an env is not a
-            ``ParallelEnv``.
+        TypeError: a model is not an on-policy SB3 model, or an env is not a ``ParallelEnv``.
         ValueError: ``models`` or ``env_fns`` is empty, ``seeds`` is not one per copy, a
             possible agent has no group (or one not in ``models``), a group has no
             possible agent, or a possible agent observes channel-last images its group's
@@ -287,6 +315,13 @@ class GroupRolloutCollector(_GroupStepper):
         super().__init__(models, env_fns, group_of, seeds, "GroupRolloutCollector")
         #: Per group, the agent-steps of the last :meth:`collect` that were acted, not stored.
         self.group_dropped: dict[str, int] = dict.fromkeys(self.models, 0)
+        # per RecurrentPPO group: its columns, assigned as its agents act (as the shared
+        # collector's: one LSTM state per (copy, agent), kept from one collect to the next)
+        self._recurrent = {
+            group: RecurrentLanes(int(model.rollout_buffer.n_envs))
+            for group, model in self.models.items()
+            if adapter_for(model).is_recurrent
+        }
 
     def _group_plan(self, remaining: dict[str, int]) -> tuple[list[_Copy], dict[str, int]]:
         """The copies to step, each with its ``kept_agents``, and what they store per group."""
@@ -302,6 +337,8 @@ class GroupRolloutCollector(_GroupStepper):
             return out
 
         for copy in candidates:
+            if copy.acting and not any(left.values()):
+                continue  # every buffer full this round: it waits (as the shared collector's)
             members = per_group(copy)
             if all(len(a) <= left[g] for g, a in members.items() if left[g] > 0):
                 copy.kept_agents = {a for g, ags in members.items() if left[g] > 0 for a in ags}
@@ -374,6 +411,9 @@ class GroupRolloutCollector(_GroupStepper):
         streams: dict[tuple[int, Any], list[Transition]] = {}
         self.dropped = 0
         self.group_dropped = dict.fromkeys(self.models, 0)
+        recurrent = self._recurrent
+        for group, lanes in recurrent.items():
+            lanes.begin(shapes[group][0])
         idle = 0
         while any(remaining.values()):
             plan, stored = self._group_plan(remaining)
@@ -385,17 +425,44 @@ class GroupRolloutCollector(_GroupStepper):
                     f"{_MAX_IDLE_ROUNDS} rounds (none live, or every one's mask allows nothing)"
                 )
             keys = [(copy.index, agent) for copy in plan for agent in copy.acting]
-            rows = self._act(plan, keys)
-            for copy in plan:
-                self._step(copy, rows, streams, maskable)
+            if not recurrent:
+                rows = self._act(plan, keys)
+                for copy in plan:
+                    self._step(copy, rows, streams, maskable)
+            else:  # the shared collector's LSTM resets and columns, per recurrent group
+                chosen = {
+                    group: lanes.assign(
+                        [
+                            (copy.index, agent)
+                            for copy in plan
+                            for agent in copy.acting
+                            if groups[agent] == group
+                            and (copy.kept_agents is None or agent in copy.kept_agents)
+                        ],
+                        self._starting,
+                    )
+                    for group, lanes in recurrent.items()
+                }
+                every = {key: at for found in chosen.values() for key, at in found.items()}
+                # a stored step's reset is its column's; a dropped one's its trajectory's own
+                starts = [every[k] if k in every else k[1] in self._starting[k[0]] for k in keys]
+                rows = self._act(plan, keys, starts)
+                for copy in plan:
+                    self._step(copy, rows, streams, maskable)
+                for group, lanes in recurrent.items():
+                    for key in chosen[group]:
+                        lanes.place(key, streams[key][-1])
             for group, n in stored.items():
                 remaining[group] -= n
         self._open.clear()  # the rollout cuts the trajectories still open
         out: dict[str, list[Segment]] = {}
         for group in self.models:
             n_rows, n_columns = shapes[group]
-            order = self._ordered([s for s in streams if self._groups[s[1]] == group])
-            placed = pack([streams[s] for s in order], n_rows, n_columns)
+            if group in recurrent:
+                placed = recurrent[group].packed()
+            else:
+                order = self._ordered([s for s in streams if self._groups[s[1]] == group])
+                placed = pack([streams[s] for s in order], n_rows, n_columns)
             returns = {a: r for a, r in self.agent_returns.items() if self._groups[a] == group}
             self._fill(group, placed, update_model, returns)
             out[group] = _segments(placed, n_rows, n_columns)
@@ -543,17 +610,12 @@ def _refuse_unfit_rollout_models(models: Mapping[str, Any]) -> None:
     Also run by ``rlightning_pettingzoo.check_group_models`` (the Ray group collector's).
 
     Raises:
-        TypeError: a model is not an on-policy SB3 model, or its policy is recurrent
-            (sb3-contrib's ``RecurrentPPO``: no hidden state per agent is kept), named by group.
+        TypeError: a model is not an on-policy SB3 model, named by group.
     """
     for group, model in models.items():
         if not isinstance(model, OnPolicyAlgorithm):
             raise TypeError(
-                f"GroupRolloutCollector needs an on-policy SB3 model (PPO, A2C, MaskablePPO) "
-                f"for each group, got {type(model).__name__} for group {group!r}"
+                f"GroupRolloutCollector needs an on-policy SB3 model (PPO, A2C, MaskablePPO, "
+                f"RecurrentPPO) for each group, got {type(model).__name__} for group {group!r}"
             )
-        if adapter_for(model).is_recurrent:
-            raise TypeError(
-                f"the model of group {group!r} ({type(model).__name__}) has a recurrent "
-                "policy; GroupRolloutCollector drives feed-forward policies only"
-            )
+        adapter_for(model)  # rlightning-sb3 is installed (the [sb3] extra)

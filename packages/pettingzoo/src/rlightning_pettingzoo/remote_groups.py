@@ -19,6 +19,11 @@ with the very same code, as :mod:`rlightning_pettingzoo.remote` splits the share
   collector's own fill, ``add_rollout_step`` row by row, then ``finish_rollout``), group by
   group in ``models`` order as ``GroupRolloutCollector.collect`` fills them.
 
+A RecurrentPPO group records as it collects in process (``remote``'s rule): the replica's
+adapter carries each of its agents' LSTM states from one rollout to the next in the
+recorder's process, and the rows carry the states the learner's fill stores and bootstraps
+from.
+
 So one runner's rollout fills every group's learner buffer exactly as
 ``GroupRolloutCollector.collect`` over the runner's copies fills it, and several runners' columns
 of each group's buffer each as the in-process collector over that runner's copies
@@ -65,8 +70,7 @@ def check_group_models(models: Mapping[str, Any], caller: str) -> None:
         ValueError: ``models`` is empty or not a mapping of group names; two groups share one
             model object; what :func:`~rlightning_pettingzoo.check_rollout_model` raises,
             named ``"<caller> (group '<g>')"``.
-        TypeError: a model is not an on-policy SB3 model or is recurrent (RecurrentPPO: the
-            in-process group collector drives feed-forward policies only), named by group.
+        TypeError: a model is not an on-policy SB3 model, named by group.
     """
     if not isinstance(models, Mapping) or not models:
         raise ValueError(

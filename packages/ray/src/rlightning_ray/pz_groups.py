@@ -17,10 +17,16 @@ SB3's rules is written here again:
   (:func:`rlightning_pettingzoo.fill_recorded_groups`: the in-process collectors' own fill), so
   each group's callback, logger, ``num_timesteps`` and ``ep_info_buffer`` are its learner's.
 
+A RecurrentPPO group's replica carries each of its agents' LSTM states from one rollout to the
+next in its runner's process (the in-process collector's adapter, under the recorder's row ids;
+loading the published weights keeps them), and the recorded rows carry the states the learner
+stores (``buffer_state``) and bootstraps from (``state``), as
+:class:`~rlightning_ray.pettingzoo.RaySharedRolloutCollector` carries a shared RecurrentPPO's.
+
 With one runner every group's buffer equals the in-process collector's over the same copies,
-seeds and torch seed, array for array; with several, runner ``r``'s columns of each group's
-buffer equal the in-process collector's over runner ``r``'s copies
-(tests/ray/test_pz_groups.py).
+seeds and torch seed, array for array (a RecurrentPPO's four LSTM state arrays included); with
+several, runner ``r``'s columns of each group's buffer equal the in-process collector's over
+runner ``r``'s copies (tests/ray/test_pz_groups.py, tests/ray/test_pz_groups_recurrent.py).
 """
 
 from __future__ import annotations
@@ -136,11 +142,12 @@ class RayGroupRolloutCollector(PooledCollector):
     each :meth:`collect`, and :meth:`close` at the end.
 
     Needs ``ray.init`` first. Builds the runners at once (each imports torch and SB3: seconds)
-    and waits until they are built. RecurrentPPO (LSTM states) and off-policy (replay) models
-    per group are not supported over Ray here: use the in-process collectors.
+    and waits until they are built. A RecurrentPPO group's LSTM states stay in its runners'
+    replicas from one :meth:`collect` to the next (see the module docstring). Off-policy
+    (replay) models per group are not supported over Ray here: use the in-process collector.
 
     Args:
-        models: Group name -> a PPO, A2C or MaskablePPO (feed-forward, no gSDE), each built over
+        models: Group name -> a PPO, A2C, MaskablePPO or RecurrentPPO (no gSDE), each built over
             a VecEnv of ``n_envs`` slots of its group's spaces (never stepped); every
             ``n_envs`` a multiple of ``n_runners``.
         env_fns: One function per copy (``n_runners * copies_per_runner``), each returning a
@@ -163,7 +170,7 @@ class RayGroupRolloutCollector(PooledCollector):
             no limit).
 
     Raises:
-        TypeError: a model is not an on-policy SB3 model or is recurrent (named by group);
+        TypeError: a model is not an on-policy SB3 model (named by group);
             ``group_of`` is not a mapping or a callable, or is not picklable; an env function is
             not callable; bad seeds or ``timeout_s`` (as ``RaySharedRolloutCollector``).
         ValueError: ``models`` is empty or two groups share a model; a model uses gSDE or has
