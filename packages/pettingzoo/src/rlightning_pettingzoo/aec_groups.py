@@ -303,13 +303,13 @@ class AECGroupRolloutCollector:
 
     @property
     def models(self) -> dict[str, Any]:
-        """Group -> its model, in ``models`` order (the collector's dict; the models are yours)."""
-        return self._turns.models
+        """Group -> its model, in ``models`` order (a new dict of the models trained in place)."""
+        return dict(self._turns.models)
 
     @property
     def opponents(self) -> dict[Any, Opponent]:
-        """Agent -> its opponent (``"random"`` or a frozen model), as given."""
-        return self._turns.opponents
+        """Agent -> its opponent (``"random"`` or a frozen model), as given (a new dict)."""
+        return dict(self._turns.opponents)
 
     @property
     def envs(self) -> list[Any]:
