@@ -482,6 +482,14 @@ def test_refuses_unfit_inputs_naming_the_group(make: Any, error: type, message: 
         )
 
 
+def test_the_shared_checks_name_the_group_collector() -> None:
+    models = {"a": _c4(), "b": _c4(1)}
+    with pytest.raises(
+        ValueError, match=r"AECGroupRolloutCollector: seeds must hold one seed per env copy"
+    ):
+        AECGroupRolloutCollector(models, [connect_four_v3.env], group_of=GROUP_OF, seeds=[0, 1])
+
+
 def test_refuses_an_unstarted_model_before_any_step_naming_its_group() -> None:
     models = {"a": _c4(), "b": _c4(1)}
     env = Logged(connect_four_v3.env())

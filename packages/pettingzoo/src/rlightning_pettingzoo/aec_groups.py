@@ -74,6 +74,8 @@ class _GroupTurns(AECRolloutCollector):
     model's) are not used.
     """
 
+    _caller = _CALLER  # the shared checks' messages name the public class
+
     def __init__(
         self,
         models: Mapping[str, OnPolicyAlgorithm],
@@ -284,8 +286,8 @@ class AECGroupRolloutCollector:
             no group or one not in ``models``; a group has no trained agent among a copy's
             ``possible_agents``; an agent's spaces do not fit its group's model, or it observes
             channel-last images its group's model acts on but cannot store (each named by
-            group); what ``AECRolloutCollector`` raises (seeds, opponents' agents and spaces;
-            messages of those shared checks name ``AECRolloutCollector``).
+            group); what ``AECRolloutCollector`` raises (seeds, opponents' agents and spaces),
+            its messages naming ``AECGroupRolloutCollector``.
     """
 
     def __init__(
