@@ -332,19 +332,30 @@ class AgentSlot(gym.Env[Any, Any]):
         raise RuntimeError("AgentSlot is never stepped")
 
 
-@pytest.mark.parametrize("adversary", ["group", "random"])
+@pytest.mark.parametrize("adversary", ["group", "random", "random-per-agent"])
 def test_groups_of_different_spaces_and_sizes_in_an_mpe_aec_env(adversary: str) -> None:
     # simple_adversary's AEC env: the adversary observes 8 numbers, the good agents 10; the
     # rewards come after the last agent's move of each cycle (other agents' turns), and every
-    # game is truncated after max_cycles (bootstrapped gamma * V(final observation))
+    # game is truncated after max_cycles (bootstrapped gamma * V(final observation)); with
+    # "random-per-agent", two groups of one good agent each next to a random adversary
     from mpe2 import simple_adversary_v3
 
     def make() -> Any:
         return Logged(simple_adversary_v3.env(max_cycles=5, continuous_actions=False))
 
     spaces = make()
-    sizes = {"good": (7, 3)} if adversary == "random" else {"adversary": (9, 2), "good": (7, 3)}
-    first = {"adversary": "adversary_0", "good": "agent_0"}
+    group_of = {"agent_0": "good", "agent_1": "good"}
+    sizes = {"adversary": (9, 2), "good": (7, 3)}
+    first = {"adversary": "adversary_0", "good": "agent_0", "a0": "agent_0", "a1": "agent_1"}
+    opponents: dict[str, Any] = {"adversary_0": "random"}
+    if adversary == "group":
+        group_of["adversary_0"] = "adversary"
+        opponents = {}
+    elif adversary == "random":
+        del sizes["adversary"]
+    else:
+        group_of = {"agent_0": "a0", "agent_1": "a1"}
+        sizes = {"a0": (6, 2), "a1": (5, 3)}
     models = {
         g: PPO(
             "MlpPolicy",
@@ -358,17 +369,12 @@ def test_groups_of_different_spaces_and_sizes_in_an_mpe_aec_env(adversary: str) 
         )
         for seed, (g, (n_steps, columns)) in enumerate(sizes.items())
     }
-    group_of = {"agent_0": "good", "agent_1": "good"}
-    opponents: dict[str, Any] = {}
-    if adversary == "random":
-        opponents = {"adversary_0": "random"}
-    else:
-        group_of["adversary_0"] = "adversary"
     envs = [make() for _ in range(2)]
     collector = AECGroupRolloutCollector(
         models, [lambda e=e: e for e in envs], group_of=group_of, opponents=opponents, seeds=[0, 1]
     )
     truncated = 0
+    accounted = dict.fromkeys(models, 0)  # stored + dropped turns per group
     for _ in range(3):
         segments = collector.collect(update_model=False)
         for g, model in models.items():
@@ -378,7 +384,11 @@ def test_groups_of_different_spaces_and_sizes_in_an_mpe_aec_env(adversary: str) 
             assert seen["rows"] == sizes[g][0] * sizes[g][1]
             truncated += seen["truncated"]
             assert {s.agent_id for s in segments[g]} == set(agents)
+            accounted[g] += seen["rows"] + collector.group_dropped[g]
     assert truncated > 0
+    for g in models:  # every logged turn of a group's agent: stored once or counted as dropped
+        agents = [a for a, group in group_of.items() if group == g]
+        assert accounted[g] == sum(e["agent"] in agents and e["live"] for v in envs for e in v.log)
 
 
 # ----------------------------------------------------------------------- (d) refusals, named
