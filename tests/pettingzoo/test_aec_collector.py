@@ -179,6 +179,8 @@ def check_rollout(
                     np.testing.assert_array_equal(
                         buf.observations[key][row, seg.column], observation[key]
                     )
+            elif np.ndim(observation):  # a Box observation (MPE's AEC envs)
+                np.testing.assert_array_equal(buf.observations[row, seg.column], observation)
             else:  # a Discrete observation: SB3 stores it as shape (1,)
                 assert buf.observations[row, seg.column].tolist() == [observation]
             assert int(buf.actions[row, seg.column, 0]) == ref["action"]

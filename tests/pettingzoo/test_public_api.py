@@ -8,6 +8,7 @@ import rlightning_pettingzoo
 from rlightning_pettingzoo import (
     aec,
     aec_collector,
+    aec_groups,
     collector,
     env_group,
     groups,
@@ -24,6 +25,7 @@ from rlightning_pettingzoo import (
 MODULES = [
     aec,
     aec_collector,
+    aec_groups,
     collector,
     env_group,
     groups,

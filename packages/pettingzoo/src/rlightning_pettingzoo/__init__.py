@@ -13,7 +13,8 @@
   :class:`GroupRolloutCollector` and :class:`GroupReplayCollector` (the same with one model per
   group of agents that share spaces, or per agent, each filling its own buffer);
   :class:`AECRolloutCollector` (turn-based AEC envs: self-play, or against frozen or random
-  opponents) and :class:`AECReplayCollector` (the same for DQN's ``ReplayBuffer``);
+  opponents), :class:`AECReplayCollector` (the same for DQN's ``ReplayBuffer``) and
+  :class:`AECGroupRolloutCollector` (one on-policy model per group of agents, or per agent);
   :class:`RolloutRecorder`/:func:`fill_recorded` and
   :class:`ReplayRecorder`/:func:`fill_recorded_replay` (the shared collectors split in two
   processes, for ``rlightning_ray``'s runners); with the ``[sb3]`` extra, imported on first use.
@@ -63,6 +64,7 @@ except PackageNotFoundError:  # running from a source tree that was not installe
 
 _SB3_NAMES = {
     "AECRolloutCollector": "aec_collector",
+    "AECGroupRolloutCollector": "aec_groups",
     "AECReplayCollector": "aec_replay",
     "Segment": "collector",
     "SharedRolloutCollector": "collector",
@@ -99,6 +101,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "PETTINGZOO_SUPPORTED",
     "PETTINGZOO_TESTED",
+    "AECGroupRolloutCollector",
     "AECReplayCollector",
     "AECRolloutCollector",
     "AECRolloutRecorder",

@@ -205,9 +205,27 @@ class AECRolloutCollector(CopyBookkeeping):
             _check_opponent_spaces(env, i, self.opponents)
             # the trained agents' spaces fit the model (the parallel collectors check it at each
             # agent's first round; an AEC env declares every seat's spaces up front)
-            trained = [a for a in possible if a not in self.opponents]
-            _check_model_fits(env, self.model, trained, {})
-            refuse_unstorable_layout(env, i, self.model, trained, self._caller)
+            self._check_trained(env, i, [a for a in possible if a not in self.opponents])
+
+    def _check_trained(self, env: Any, i: int, trained: list[Any]) -> None:
+        """Refuse trained agents (of copy ``i``) the model cannot act for or store.
+
+        A hook: :class:`~rlightning_pettingzoo.AECGroupRolloutCollector` checks each agent
+        against its group's model.
+        """
+        _check_model_fits(env, self.model, trained, {})
+        refuse_unstorable_layout(env, i, self.model, trained, self._caller)
+
+    def _model_of(self, agent: Any) -> Any:
+        """The model that acts for trained ``agent`` and stores its turns.
+
+        A hook: ``model`` here, the agent's group's model in ``AECGroupRolloutCollector``.
+        """
+        return self.model
+
+    def _intake_of(self, agent: Any) -> Callable[[Any], Any]:
+        """Trained ``agent``'s observation intake (that of :meth:`_model_of`'s model; a hook)."""
+        return self._intake
 
     def _reset(self, i: int) -> None:
         env = self._envs[i]
@@ -234,7 +252,7 @@ class AECRolloutCollector(CopyBookkeeping):
             observation, reward, terminated, truncated, info = env.last()
             trained = agent not in self.opponents
             # observe() may return the env's own arrays: a copy (transposed for an image model)
-            observation = self._intake(observation) if trained else owned(observation)
+            observation = self._intake_of(agent)(observation) if trained else owned(observation)
             slot = (i, agent)
             done = bool(terminated or truncated)
             if trained and slot in self._acted:  # its reward since it acted: its transition's
@@ -322,9 +340,10 @@ class AECRolloutCollector(CopyBookkeeping):
         if self._recurrent:  # the LSTM resets: where an episode or a run in a column starts
             chosen = self._lanes.assign(keys if streams is not None else [], self._starting)
             starts = [chosen[k] if k in chosen else k[1] in self._starting[k[0]] for k in keys]
+        model = self._model_of(first.agent)  # one model for all ``turns``
         try:
             rows = sb3_rows(
-                self.model,
+                model,
                 keys,
                 [t.observation for t in turns],
                 [t.mask for t in turns],
@@ -335,12 +354,12 @@ class AECRolloutCollector(CopyBookkeeping):
             )
         except ValueError as error:  # np.stack's or SB3's shape error: name the agent
             for t in turns:
-                reason = observation_shape_mismatch(self.model.observation_space, t.observation)
+                reason = observation_shape_mismatch(model.observation_space, t.observation)
                 if reason is not None:
                     raise ValueError(
                         f"observation of agent {t.agent!r} of {describe_env(self._envs[t.index])}"
                         f" (copy {t.index}) does not fit the model's observation_space "
-                        f"{self.model.observation_space} (as the collector holds it): {reason} "
+                        f"{model.observation_space} (as the collector holds it): {reason} "
                         "(PettingZoo: an agent's observation is an element of "
                         "env.observation_space(agent))"
                     ) from error
@@ -428,7 +447,21 @@ class AECRolloutCollector(CopyBookkeeping):
                 turns.append(turn)
             self._act(turns, streams, maskable)
             count += len(turns)
-        # close the open transitions: step on to their agents' next turns (not stored)
+        self._close_open(streams, maskable)
+        if self._recurrent:
+            placed = self._lanes.packed()
+        else:
+            order = sorted(streams, key=lambda s: (s[0], self._agent_rank(*s)))
+            placed = pack([streams[s] for s in order], n_rows, n_columns)
+        self._fill(placed, update_model)
+        return _segments(placed, n_rows, n_columns)
+
+    def _close_open(self, streams: dict[tuple[int, Any], list[Transition]], maskable: bool) -> None:
+        """The rollout's end: step each copy on to the turns that close its open transitions.
+
+        Trained agents' turns on the way are acted by :meth:`_act` and not stored (``dropped``);
+        each copy pauses at the turn where its last open transition closed.
+        """
         for _ in range(_MAX_STEPS_WITHOUT_TURN):
             turns = []
             for i in range(len(self._envs)):
@@ -444,13 +477,6 @@ class AECRolloutCollector(CopyBookkeeping):
                 "after the rollout's end (their agents were never selected again)"
             )
         self._open.clear()
-        if self._recurrent:
-            placed = self._lanes.packed()
-        else:
-            order = sorted(streams, key=lambda s: (s[0], self._agent_rank(*s)))
-            placed = pack([streams[s] for s in order], n_rows, n_columns)
-        self._fill(placed, update_model)
-        return _segments(placed, n_rows, n_columns)
 
     def _fill(self, placed: list[list[Placed]], update_model: bool) -> None:
         """Hand the rows to ``add_rollout_step``, then ``finish_rollout``."""

@@ -69,6 +69,42 @@ def _refuse_shared_models(models: Mapping[str, Any], caller: str) -> None:
             )
 
 
+def _lookup_group(
+    group_of: GroupOf, models: Mapping[str, Any], agent: Any, where: str, otherwise: str = ""
+) -> str:
+    """``group_of``'s group for ``agent``, checked to be a key of ``models``.
+
+    Args:
+        group_of: Agent id -> group name, a mapping or a function.
+        models: Group name -> model.
+        agent: The agent id.
+        where: Where the agent lives, for the messages (`` of simple_spread_v3 (copy 0)``).
+        otherwise: Appended to the no-group message (what else the agent may be).
+
+    Returns:
+        The group's name; nothing is mutated.
+
+    Raises:
+        ValueError: ``group_of`` has no group for the agent, or names one not in ``models``.
+    """
+    if callable(group_of):
+        group = group_of(agent)
+    elif agent in group_of:
+        group = group_of[agent]
+    else:
+        raise ValueError(
+            f"agent {agent!r}{where} has no group: group_of maps only "
+            f"{sorted(map(repr, group_of))}; give every agent a group of models "
+            f"({sorted(models)}){otherwise}"
+        )
+    if group not in models:
+        raise ValueError(
+            f"group_of gives agent {agent!r}{where} the group {group!r}, which is not a "
+            f"group of models ({sorted(models)})"
+        )
+    return group
+
+
 class _GroupStepper(AgentStepper):
     """The stepper with a model per group: group lookup, space checks, one forward per group.
 
@@ -135,21 +171,7 @@ class _GroupStepper(AgentStepper):
         if found is not None:
             return found
         where = "" if env is None else f" of {describe_env(env)} (copy {i})"
-        if callable(self._group_of):
-            group = self._group_of(agent)
-        elif agent in self._group_of:
-            group = self._group_of[agent]
-        else:
-            raise ValueError(
-                f"agent {agent!r}{where} has no group: group_of maps only "
-                f"{sorted(map(repr, self._group_of))}; give every agent a group of models "
-                f"({sorted(self.models)})"
-            )
-        if group not in self.models:
-            raise ValueError(
-                f"group_of gives agent {agent!r}{where} the group {group!r}, which is not a "
-                f"group of models ({sorted(self.models)})"
-            )
+        group = _lookup_group(self._group_of, self.models, agent, where)
         self._groups[agent] = group
         return group
 
