@@ -15,8 +15,12 @@ order, then ``possible_agents`` order -- to the slots' row ids in the model's ad
 process is drawn when its agent acts (the acting slots of one forward pass in slot order:
 ``SB3PolicyAdapter.act`` draws ``noises[j]()`` for a subset, ``noise()`` for all) and reset
 right after the step that ends its agent's episode (terminated or truncated), so a re-joining
-agent starts fresh. For an env whose agents all stay, over the VecEnv of one column per slot,
-that is SB3's ``VectorizedActionNoise``, draw for draw.
+agent starts fresh. Every process is reset when the model begins a new training run
+(:meth:`SlotNoise.start_run`, before a rollout's first draw: ``_setup_learn``'s
+``action_noise.reset()`` at every ``learn()``, whatever ``reset_num_timesteps``; the run is
+:func:`rlightning_sb3.training_run_id`, or the learner's ``ActingState.run_id`` for a replica).
+For an env whose agents all stay, over the VecEnv of one column per slot, that is SB3's
+``VectorizedActionNoise``, draw for draw.
 """
 
 from __future__ import annotations
@@ -57,6 +61,30 @@ class SlotNoise:
         #: The processes, ``noises[k]`` slot ``slots[k]``'s (each reset once built).
         self.noise = VectorizedActionNoise(base, len(self.slots))
         bind_env_ids(self.noise, _row_ids(self.slots, row_prefix))
+        #: The training run the processes were last reset for (:meth:`start_run`).
+        self.run_id: int | None = None
+
+    def start_run(self, run_id: int | None) -> bool:
+        """Reset every process when ``run_id`` is not the run they were last reset for.
+
+        As ``BaseAlgorithm._setup_learn``'s ``action_noise.reset()`` at every ``learn()``
+        (stable_baselines3 2.x ``common/base_class.py``; whatever ``reset_num_timesteps``): a
+        new :func:`rlightning_sb3.start_training` begins with every Ornstein-Uhlenbeck process
+        at its ``initial_noise``. Call it before a rollout's first draw. The first run seen
+        resets too (a no-op: the processes are built reset).
+
+        Args:
+            run_id: The model's run (:func:`rlightning_sb3.training_run_id`, or the learner's
+                ``ActingState.run_id``); None (no run known) changes nothing.
+
+        Returns:
+            Whether the processes were reset (``noise`` and :attr:`run_id` are mutated then).
+        """
+        if run_id is None or run_id == self.run_id:
+            return False
+        self.run_id = run_id
+        self.noise.reset()
+        return True
 
     @contextmanager
     def drawing(self, keys: Sequence[tuple[int, Any]]) -> Iterator[None]:
