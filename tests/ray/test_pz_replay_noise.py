@@ -37,6 +37,7 @@ from stable_baselines3 import SAC, TD3
 from stable_baselines3.common.noise import (
     NormalActionNoise,
     OrnsteinUhlenbeckActionNoise,
+    VectorizedActionNoise,
 )
 from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -238,6 +239,10 @@ def test_two_runners_draw_the_in_process_noise_of_their_copies(local_ray: None) 
     seeds, acting_seeds, learning_starts = [3, 4, 5, 6], [21, 22], 36
     runs = [(96, True), (96, False)]  # 12 columns: 2 rollouts of 4 rows per run
     model = _model(TD3, "ou", 4 * AGENTS, learning_starts)
+    # started before the collector is built: the learner's noise is SB3's VectorizedActionNoise
+    # of its 12 columns, whose base noise each runner gets
+    start_training(model, runs[0][0], reset_num_timesteps=runs[0][1])
+    assert isinstance(model.action_noise, VectorizedActionNoise)
     collector = RaySharedReplayCollector(
         model,
         [MAKE] * 4,
@@ -249,8 +254,9 @@ def test_two_runners_draw_the_in_process_noise_of_their_copies(local_ray: None) 
     weights: list[dict[str, th.Tensor]] = []
     got: list[list[Snapshot]] = [[], []]
     try:
-        for total, reset in runs:
-            start_training(model, total, reset_num_timesteps=reset)
+        for run, (total, reset) in enumerate(runs):
+            if run:
+                start_training(model, total, reset_num_timesteps=reset)
             while model.num_timesteps < model._total_timesteps:
                 weights.append({k: v.clone() for k, v in model.policy.state_dict().items()})
                 assert collector.collect() == 4 * 4 * AGENTS

@@ -26,7 +26,7 @@ With one runner its buffer and counters equal the in-process collector's over th
 seeds and acting seed, array for array; with several, runner ``r``'s columns equal the
 in-process collector's over runner ``r``'s copies exploring on the learner's clock
 (tests/ray/test_pz_replay.py; docs/ray.md, "PettingZoo"). With action noise (TD3, DDPG, SAC)
-too: the base noise travels in the model's save, each runner's recorder keeps its copies'
+too: a copy of the learner's base noise travels to each runner, whose recorder keeps its copies'
 per-slot noise processes across rollouts and resets them on the learner's new run
 (tests/ray/test_pz_replay_noise.py).
 """
@@ -48,6 +48,8 @@ from rlightning_ray._pz_runners import (
 )
 
 try:
+    from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
+
     from rlightning_pettingzoo.remote import replica_slots
     from rlightning_pettingzoo.remote_replay import (
         RecordedReplay,
@@ -69,7 +71,6 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 if TYPE_CHECKING:
-    from stable_baselines3.common.noise import VectorizedActionNoise
     from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 __all__ = ["RaySharedReplayCollector", "SharedReplayRunner"]
@@ -85,9 +86,9 @@ class SharedReplayRunner:
     wrapped the learner's), with ``n_envs=n_columns``, a buffer of one row
     (``buffer_size=n_columns``: never written), no tensorboard log and ``verbose=0``; it is
     given :func:`rlightning_sb3.start_training` (the in-process collector runs only on a started
-    model; the budget and counters it sets are replaced by each :meth:`record`'s state). SB3's
-    ``save`` pickles ``action_noise`` with the model, so the replica's base noise is the
-    learner's (the recorder builds its per-slot processes from it).
+    model; the budget and counters it sets are replaced by each :meth:`record`'s state). Its
+    ``action_noise`` is the learner's base noise (``noise``; the recorder builds its per-slot
+    processes from it).
 
     Args:
         model_class: The learner's model class (``DQN``, ``SAC``, ``TD3``).
@@ -107,6 +108,12 @@ class SharedReplayRunner:
         runner_id: For messages.
         spaces: The learner's raw observation space (before ``VecTransposeImage``) and action
             space.
+        noise: The learner's base action noise (a copy: Ray pickles it), or None: set as the
+            replica's ``action_noise`` before ``start_training`` (which wraps it in
+            ``VectorizedActionNoise`` and resets it, as ``_setup_learn`` does). SB3's ``save``
+            pickles the noise too, but its ``load`` drops, with only a warning, an object it
+            cannot unpickle; sent apart, a noise the runner cannot unpickle fails its build,
+            named.
 
     Raises:
         What ``model_class.load``, ``start_training`` and :class:`ReplayRecorder` raise.
@@ -124,6 +131,7 @@ class SharedReplayRunner:
         device: str,
         runner_id: str,
         spaces: tuple[Any, Any],
+        noise: ActionNoise | None = None,
     ) -> None:
         # SB3's load: kwargs override the saved attributes before _setup_model builds the buffer
         self.model = model_class.load(
@@ -135,6 +143,7 @@ class SharedReplayRunner:
             tensorboard_log=None,
             verbose=0,
         )
+        self.model.action_noise = noise  # the learner's, whatever load made of the saved one
         start_training(self.model, 1, log_interval=None)
         if acting_seed is not None:
             self.model.set_random_seed(acting_seed)
@@ -182,10 +191,10 @@ class RaySharedReplayCollector(PooledCollector):
     advances them by the learner's ``n_envs`` per row it completes, so after ``k`` rows its
     ``learning_starts`` warm-up test and DQN epsilon are the learner's after ``k`` rows (with
     one runner: exactly the in-process collector's). A model's ``action_noise`` (TD3, DDPG,
-    SAC) travels in its save to each replica; each runner's recorder keeps the in-process
-    collector's per-slot processes over its copies from one :meth:`collect` to the next (drawn
-    from the runner process's numpy generator, which its acting seed seeds; reset where an
-    agent's episode ends, and all of them when the learner begins a new run:
+    SAC) travels to each replica (a copy of its base noise); each runner's recorder keeps the
+    in-process collector's per-slot processes over its copies from one :meth:`collect` to the
+    next (drawn from the runner process's numpy generator, which its acting seed seeds; reset
+    where an agent's episode ends, and all of them when the learner begins a new run:
     ``ActingState.run_id``, see :meth:`runner_noise`). Call :func:`rlightning_sb3.start_training`
     before, train after each :meth:`collect` as ``learn()`` does (``if model.num_timesteps >
     model.learning_starts: model.train(...)``), and :meth:`close` at the end.
@@ -273,6 +282,9 @@ class RaySharedReplayCollector(PooledCollector):
         #: :meth:`collect`).
         self.agent_returns: dict[Any, deque[float]] = {}
         blob = ray.put(saved_model(model))
+        noise = model.action_noise  # the base noise each runner's slot processes copy
+        if isinstance(noise, VectorizedActionNoise):  # wrapped by _setup_learn
+            noise = noise.base_noise
         transpose = image_transpose(model)  # the replicas transpose images as the learner's env
         raw = model.observation_space if transpose is None else transpose.raw_space
         self._pool = RunnerPool(
@@ -289,6 +301,7 @@ class RaySharedReplayCollector(PooledCollector):
                     device,
                     f"pz-runner-{r}",
                     (raw, model.action_space),
+                    noise,
                 )
                 for r in range(n_runners)
             ],
