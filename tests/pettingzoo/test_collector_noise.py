@@ -221,6 +221,9 @@ def test_a_new_start_training_resets_the_noise_as_a_new_learn_does(
     processes = collector.noise_processes if kind == "shared" else collector.noise_processes("all")
     for a, b in zip(processes.noises, theirs_noise.noises, strict=True):
         np.testing.assert_array_equal(a.noise_prev, b.noise_prev)
+    if kind == "group":
+        with pytest.raises(KeyError, match=r"no group 'nope': the groups are \['all'\]"):
+            collector.noise_processes("nope")
 
     # the mutation: without the reset at the second run, the second run's actions differ
     monkeypatch.setattr(SlotNoise, "start_run", lambda self, run_id: False)
