@@ -29,13 +29,23 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from stable_baselines3.common.noise import VectorizedActionNoise
+from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 
 from rlightning_pettingzoo._envs import describe_env
 from rlightning_pettingzoo._sb3 import _row_ids
 from rlightning_sb3 import bind_env_ids
 
-__all__ = ["SlotNoise", "slot_noise"]
+__all__ = ["SlotNoise", "base_noise", "slot_noise"]
+
+
+def base_noise(noise: ActionNoise | None) -> ActionNoise | None:
+    """The noise each process copies: a ``VectorizedActionNoise``'s ``base_noise``, else itself.
+
+    SB3's ``_setup_learn`` wraps a plain ``model.action_noise`` in ``VectorizedActionNoise(noise,
+    n_envs)`` (one deep copy of it per env); unwrapped here, whether or not the model was
+    started. Nothing is copied or mutated.
+    """
+    return noise.base_noise if isinstance(noise, VectorizedActionNoise) else noise
 
 
 class SlotNoise:
@@ -47,13 +57,19 @@ class SlotNoise:
         slots: The model's ``(copy, agent)`` slots, in slot order.
         row_prefix: The collector's row-id prefix in the model's adapter (``_sb3.sb3_rows``).
         envs: The env copies (for error messages).
+
+    Raises:
+        ValueError: ``model`` has no ``action_noise`` (:func:`slot_noise` returns None then).
     """
 
     def __init__(
         self, model: Any, slots: Sequence[tuple[int, Any]], row_prefix: str, envs: Sequence[Any]
     ) -> None:
-        noise = model.action_noise
-        base = noise.base_noise if isinstance(noise, VectorizedActionNoise) else noise
+        base = base_noise(model.action_noise)
+        if base is None:
+            raise ValueError(
+                f"{type(model).__name__} has no action_noise: build slot noise with slot_noise()"
+            )
         self.model = model
         self.slots = list(slots)
         self._index = {slot: k for k, slot in enumerate(self.slots)}

@@ -38,12 +38,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import TrainFrequencyUnit
 from stable_baselines3.common.utils import should_collect_more_steps
 
 from rlightning.rules import check_count
 from rlightning_pettingzoo._columns import Transition
+from rlightning_pettingzoo._noise import base_noise
 from rlightning_pettingzoo._sb3 import adapter_for, refuse_unapplied_wrappers
 from rlightning_pettingzoo.replay import SharedReplayCollector, _add_replay_row
 from rlightning_sb3 import ActingReplica, ActingState
@@ -53,6 +55,7 @@ __all__ = [
     "ReplayRecorder",
     "check_replay_model",
     "fill_recorded_replay",
+    "replica_noise",
 ]
 
 
@@ -133,6 +136,28 @@ def check_replay_model(model: Any, caller: str, n_runners: int = 1) -> None:
         )
     refuse_unapplied_wrappers(model, caller)
     adapter_for(model)
+
+
+def replica_noise(model: Any) -> ActionNoise | None:
+    """The learner's base action noise, for a :class:`ReplayRecorder`'s replica to carry.
+
+    ``model.action_noise`` unwrapped from the ``VectorizedActionNoise`` SB3's ``_setup_learn``
+    wraps it in (``base_noise``), or itself; None without noise. Send it (a copy: pickled) and
+    set it as the replica's ``action_noise`` before its :func:`rlightning_sb3.start_training`:
+    the recorder's per-slot processes deep-copy it. SB3's ``save`` pickles the noise too, but
+    its ``load`` drops, with only a warning, an object it cannot unpickle (the replica would
+    explore without noise); sent apart, such a noise fails loudly where it is unpickled.
+
+    Args:
+        model: The learner's off-policy model.
+
+    Returns:
+        The base noise (the learner's own object: not copied; nothing is mutated), or None.
+
+    Raises:
+        Nothing: a model without an ``action_noise`` attribute gives None.
+    """
+    return base_noise(getattr(model, "action_noise", None))
 
 
 class ReplayRecorder(SharedReplayCollector):

@@ -48,14 +48,13 @@ from rlightning_ray._pz_runners import (
 )
 
 try:
-    from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
-
     from rlightning_pettingzoo.remote import replica_slots
     from rlightning_pettingzoo.remote_replay import (
         RecordedReplay,
         ReplayRecorder,
         check_replay_model,
         fill_recorded_replay,
+        replica_noise,
     )
     from rlightning_sb3 import (
         ActingState,
@@ -71,6 +70,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 if TYPE_CHECKING:
+    from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
     from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 __all__ = ["RaySharedReplayCollector", "SharedReplayRunner"]
@@ -282,9 +282,7 @@ class RaySharedReplayCollector(PooledCollector):
         #: :meth:`collect`).
         self.agent_returns: dict[Any, deque[float]] = {}
         blob = ray.put(saved_model(model))
-        noise = model.action_noise  # the base noise each runner's slot processes copy
-        if isinstance(noise, VectorizedActionNoise):  # wrapped by _setup_learn
-            noise = noise.base_noise
+        noise = replica_noise(model)  # the base noise each runner's slot processes copy
         transpose = image_transpose(model)  # the replicas transpose images as the learner's env
         raw = model.observation_space if transpose is None else transpose.raw_space
         self._pool = RunnerPool(
