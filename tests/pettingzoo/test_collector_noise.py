@@ -129,6 +129,112 @@ def test_replay_buffer_with_noise_equals_learn(
             np.testing.assert_array_equal(a.noise_prev, b.noise_prev)
 
 
+class ContinuingAgentsVecEnv(AgentsVecEnv):  # type: ignore[misc, valid-type]
+    """``AgentsVecEnv`` whose resets after the first return the observations the copies are at.
+
+    SB3's ``learn(reset_num_timesteps=True)`` resets its VecEnv (``_setup_learn``); a collector's
+    envs are its own and continue across ``start_training`` calls. Over this VecEnv SB3 acts on
+    where the copies are, so two ``learn()`` calls compare with two runs of a collector.
+    """
+
+    def __init__(self, make_env: Any, n_copies: int) -> None:
+        super().__init__(make_env, n_copies)
+        self._current: Any = None
+
+    def reset(self) -> np.ndarray:
+        if self._current is None:
+            self._current = super().reset()
+        return np.array(self._current)
+
+    def step_wait(self) -> Any:
+        out = super().step_wait()
+        self._current = out[0]
+        return out
+
+
+def _two_runs(
+    kind: str, make: Any, n_copies: int, kwargs: dict[str, Any], runs: list[tuple[int, bool]]
+) -> tuple[Any, Any]:
+    """A TD3 (OU noise) filled by ``kind``'s collector over ``runs`` of ``(total_timesteps,
+    reset_num_timesteps)``: ``start_training``, ``learn()``'s loop, ``finish_training`` each."""
+    spaces_ = make()
+    obs_space, act_space = spaces_.observation_space("agent_0"), spaces_.action_space("agent_0")
+    n_columns = n_copies * len(spaces_.possible_agents)
+    slots = DummyVecEnv([lambda: AgentSlot(obs_space, act_space)] * n_columns)
+    model = TD3("MlpPolicy", slots, action_noise=NOISES["ou"](5), **kwargs)
+    collector = _collector(kind, model, make, n_copies)
+    for total, reset in runs:
+        start_training(model, total, reset_num_timesteps=reset)
+        while model.num_timesteps < model._total_timesteps:  # learn()'s loop
+            collector.collect()
+            if model.num_timesteps > model.learning_starts:
+                model.train(gradient_steps=model.gradient_steps, batch_size=model.batch_size)
+        finish_training(model)
+    return model, collector
+
+
+@pytest.mark.parametrize("kind", ["shared", "group"])
+@pytest.mark.parametrize("reset_num_timesteps", [True, False], ids=["reset", "continue"])
+def test_a_new_start_training_resets_the_noise_as_a_new_learn_does(
+    simple_spread: ModuleType, kind: str, reset_num_timesteps: bool, monkeypatch: Any
+) -> None:
+    """Two ``learn()`` calls (``_setup_learn`` resets every noise process at the second, also
+    with ``reset_num_timesteps=False``) == two ``start_training`` + ``collect()`` runs: every
+    replay-buffer array, the counters, the networks and the OU states. The first run ends
+    mid-episode (copy step 12, episodes of 5), so the processes are far from their initial
+    noise there; skipping the collectors' reset (``SlotNoise.start_run``) changes the buffer."""
+    from rlightning_pettingzoo._noise import SlotNoise
+
+    def make() -> Any:
+        return simple_spread.parallel_env(max_cycles=5, continuous_actions=True)
+
+    n_copies, first, second = 2, 6 * 12, 6 * 8  # 3 rollouts, then 2 (6 columns, train_freq 4)
+    kwargs: dict[str, Any] = {
+        "learning_starts": 30,  # with reset_num_timesteps: a second warm-up
+        "train_freq": 4,
+        "batch_size": 16,
+        "buffer_size": 1000,
+        "seed": 0,
+        "device": "cpu",
+        "policy_kwargs": {"net_arch": [16]},
+    }
+    venv = ContinuingAgentsVecEnv(make, n_copies)
+    reference = TD3("MlpPolicy", venv, action_noise=NOISES["ou"](5), **kwargs)
+    reference.learn(total_timesteps=first)
+    theirs_noise: Any = reference.action_noise
+    assert all(abs(p.noise_prev).max() > 0.05 for p in theirs_noise.noises)  # state to reset
+    reference.learn(total_timesteps=second, reset_num_timesteps=reset_num_timesteps)
+
+    runs = [(first, True), (second, reset_num_timesteps)]
+    model, collector = _two_runs(kind, make, n_copies, kwargs, runs)
+    assert model.num_timesteps == reference.num_timesteps
+    assert model.num_timesteps == second + (0 if reset_num_timesteps else first)
+    assert model._n_updates == reference._n_updates > 0
+    ours, theirs = model.replay_buffer, reference.replay_buffer
+    assert ours.pos == theirs.pos == (first + second) // venv.num_envs
+    for name in ("observations", "next_observations", "actions", "rewards", "dones", "timeouts"):
+        np.testing.assert_array_equal(getattr(ours, name), getattr(theirs, name), err_msg=name)
+    for (key, mine), (_, ref) in zip(
+        model.policy.state_dict().items(), reference.policy.state_dict().items(), strict=True
+    ):
+        assert th.equal(mine, ref), key
+    processes = collector.noise_processes if kind == "shared" else collector.noise_processes("all")
+    for a, b in zip(processes.noises, theirs_noise.noises, strict=True):
+        np.testing.assert_array_equal(a.noise_prev, b.noise_prev)
+    if kind == "group":
+        with pytest.raises(KeyError, match=r"no group 'nope': the groups are \['all'\]"):
+            collector.noise_processes("nope")
+
+    # the mutation: without the reset at the second run, the second run's actions differ
+    monkeypatch.setattr(SlotNoise, "start_run", lambda self, run_id: False)
+    unreset, _ = _two_runs(kind, make, n_copies, kwargs, runs)
+    rows = slice(first // venv.num_envs, theirs.pos)
+    np.testing.assert_array_equal(
+        unreset.replay_buffer.actions[: rows.start], theirs.actions[: rows.start]
+    )
+    assert not np.array_equal(unreset.replay_buffer.actions[rows], theirs.actions[rows])
+
+
 BOX = spaces.Box(-2.0, 2.0, (2,), np.float32)
 OBS = spaces.Box(-100.0, 100.0, (4,), np.float32)
 

@@ -29,7 +29,6 @@ import ray
 import torch as th
 from gymnasium import spaces
 from stable_baselines3 import DQN, PPO, SAC, TD3
-from stable_baselines3.common.noise import NormalActionNoise
 from stable_baselines3.common.utils import set_random_seed
 from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -285,9 +284,6 @@ def test_refusals_come_before_any_runner_starts(local_ray: None) -> None:
             ),
             fns,
         )
-    noise = NormalActionNoise(np.zeros(2), 0.1 * np.ones(2))
-    with pytest.raises(ValueError, match=r"does not support action_noise \(NormalActionNoise\)"):
-        RaySharedReplayCollector(_model(TD3, 2, 0, action_noise=noise), _env_fns("box", range(2)))
     with pytest.raises(ValueError, match=r"does not support gSDE \(use_sde=True\)"):
         RaySharedReplayCollector(_model(SAC, 2, 0, use_sde=True), _env_fns("box", range(2)))
     episodic = _model(DQN, 2, 0, train_freq=(1, "episode"))

@@ -24,6 +24,7 @@ from rlightning_sb3 import (
     acting_state,
     add_replay_step,
     start_training,
+    training_run_id,
 )
 
 N_ENVS, LIMIT, SEED, RNG_SEED = 3, 7, 0, 11
@@ -131,6 +132,33 @@ def test_a_publish_of_the_same_run_leaves_the_noise_as_it_is() -> None:
     start_training(learner, 100, reset_num_timesteps=False)
     replica.load(acting_state(learner))  # a new run, as _setup_learn: action_noise.reset()
     np.testing.assert_array_equal(noise.noise_prev, np.zeros(1))
+
+
+def test_each_run_has_its_own_id_even_where_the_clock_repeats(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``training_run_id`` is ``start_time``, which ``_setup_learn`` takes from
+    ``time.time_ns()``; a coarse clock (one value for two runs) must not make a new run look
+    like the last one, or a replica (or a PettingZoo collector) would not reset its noise."""
+    import stable_baselines3.common.base_class as base_class
+
+    learner = _td3(1)
+    assert training_run_id(learner) is None  # never started: SB3's start_time 0.0
+    monkeypatch.setattr(base_class.time, "time_ns", lambda: 1_000_000)  # a clock that repeats
+    ids = []
+    for reset in (True, False, True):
+        start_training(learner, 100, reset_num_timesteps=reset)
+        ids.append(training_run_id(learner))
+        assert acting_state(learner).run_id == ids[-1] == learner.start_time
+    assert ids == [1_000_000, 1_000_001, 1_000_002]
+    replica = ActingReplica(_td3(1))
+    replica.load(acting_state(learner))
+    replica.act(np.zeros((1, 3), np.float32), ["env-0"], episode_start=[True])
+    noise: Any = replica.model.action_noise
+    assert noise.noise_prev.any()
+    start_training(learner, 100, reset_num_timesteps=False)  # the same clock value again
+    replica.load(acting_state(learner))
+    np.testing.assert_array_equal(noise.noise_prev, np.zeros(1))  # reset: a new run
 
 
 def _assert_replay_equal(ours: Any, theirs: Any, n: int) -> None:

@@ -17,7 +17,8 @@
   :class:`AECGroupRolloutCollector` (one on-policy model per group of agents, or per agent);
   :class:`RolloutRecorder`/:func:`fill_recorded` and
   :class:`ReplayRecorder`/:func:`fill_recorded_replay` (the shared collectors split in two
-  processes, for ``rlightning_ray``'s runners); with the ``[sb3]`` extra, imported on first use.
+  processes, for ``rlightning_ray``'s runners; :func:`replica_noise`, the base action noise a
+  replay replica carries); with the ``[sb3]`` extra, imported on first use.
 * Env groups: :class:`ParallelEnvGroup` (``k`` parallel envs stepped together: observe, step,
   reset with this package's rules, copies of everything kept), its :class:`ParallelStep`,
   :class:`ParallelFragment` and :class:`ParallelEnvError` (what ``rlightning_ray``'s runners
@@ -86,6 +87,7 @@ _SB3_NAMES = {
     "check_replay_model": "remote_replay",
     "fill_recorded_groups": "remote_groups",
     "fill_recorded_replay": "remote_replay",
+    "replica_noise": "remote_replay",
 }
 
 
@@ -136,6 +138,7 @@ __all__ = [
     "fill_recorded_replay",
     "find_action_mask",
     "from_parallel_actions",
+    "replica_noise",
     "replica_slots",
     "respond",
     "sample_response",

@@ -15,8 +15,12 @@ order, then ``possible_agents`` order -- to the slots' row ids in the model's ad
 process is drawn when its agent acts (the acting slots of one forward pass in slot order:
 ``SB3PolicyAdapter.act`` draws ``noises[j]()`` for a subset, ``noise()`` for all) and reset
 right after the step that ends its agent's episode (terminated or truncated), so a re-joining
-agent starts fresh. For an env whose agents all stay, over the VecEnv of one column per slot,
-that is SB3's ``VectorizedActionNoise``, draw for draw.
+agent starts fresh. Every process is reset when the model begins a new training run
+(:meth:`SlotNoise.start_run`, before a rollout's first draw: ``_setup_learn``'s
+``action_noise.reset()`` at every ``learn()``, whatever ``reset_num_timesteps``; the run is
+:func:`rlightning_sb3.training_run_id`, or the learner's ``ActingState.run_id`` for a replica).
+For an env whose agents all stay, over the VecEnv of one column per slot, that is SB3's
+``VectorizedActionNoise``, draw for draw.
 """
 
 from __future__ import annotations
@@ -25,13 +29,23 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from stable_baselines3.common.noise import VectorizedActionNoise
+from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 
 from rlightning_pettingzoo._envs import describe_env
 from rlightning_pettingzoo._sb3 import _row_ids
 from rlightning_sb3 import bind_env_ids
 
-__all__ = ["SlotNoise", "slot_noise"]
+__all__ = ["SlotNoise", "base_noise", "slot_noise"]
+
+
+def base_noise(noise: ActionNoise | None) -> ActionNoise | None:
+    """The noise each process copies: a ``VectorizedActionNoise``'s ``base_noise``, else itself.
+
+    SB3's ``_setup_learn`` wraps a plain ``model.action_noise`` in ``VectorizedActionNoise(noise,
+    n_envs)`` (one deep copy of it per env); unwrapped here, whether or not the model was
+    started. Nothing is copied or mutated.
+    """
+    return noise.base_noise if isinstance(noise, VectorizedActionNoise) else noise
 
 
 class SlotNoise:
@@ -43,13 +57,19 @@ class SlotNoise:
         slots: The model's ``(copy, agent)`` slots, in slot order.
         row_prefix: The collector's row-id prefix in the model's adapter (``_sb3.sb3_rows``).
         envs: The env copies (for error messages).
+
+    Raises:
+        ValueError: ``model`` has no ``action_noise`` (:func:`slot_noise` returns None then).
     """
 
     def __init__(
         self, model: Any, slots: Sequence[tuple[int, Any]], row_prefix: str, envs: Sequence[Any]
     ) -> None:
-        noise = model.action_noise
-        base = noise.base_noise if isinstance(noise, VectorizedActionNoise) else noise
+        base = base_noise(model.action_noise)
+        if base is None:
+            raise ValueError(
+                f"{type(model).__name__} has no action_noise: build slot noise with slot_noise()"
+            )
         self.model = model
         self.slots = list(slots)
         self._index = {slot: k for k, slot in enumerate(self.slots)}
@@ -57,6 +77,30 @@ class SlotNoise:
         #: The processes, ``noises[k]`` slot ``slots[k]``'s (each reset once built).
         self.noise = VectorizedActionNoise(base, len(self.slots))
         bind_env_ids(self.noise, _row_ids(self.slots, row_prefix))
+        #: The training run the processes were last reset for (:meth:`start_run`).
+        self.run_id: int | None = None
+
+    def start_run(self, run_id: int | None) -> bool:
+        """Reset every process when ``run_id`` is not the run they were last reset for.
+
+        As ``BaseAlgorithm._setup_learn``'s ``action_noise.reset()`` at every ``learn()``
+        (stable_baselines3 2.x ``common/base_class.py``; whatever ``reset_num_timesteps``): a
+        new :func:`rlightning_sb3.start_training` begins with every Ornstein-Uhlenbeck process
+        at its ``initial_noise``. Call it before a rollout's first draw. The first run seen
+        resets too (a no-op: the processes are built reset).
+
+        Args:
+            run_id: The model's run (:func:`rlightning_sb3.training_run_id`, or the learner's
+                ``ActingState.run_id``); None (no run known) changes nothing.
+
+        Returns:
+            Whether the processes were reset (``noise`` and :attr:`run_id` are mutated then).
+        """
+        if run_id is None or run_id == self.run_id:
+            return False
+        self.run_id = run_id
+        self.noise.reset()
+        return True
 
     @contextmanager
     def drawing(self, keys: Sequence[tuple[int, Any]]) -> Iterator[None]:

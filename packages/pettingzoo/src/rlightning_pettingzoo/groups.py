@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
+from stable_baselines3.common.noise import VectorizedActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
@@ -47,6 +48,7 @@ from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper, _Cop
 from rlightning_pettingzoo.collector import Segment, _fill_rollout, _segments
 from rlightning_pettingzoo.policies import SharedPolicyAdapter
 from rlightning_pettingzoo.replay import _add_replay_row
+from rlightning_sb3 import training_run_id
 
 __all__ = ["GroupReplayCollector", "GroupRolloutCollector"]
 
@@ -513,8 +515,10 @@ class GroupReplayCollector(_GroupStepper):
     ``train_freq``; a group that finished first keeps its further complete transitions, in
     order, for its next rollout (nothing is dropped). Then train each model as ``learn()``
     does. A group model's ``action_noise`` gets one process per (copy, agent) slot of its
-    agents, drawn when the agent acts and reset after the step that ends its episode, as
-    :class:`SharedReplayCollector`'s (:mod:`rlightning_pettingzoo._noise`).
+    agents, drawn when the agent acts and reset after the step that ends its episode, and all
+    of a group's reset when its model begins a new training run (a new
+    :func:`rlightning_sb3.start_training`), as :class:`SharedReplayCollector`'s
+    (:mod:`rlightning_pettingzoo._noise`).
 
     Build each model with a VecEnv of ``n_envs`` slots of its group's spaces and call
     :func:`rlightning_sb3.start_training` for each model first.
@@ -567,6 +571,28 @@ class GroupReplayCollector(_GroupStepper):
         self._ready: dict[str, deque[Transition]] = {g: deque() for g in self.models}
         self._ended: list[Transition] = []
 
+    def noise_processes(self, group: str) -> VectorizedActionNoise | None:
+        """Group ``group``'s per-slot action-noise processes (None without ``action_noise``).
+
+        As :attr:`SharedReplayCollector.noise_processes`, over the group's agents' slots (copy
+        order, then ``possible_agents`` order). Read it; do not draw from it or reset it.
+
+        Raises:
+            KeyError: ``group`` is not a key of ``models`` (the groups named).
+        """
+        if group not in self.models:
+            raise KeyError(f"no group {group!r}: the groups are {list(self.models)}")
+        noise = self._noises.get(group)
+        return None if noise is None else noise.noise
+
+    def _noise_run(self, model: Any) -> int | None:
+        """The run that resets a group's noise processes: its model's (a recorder: its learner's).
+
+        Returns:
+            :func:`rlightning_sb3.training_run_id` of ``model``, or None (no run).
+        """
+        return training_run_id(model)
+
     def collect(self) -> dict[str, int]:
         """Collect one rollout of each group model's ``train_freq`` into its replay buffer.
 
@@ -586,6 +612,8 @@ class GroupReplayCollector(_GroupStepper):
         """
         for group, model in self.models.items():  # before any step (add_replay_step's rule)
             refuse_unstarted(model, "GroupReplayCollector", group)
+        for group, noise in self._noises.items():  # a new run: _setup_learn's noise reset
+            noise.start_run(self._noise_run(self.models[group]))
         stored = dict.fromkeys(self.models, 0)
         done = dict.fromkeys(self.models, False)
         idle = 0

@@ -15,8 +15,10 @@ processes, with the very same code:
   ``num_timesteps += row_width``, DQN's schedule, SB3's own functions), and the rollout ends
   where SB3's ``should_collect_more_steps`` says (the rule ``add_replay_step`` ends it by).
   :meth:`ReplayRecorder.record` takes the learner's :class:`rlightning_sb3.ActingState` (its
-  weights and counters), runs ``collect`` unchanged (acting, stepping, the transition rules,
-  the row layout) and returns the rows as a :class:`RecordedReplay` (picklable).
+  weights, counters and run: a new run resets the recorder's per-slot action-noise processes,
+  which it keeps from one record to the next), runs ``collect`` unchanged (acting, stepping,
+  the transition rules, the row layout) and returns the rows as a :class:`RecordedReplay`
+  (picklable).
 * :func:`fill_recorded_replay` lays the recordings side by side (recording ``r``'s cells after
   recording ``r - 1``'s in each row) and adds each row to the learner's buffer with the
   function ``collect`` adds with (``replay._add_replay_row``: ``add_replay_step``), so the
@@ -26,7 +28,8 @@ processes, with the very same code:
 So one recording fills the learner's buffer exactly as ``SharedReplayCollector.collect`` over
 the recorder's copies fills it, with the same counters; several recordings' columns each as
 the in-process collector over that recorder's copies, exploring on the learner's clock
-(``row_width``; tests/ray/test_pz_replay.py).
+(``row_width``; tests/ray/test_pz_replay.py), action noise included
+(tests/ray/test_pz_replay_noise.py).
 """
 
 from __future__ import annotations
@@ -35,12 +38,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import TrainFrequencyUnit
 from stable_baselines3.common.utils import should_collect_more_steps
 
 from rlightning.rules import check_count
 from rlightning_pettingzoo._columns import Transition
+from rlightning_pettingzoo._noise import base_noise
 from rlightning_pettingzoo._sb3 import adapter_for, refuse_unapplied_wrappers
 from rlightning_pettingzoo.replay import SharedReplayCollector, _add_replay_row
 from rlightning_sb3 import ActingReplica, ActingState
@@ -50,6 +55,7 @@ __all__ = [
     "ReplayRecorder",
     "check_replay_model",
     "fill_recorded_replay",
+    "replica_noise",
 ]
 
 
@@ -95,9 +101,7 @@ def check_replay_model(model: Any, caller: str, n_runners: int = 1) -> None:
     Raises:
         TypeError: ``model`` is not an off-policy SB3 model.
         ValueError: the buffer has ``optimize_memory_usage`` (as ``SharedReplayCollector``);
-            the model has an ``action_noise`` (the replicas would draw from noise processes of
-            their own, never the learner's, and never reset where the learner's
-            ``_setup_learn`` resets it); the model explores with gSDE (``use_sde=True``: the
+            the model explores with gSDE (``use_sde=True``: the
             replica's noise matrix is not the learner's, which ``train`` resamples);
             ``train_freq`` counts episodes and ``n_runners > 1`` (a rollout ends at the row
             where the learner's buffer, all runners' cells together, completes the episodes:
@@ -113,14 +117,6 @@ def check_replay_model(model: Any, caller: str, n_runners: int = 1) -> None:
             f"{caller} cannot fill a replay buffer with optimize_memory_usage=True: it reads "
             "each cell's next observation from the next row, which holds another agent's "
             "transition here; build the model with optimize_memory_usage=False"
-        )
-    noise = getattr(model, "action_noise", None)
-    if noise is not None:
-        raise ValueError(
-            f"{caller} does not support action_noise ({type(noise).__name__}): each runner's "
-            "replica would draw from noise processes of its own, which the learner never "
-            "resets (SB3 resets its process where a column's episode ends and at every "
-            "learn()); build the model with action_noise=None"
         )
     if getattr(model, "use_sde", False):
         raise ValueError(
@@ -142,6 +138,28 @@ def check_replay_model(model: Any, caller: str, n_runners: int = 1) -> None:
     adapter_for(model)
 
 
+def replica_noise(model: Any) -> ActionNoise | None:
+    """The learner's base action noise, for a :class:`ReplayRecorder`'s replica to carry.
+
+    ``model.action_noise`` unwrapped from the ``VectorizedActionNoise`` SB3's ``_setup_learn``
+    wraps it in (``base_noise``), or itself; None without noise. Send it (a copy: pickled) and
+    set it as the replica's ``action_noise`` before its :func:`rlightning_sb3.start_training`:
+    the recorder's per-slot processes deep-copy it. SB3's ``save`` pickles the noise too, but
+    its ``load`` drops, with only a warning, an object it cannot unpickle (the replica would
+    explore without noise); sent apart, such a noise fails loudly where it is unpickled.
+
+    Args:
+        model: The learner's off-policy model.
+
+    Returns:
+        The base noise (the learner's own object: not copied; nothing is mutated), or None.
+
+    Raises:
+        Nothing: a model without an ``action_noise`` attribute gives None.
+    """
+    return base_noise(getattr(model, "action_noise", None))
+
+
 class ReplayRecorder(SharedReplayCollector):
     """A :class:`~rlightning_pettingzoo.SharedReplayCollector` that keeps its rows unadded.
 
@@ -155,6 +173,14 @@ class ReplayRecorder(SharedReplayCollector):
     episodes)`` says stop (the rule :func:`rlightning_sb3.add_replay_step` ends one by; an
     episode ends at each cell whose agent ended). Rows that do not fill before the rollout
     ends wait for the next :meth:`record`, as in process.
+
+    With the replica's ``action_noise`` (TD3, DDPG, SAC: the learner's base noise, which SB3's
+    ``save`` pickles with the model), the recorder owns ``SharedReplayCollector``'s per-slot
+    processes from one :meth:`record` to the next (drawn from the process's numpy global
+    generator, reset where an agent's episode ends), and resets them all when a record brings
+    a new ``ActingState.run_id`` (the learner began a new ``learn()`` /
+    :func:`rlightning_sb3.start_training`: ``_setup_learn``'s ``action_noise.reset()``), as the
+    in-process collector resets them on its model's new run.
 
     Args:
         model: The replica acting (the learner's class, hyper-parameters and spaces, its
@@ -189,6 +215,19 @@ class ReplayRecorder(SharedReplayCollector):
         self._acting = ActingReplica(model)
         self._kept: list[list[Transition]] = []
         self._episodes = 0
+        #: The learner's run of the last record (``ActingState.run_id``; None before one).
+        self._learner_run: int | None = None
+
+    def _noise_run(self, model: Any) -> int | None:
+        """The learner's run (the last record's ``ActingState.run_id``), not the replica's.
+
+        Returns:
+            The run id; before any :meth:`record` (``collect`` called directly), the replica's
+            own :func:`rlightning_sb3.training_run_id`.
+        """
+        if self._learner_run is None:
+            return super()._noise_run(model)
+        return self._learner_run
 
     def _add(self, row: list[Transition]) -> bool:
         self._kept.append(row)  # kept for record(): the learner adds it
@@ -203,19 +242,22 @@ class ReplayRecorder(SharedReplayCollector):
         Args:
             state: The learner's :func:`rlightning_sb3.acting_state` now: its weights,
                 ``num_timesteps``, DQN's ``exploration_rate`` and ``total_timesteps``
-                (:meth:`rlightning_sb3.ActingReplica.load`).
+                (:meth:`rlightning_sb3.ActingReplica.load`), and its ``run_id`` (a new one
+                resets every per-slot noise process before the rollout's first draw).
 
         Returns:
             The complete rows of the rollout (:class:`RecordedReplay`). The envs are stepped,
             the model's random draws made (torch's and numpy's global generators, the action
-            space's) and its weights and counters replaced and advanced; its buffer is
-            untouched.
+            space's; the action noise from numpy's) and its weights and counters replaced and
+            advanced, the noise processes drawn and reset; its buffer is untouched.
 
         Raises:
             What :meth:`rlightning_sb3.ActingReplica.load` and ``SharedReplayCollector.collect``
             raise.
         """
         self._acting.load(state)
+        if state.run_id is not None:  # collect() resets the noise processes on a new run
+            self._learner_run = state.run_id
         self._kept, self._episodes = [], 0
         stored = self.collect()
         rows, self._kept = self._kept, []

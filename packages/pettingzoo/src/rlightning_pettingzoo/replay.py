@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from stable_baselines3.common.noise import VectorizedActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from rlightning import PolicyResponse
@@ -32,7 +33,7 @@ from rlightning_pettingzoo._sb3 import (
     stack_observations,
 )
 from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper
-from rlightning_sb3 import add_replay_step
+from rlightning_sb3 import add_replay_step, training_run_id
 
 __all__ = ["SharedReplayCollector"]
 
@@ -57,7 +58,11 @@ class SharedReplayCollector(AgentStepper):
     SB3's ``VectorizedActionNoise`` over one column per agent (``_setup_learn``,
     ``_sample_action``, ``collect_rollouts``' ``action_noise.reset(indices=[idx])``). The
     processes are the collector's: ``model.action_noise`` is theirs only while the model acts
-    here, and a new ``start_training`` does not reset them.
+    here; every process is reset when the model begins a new training run (a new
+    :func:`rlightning_sb3.start_training`, or ``learn()``: :func:`rlightning_sb3.training_run_id`
+    changed since the last :meth:`collect`), as ``_setup_learn`` resets SB3's at every
+    ``learn()``, whatever ``reset_num_timesteps``. The envs are the collector's too: a new run
+    does not reset them (they continue where the last rollout left them).
 
     Build the model with a VecEnv of ``n_envs`` slots of one agent's spaces (it sizes the
     buffer; never stepped here) and call :func:`rlightning_sb3.start_training` first.
@@ -124,6 +129,8 @@ class SharedReplayCollector(AgentStepper):
         """
         model: Any = self.model
         refuse_unstarted(model, "SharedReplayCollector")  # before any step
+        if self._noise is not None:  # a new run: _setup_learn's action_noise.reset()
+            self._noise.start_run(self._noise_run(model))
         n_columns = int(model.replay_buffer.n_envs)
         stored, idle = 0, 0
         while True:
@@ -158,6 +165,25 @@ class SharedReplayCollector(AgentStepper):
                 self._step(copy, rows, {}, False, self._ended)
             if self._noise is not None:  # after the step that ended them (collect_rollouts)
                 self._noise.ended([(t.env_index, t.agent_id) for t in self._ended])
+
+    @property
+    def noise_processes(self) -> VectorizedActionNoise | None:
+        """The per-slot action-noise processes, or None for a model without ``action_noise``.
+
+        ``noise_processes.noises[k]`` is slot ``k``'s process, the slots in copy order, then
+        ``possible_agents`` order (an Ornstein-Uhlenbeck process's state is its
+        ``noise_prev``, shape the action's). The object the collector draws from: read it, do
+        not draw from it or reset it (that changes the next rollout's noise).
+        """
+        return None if self._noise is None else self._noise.noise
+
+    def _noise_run(self, model: Any) -> int | None:
+        """The run that resets the noise processes: the model's own (a recorder: its learner's).
+
+        Returns:
+            :func:`rlightning_sb3.training_run_id` of ``model``, or None (no run).
+        """
+        return training_run_id(model)
 
     def _add(self, row: list[Transition]) -> bool:
         """One row of complete transitions, through ``add_replay_step``."""

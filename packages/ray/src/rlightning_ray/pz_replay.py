@@ -25,7 +25,10 @@ for on-policy models. Nothing of PettingZoo's or SB3's rules is written here aga
 With one runner its buffer and counters equal the in-process collector's over the same copies,
 seeds and acting seed, array for array; with several, runner ``r``'s columns equal the
 in-process collector's over runner ``r``'s copies exploring on the learner's clock
-(tests/ray/test_pz_replay.py; docs/ray.md, "PettingZoo").
+(tests/ray/test_pz_replay.py; docs/ray.md, "PettingZoo"). With action noise (TD3, DDPG, SAC)
+too: a copy of the learner's base noise travels to each runner, whose recorder keeps its copies'
+per-slot noise processes across rollouts and resets them on the learner's new run
+(tests/ray/test_pz_replay_noise.py).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ try:
         ReplayRecorder,
         check_replay_model,
         fill_recorded_replay,
+        replica_noise,
     )
     from rlightning_sb3 import (
         ActingState,
@@ -66,6 +70,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 if TYPE_CHECKING:
+    from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
     from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 __all__ = ["RaySharedReplayCollector", "SharedReplayRunner"]
@@ -81,7 +86,9 @@ class SharedReplayRunner:
     wrapped the learner's), with ``n_envs=n_columns``, a buffer of one row
     (``buffer_size=n_columns``: never written), no tensorboard log and ``verbose=0``; it is
     given :func:`rlightning_sb3.start_training` (the in-process collector runs only on a started
-    model; the budget and counters it sets are replaced by each :meth:`record`'s state).
+    model; the budget and counters it sets are replaced by each :meth:`record`'s state). Its
+    ``action_noise`` is the learner's base noise (``noise``; the recorder builds its per-slot
+    processes from it).
 
     Args:
         model_class: The learner's model class (``DQN``, ``SAC``, ``TD3``).
@@ -101,6 +108,12 @@ class SharedReplayRunner:
         runner_id: For messages.
         spaces: The learner's raw observation space (before ``VecTransposeImage``) and action
             space.
+        noise: The learner's base action noise (a copy: Ray pickles it), or None: set as the
+            replica's ``action_noise`` before ``start_training`` (which wraps it in
+            ``VectorizedActionNoise`` and resets it, as ``_setup_learn`` does). SB3's ``save``
+            pickles the noise too, but its ``load`` drops, with only a warning, an object it
+            cannot unpickle; sent apart, a noise the runner cannot unpickle fails its build,
+            named.
 
     Raises:
         What ``model_class.load``, ``start_training`` and :class:`ReplayRecorder` raise.
@@ -118,6 +131,7 @@ class SharedReplayRunner:
         device: str,
         runner_id: str,
         spaces: tuple[Any, Any],
+        noise: ActionNoise | None = None,
     ) -> None:
         # SB3's load: kwargs override the saved attributes before _setup_model builds the buffer
         self.model = model_class.load(
@@ -129,6 +143,7 @@ class SharedReplayRunner:
             tensorboard_log=None,
             verbose=0,
         )
+        self.model.action_noise = noise  # the learner's, whatever load made of the saved one
         start_training(self.model, 1, log_interval=None)
         if acting_seed is not None:
             self.model.set_random_seed(acting_seed)
@@ -152,6 +167,14 @@ class SharedReplayRunner:
         rate = getattr(self.model, "exploration_rate", None)
         return int(self.model.num_timesteps), None if rate is None else float(rate)
 
+    def noise_processes(self) -> VectorizedActionNoise | None:
+        """The recorder's per-slot action-noise processes now (None without ``action_noise``).
+
+        :attr:`rlightning_pettingzoo.SharedReplayCollector.noise_processes` (slot ``k``: copy,
+        then ``possible_agents`` order, of this runner's copies); Ray returns a copy.
+        """
+        return self.recorder.noise_processes
+
 
 class RaySharedReplayCollector(PooledCollector):
     """Fill one shared off-policy model's replay buffer from env copies stepped on Ray runners.
@@ -167,7 +190,12 @@ class RaySharedReplayCollector(PooledCollector):
     runner starts a rollout from the learner's ``num_timesteps`` and ``exploration_rate`` and
     advances them by the learner's ``n_envs`` per row it completes, so after ``k`` rows its
     ``learning_starts`` warm-up test and DQN epsilon are the learner's after ``k`` rows (with
-    one runner: exactly the in-process collector's). Call :func:`rlightning_sb3.start_training`
+    one runner: exactly the in-process collector's). A model's ``action_noise`` (TD3, DDPG,
+    SAC) travels to each replica (a copy of its base noise); each runner's recorder keeps the
+    in-process collector's per-slot processes over its copies from one :meth:`collect` to the
+    next (drawn from the runner process's numpy generator, which its acting seed seeds; reset
+    where an agent's episode ends, and all of them when the learner begins a new run:
+    ``ActingState.run_id``, see :meth:`runner_noise`). Call :func:`rlightning_sb3.start_training`
     before, train after each :meth:`collect` as ``learn()`` does (``if model.num_timesteps >
     model.learning_starts: model.train(...)``), and :meth:`close` at the end.
 
@@ -201,8 +229,8 @@ class RaySharedReplayCollector(PooledCollector):
             of its seeds is not None or an int (named by index); ``timeout_s`` is not None or a
             number.
         ValueError: what :func:`rlightning_pettingzoo.check_replay_model` raises
-            (``optimize_memory_usage``, ``action_noise``, gSDE, ``train_freq`` counted in
-            episodes over several runners, unapplied VecEnv wrappers); neither or both of
+            (``optimize_memory_usage``, gSDE, ``train_freq`` counted in episodes over several
+            runners, unapplied VecEnv wrappers); neither or both of
             ``env_fns`` and ``env_fn``; the copies are not ``n_runners * copies_per_runner``;
             ``model.n_envs`` is not a multiple of ``n_runners``; ``seeds`` or
             ``acting_seeds`` has the wrong length or a negative seed; ``timeout_s`` is not
@@ -254,6 +282,7 @@ class RaySharedReplayCollector(PooledCollector):
         #: :meth:`collect`).
         self.agent_returns: dict[Any, deque[float]] = {}
         blob = ray.put(saved_model(model))
+        noise = replica_noise(model)  # the base noise each runner's slot processes copy
         transpose = image_transpose(model)  # the replicas transpose images as the learner's env
         raw = model.observation_space if transpose is None else transpose.raw_space
         self._pool = RunnerPool(
@@ -270,6 +299,7 @@ class RaySharedReplayCollector(PooledCollector):
                     device,
                     f"pz-runner-{r}",
                     (raw, model.action_space),
+                    noise,
                 )
                 for r in range(n_runners)
             ],
@@ -307,6 +337,20 @@ class RaySharedReplayCollector(PooledCollector):
                 merged.setdefault(agent, deque()).extend(returns)
         self.agent_returns = merged
         return fill_recorded_replay(self.model, recordings)
+
+    def runner_noise(self) -> list[VectorizedActionNoise | None]:
+        """Each runner's per-slot action-noise processes now (copies), in runner order.
+
+        Runner ``r``'s ``noises[k]`` is slot ``k`` of its copies (copy, then
+        ``possible_agents`` order): what the in-process collector over those copies keeps
+        (:attr:`rlightning_pettingzoo.SharedReplayCollector.noise_processes`; an
+        Ornstein-Uhlenbeck process's state is its ``noise_prev``). None for a model without
+        ``action_noise``. A diagnostic, what tests/ray/test_pz_replay_noise.py checks.
+
+        Raises:
+            RuntimeError: a runner failed or timed out (named).
+        """
+        return self._pool.call("noise_processes", what="report its action noise")
 
     def runner_counters(self) -> list[tuple[int, float | None]]:
         """Each runner's replica ``num_timesteps`` and ``exploration_rate`` now, in runner order.

@@ -167,6 +167,13 @@ def start_training(
     :func:`~rlightning_sb3.finish_rollout` and :func:`~rlightning_sb3.add_replay_step` call the
     callback and dump the logger where ``learn`` does, and :func:`finish_training` ends the run.
 
+    ``_setup_learn`` sets ``model.start_time``, the run's identity
+    (:func:`rlightning_sb3.training_run_id`: an :class:`~rlightning_sb3.ActingState`'s
+    ``run_id``; where the clock returned no later time than the previous run's, it is set 1 ns
+    past that one, so each run has its own): noise processes kept outside
+    ``model.action_noise`` (an :class:`~rlightning_sb3.ActingReplica`'s, the PettingZoo replay
+    collectors' per-slot ones) reset when it changes, as ``_setup_learn`` resets the model's.
+
     An on-policy model's rollout buffer is emptied (``RolloutBuffer.reset``), as
     ``collect_rollouts`` empties it when a rollout begins: steps of an earlier run stopped
     mid-rollout are not mixed with this run's.
@@ -233,6 +240,7 @@ def start_training(
         # learn() begins every rollout with an empty buffer (collect_rollouts resets it): rows
         # of a run a callback stopped mid-rollout must not be finished with this run's.
         model.rollout_buffer.reset()
+    previous_start = getattr(model, "start_time", 0)
     total, built = model._setup_learn(
         total_timesteps,
         callback=callback,
@@ -240,6 +248,10 @@ def start_training(
         tb_log_name=tb_log_name,
         progress_bar=progress_bar,
     )
+    if model.start_time <= previous_start:
+        # time.time_ns() of a coarse clock (Windows before Python 3.13: ~1-16 ms) may repeat:
+        # each run gets its own start_time (training_run_id), 1 ns later (SB3's fps only)
+        model.start_time = int(previous_start) + 1
     active = built if callback is not None or progress_bar else None
     _RUNS[model] = Run(active, log_interval)
     if active is not None:

@@ -16,7 +16,9 @@ the learner's books.
   noise, masks), then advances ``num_timesteps`` and DQN's ``exploration_rate`` by the rows it
   answered; :meth:`ActingReplica.load` takes what the learner publishes.
 * :class:`ActingState`, :func:`acting_state`, :func:`policy_weights` -- what the learner
-  publishes to its replicas: the policy's weights and the counters exploration reads.
+  publishes to its replicas: the policy's weights and the counters exploration reads;
+  :func:`training_run_id` -- which run (``learn()`` / :func:`rlightning_sb3.start_training`) a
+  model is in, for noise processes kept outside the model that must reset when a run begins.
 * :func:`rollout_steps` -- how many steps per env one rollout of the model collects.
 * :func:`set_acting_seed` -- seed the random number generators acting draws from.
 
@@ -51,6 +53,7 @@ __all__ = [
     "policy_weights",
     "rollout_steps",
     "set_acting_seed",
+    "training_run_id",
 ]
 
 
@@ -74,11 +77,12 @@ class ActingState:
             :func:`rlightning_sb3.start_training`, set; the denominator of SB3's
             ``_current_progress_remaining``), or None (then the replica keeps the published
             ``exploration_rate`` until the next publish).
-        run_id: The learner's run: ``model.start_time`` (``time.time_ns()``, which every
-            ``_setup_learn``, hence every ``learn()`` and :func:`rlightning_sb3.start_training`,
-            sets), or None before the first run. ``_setup_learn`` also resets the action noise
-            (``action_noise.reset()``, every process, whatever ``reset_num_timesteps``): a
-            replica that loads a new ``run_id`` resets its own noise (:meth:`ActingReplica.load`).
+        run_id: The learner's run (:func:`training_run_id`): ``model.start_time``
+            (``time.time_ns()``, which every ``_setup_learn``, hence every ``learn()`` and
+            :func:`rlightning_sb3.start_training`, sets), or None before the first run.
+            ``_setup_learn`` also resets the action noise (``action_noise.reset()``, every
+            process, whatever ``reset_num_timesteps``): a replica that loads a new ``run_id``
+            resets its own noise (:meth:`ActingReplica.load`).
     """
 
     policy: dict[str, th.Tensor]
@@ -97,6 +101,28 @@ def policy_weights(model: BaseAlgorithm) -> dict[str, th.Tensor]:
     return {k: v.detach().to("cpu", copy=True) for k, v in model.policy.state_dict().items()}
 
 
+def training_run_id(model: BaseAlgorithm) -> int | None:
+    """The model's current training run: ``model.start_time``, or None before the first run.
+
+    SB3's ``_setup_learn`` (every ``learn()`` and :func:`rlightning_sb3.start_training`) sets
+    ``start_time = time.time_ns()`` and resets ``model.action_noise`` (every process, whatever
+    ``reset_num_timesteps``; stable_baselines3 2.x ``common/base_class.py``). A noise process
+    kept outside ``model.action_noise`` (a replica's, a PettingZoo collector's per-slot
+    processes) resets where this changes. :func:`rlightning_sb3.start_training` makes it
+    strictly increase from one run to the next of a model, also where the clock's resolution
+    is coarser than the time between two runs.
+
+    Args:
+        model: An SB3 model.
+
+    Returns:
+        ``int(model.start_time)`` (nanoseconds), or None while it is 0 (SB3's initial value:
+        the model never began a run). Nothing is mutated.
+    """
+    start = getattr(model, "start_time", 0)
+    return int(start) if start else None
+
+
 def acting_state(model: BaseAlgorithm) -> ActingState:
     """The weights and exploration counters of ``model`` now, to publish (:class:`ActingState`).
 
@@ -108,13 +134,12 @@ def acting_state(model: BaseAlgorithm) -> ActingState:
     """
     rate = getattr(model, "exploration_rate", None)
     total = getattr(model, "_total_timesteps", 0)
-    start = getattr(model, "start_time", 0)
     return ActingState(
         policy_weights(model),
         int(model.num_timesteps),
         None if rate is None else float(rate),
         int(total) if total else None,
-        int(start) if start else None,
+        training_run_id(model),
     )
 
 
