@@ -89,6 +89,7 @@ _SB3_NAMES = {
     "group_action_seed": "remote_group_replay",
     "set_group_acting_seed": "remote_group_replay",
     "fill_recorded_replay": "remote_replay",
+    "refuse_group_kind": "remote_groups",
 }
 
 
@@ -142,6 +143,7 @@ __all__ = [
     "find_action_mask",
     "from_parallel_actions",
     "group_action_seed",
+    "refuse_group_kind",
     "replica_slots",
     "respond",
     "sample_response",

@@ -31,6 +31,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning_pettingzoo._columns import Placed
@@ -48,6 +49,7 @@ __all__ = [
     "check_group_models",
     "check_group_training",
     "fill_recorded_groups",
+    "refuse_group_kind",
 ]
 
 
@@ -99,6 +101,39 @@ def _check_groups(
     _refuse_shared_models(models, caller)
     for group, model in models.items():
         check_model(model, f"{caller} (group {group!r})")
+
+
+def refuse_group_kind(models: Any, caller: str, off_policy: bool, instead: str) -> None:
+    """Refuse a group model of the other kind, naming the group and the collector that takes it.
+
+    The Ray group collectors' first check (``RayGroupRolloutCollector`` takes on-policy group
+    models, ``RayGroupReplayCollector`` off-policy ones), before their own model checks.
+
+    Args:
+        models: Group name -> model (anything else is left to the caller's own checks).
+        caller: The collector, named in the message.
+        off_policy: Whether the caller takes off-policy models (it refuses on-policy ones).
+        instead: The collector of the other kind, named in the message.
+
+    Returns:
+        None; nothing is mutated.
+
+    Raises:
+        TypeError: a model is an SB3 ``OnPolicyAlgorithm`` (with ``off_policy``) or an
+            ``OffPolicyAlgorithm`` (without), named by group.
+    """
+    wrong = OnPolicyAlgorithm if off_policy else OffPolicyAlgorithm
+    if off_policy:
+        need, kind = "an off-policy SB3 model (DQN, SAC, TD3)", "on-policy"
+    else:
+        need, kind = "an on-policy SB3 model (PPO, A2C, MaskablePPO)", "off-policy"
+    if isinstance(models, Mapping):
+        for group, model in models.items():
+            if isinstance(model, wrong):
+                raise TypeError(
+                    f"{caller} (group {group!r}) needs {need}, got {type(model).__name__}, an "
+                    f"{kind} model: {instead} collects {kind} group models"
+                )
 
 
 def check_group_training(models: Mapping[str, Any], caller: str) -> None:

@@ -30,7 +30,6 @@ __all__ = [
     "load_replica",
     "merge_returns",
     "plan_runners",
-    "refuse_group_kind",
     "replay_replica_spec",
     "replica_counters",
     "replica_spec",
@@ -651,35 +650,3 @@ def group_runner_pool(
         timeout_s=plan.timeout_s,
     )
     return pool, plan
-
-
-def refuse_group_kind(name: str, models: Any, off_policy: bool, instead: str) -> None:
-    """Refuse a group model of the other kind, naming the group and the collector that takes it.
-
-    Args:
-        name: The collector, for the message.
-        models: Group name -> model (anything else is left to the collector's own checks).
-        off_policy: Whether the collector takes off-policy models (it refuses on-policy ones).
-        instead: The Ray group collector of the other kind.
-
-    Raises:
-        TypeError: a model is an SB3 ``OnPolicyAlgorithm`` (with ``off_policy``) or an
-            ``OffPolicyAlgorithm`` (without), named by group.
-    """
-    from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
-    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
-
-    wrong = OnPolicyAlgorithm if off_policy else OffPolicyAlgorithm
-    need = (
-        "an off-policy SB3 model (DQN, SAC, TD3)"
-        if off_policy
-        else ("an on-policy SB3 model (PPO, A2C, MaskablePPO)")
-    )
-    if isinstance(models, Mapping):
-        for group, model in models.items():
-            if isinstance(model, wrong):
-                kind = "on-policy" if off_policy else "off-policy"
-                raise TypeError(
-                    f"{name} (group {group!r}) needs {need}, got {type(model).__name__}, an "
-                    f"{kind} model: {instead} collects {kind} group models on Ray"
-                )

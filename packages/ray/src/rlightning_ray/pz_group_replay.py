@@ -43,7 +43,6 @@ from rlightning_ray._pz_runners import (
     group_runner_pool,
     load_replay_replica,
     merge_returns,
-    refuse_group_kind,
     replay_replica_spec,
     replica_counters,
 )
@@ -57,7 +56,7 @@ from rlightning_pettingzoo.remote_group_replay import (
     fill_recorded_group_replay,
     set_group_acting_seed,
 )
-from rlightning_pettingzoo.remote_groups import check_group_training
+from rlightning_pettingzoo.remote_groups import check_group_training, refuse_group_kind
 from rlightning_pettingzoo.remote_replay import RecordedReplay
 from rlightning_sb3 import ActingState, acting_state
 
@@ -219,7 +218,7 @@ class RayGroupReplayCollector(PooledCollector):
     ) -> None:
         name = "RayGroupReplayCollector"
         check_count(n_runners, f"{name} n_runners", minimum=1)
-        refuse_group_kind(name, models, True, "RayGroupRolloutCollector")
+        refuse_group_kind(models, name, True, "RayGroupRolloutCollector")
         check_group_replay_models(models, name, n_runners)
 
         def replica(model: Any, n_columns: int) -> tuple[Any, bytes, int, int, Any]:

@@ -34,7 +34,6 @@ from rlightning_ray._pz_runners import (
     group_runner_pool,
     load_replica,
     merge_returns,
-    refuse_group_kind,
     replica_spec,
 )
 
@@ -48,6 +47,7 @@ from rlightning_pettingzoo.remote_groups import (
     check_group_models,
     check_group_training,
     fill_recorded_groups,
+    refuse_group_kind,
 )
 from rlightning_sb3 import policy_weights, set_acting_seed
 
@@ -191,7 +191,7 @@ class RayGroupRolloutCollector(PooledCollector):
         timeout_s: float | None = None,
     ) -> None:
         name = "RayGroupRolloutCollector"
-        refuse_group_kind(name, models, False, "RayGroupReplayCollector")
+        refuse_group_kind(models, name, False, "RayGroupReplayCollector")
         check_group_models(models, name)
 
         def replica(model: Any, n_columns: int) -> tuple[Any, bytes, int, Any]:
