@@ -16,7 +16,10 @@
   opponents) and :class:`AECReplayCollector` (the same for DQN's ``ReplayBuffer``);
   :class:`RolloutRecorder`/:func:`fill_recorded` and
   :class:`ReplayRecorder`/:func:`fill_recorded_replay` (the shared collectors split in two
-  processes, for ``rlightning_ray``'s runners); with the ``[sb3]`` extra, imported on first use.
+  processes, for ``rlightning_ray``'s runners), and the group ones
+  (:class:`GroupRolloutRecorder`/:func:`fill_recorded_groups`,
+  :class:`GroupReplayRecorder`/:func:`fill_recorded_group_replay`); with the ``[sb3]`` extra,
+  imported on first use.
 * Env groups: :class:`ParallelEnvGroup` (``k`` parallel envs stepped together: observe, step,
   reset with this package's rules, copies of everything kept), its :class:`ParallelStep`,
   :class:`ParallelFragment` and :class:`ParallelEnvError` (what ``rlightning_ray``'s runners
