@@ -271,11 +271,12 @@ def _fill_groups(
 ) -> dict[str, _Out]:
     """Fill every group's learner model from the recorders' recordings of it, group by group.
 
-    Shared by :func:`fill_recorded_groups` and ``remote_group_replay.fill_recorded_group
-    _replay``: every recorder's recordings must be one per group of ``models``, in its order;
-    with ``check_started`` every model must be started (:func:`check_group_training`) before
-    any is filled; then ``fill(group, model, [recording of the group, per recorder])`` in
-    ``models`` order (as the in-process group collectors fill them).
+    Shared by :func:`fill_recorded_groups` and
+    ``remote_group_replay.fill_recorded_group_replay``: every recorder's recordings must be one
+    per group of ``models``, in its order; with ``check_started`` every model must be started
+    (:func:`check_group_training`) before any is filled; then ``fill(group, model, [recording
+    of the group, per recorder])`` in ``models`` order (as the in-process group collectors fill
+    them).
 
     Returns:
         Group -> what ``fill`` answered for it.
