@@ -206,18 +206,29 @@ def test_one_runner_fills_every_groups_buffer_as_in_process(local_ray: None, cas
             assert actions.min() >= -1 and actions.max() <= 1
 
 
+TWO_RUNNERS: dict[str, tuple[Spec, Any, Any]] = {
+    # even: 2 columns per runner, warm-up over after its 2nd row; odd: 1 column per runner
+    "DQN": (
+        {"even": (DQN, 4, 8, {}), "odd": (DQN, 2, 4, {"train_freq": 3})},
+        _schedule_fns,
+        ENVS.ACT,
+    ),
+    "SAC-TD3": ({"even": (SAC, 4, 8, {}), "odd": (TD3, 2, 4, {"train_freq": 3})}, _box_fns, BOX),
+}
+
+
+@pytest.mark.parametrize("case", list(TWO_RUNNERS))
 def test_two_runners_fill_their_columns_of_every_group_on_its_learners_clock(
-    local_ray: None,
+    local_ray: None, case: str
 ) -> None:
     """2 runners x 2 copies: runner r's columns of each group == in process over its copies."""
     seeds, acting_seeds, rollouts, total = [3, 4, 5, 6], [21, 22], 3, 80
-    # even: 2 columns per runner, warm-up over after its 2nd row; odd: 1 column per runner
-    spec: Spec = {"even": (DQN, 4, 8, {}), "odd": (DQN, 2, 4, {"train_freq": 3})}
-    spaces = {g: (ENVS.OBS, ENVS.ACT) for g in spec}
+    spec, make_fns, action_space = TWO_RUNNERS[case]
+    spaces = {g: (ENVS.OBS, action_space) for g in spec}
     models = _models(spec, spaces)
     collector = RayGroupReplayCollector(
         models,
-        _schedule_fns(range(4)),
+        make_fns(range(4)),
         group_of=ODD_EVEN,
         n_runners=2,
         seeds=seeds,
@@ -246,7 +257,7 @@ def test_two_runners_fill_their_columns_of_every_group_on_its_learners_clock(
         refs = _models(spec, spaces, scale=2)
         inproc = GroupReplayCollector(
             refs,
-            _schedule_fns(range(2 * r, 2 * r + 2)),
+            make_fns(range(2 * r, 2 * r + 2)),
             group_of=ODD_EVEN,
             seeds=seeds[2 * r :][:2],
         )
@@ -260,7 +271,7 @@ def test_two_runners_fill_their_columns_of_every_group_on_its_learners_clock(
             for group, ref in refs.items():
                 # half the columns, half the steps: the same progress, the same epsilon
                 assert 2 * ref.num_timesteps == counters[k][group][0], (r, k, group)
-                assert ref.exploration_rate == counters[k][group][1], (r, k, group)
+                assert replay_counters(ref)[1] == counters[k][group][1], (r, k, group)
         for group, ref in refs.items():
             m = ref.n_envs
             block = replay_arrays(models[group], slice(r * m, (r + 1) * m))
