@@ -7,16 +7,22 @@ here once and pickled by value too, so the runners need not import tests.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import random
 import sys
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
+import pytest
 import ray
 import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.utils import set_random_seed
 
 
 def _load_envs() -> ModuleType:
@@ -39,6 +45,84 @@ CLOSE = ("returns", "advantages")
 #: RecurrentRolloutBuffer's stored LSTM states, ``(n_steps, n_lstm_layers, n_envs, hidden)``
 #: each: their columns are axis 2.
 STATES = ("hidden_states_pi", "cell_states_pi", "hidden_states_vf", "cell_states_vf")
+
+
+#: The replay-buffer arrays the replay collectors' tests compare.
+REPLAY_FIELDS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
+#: ``BoxScheduleEnv``'s action space.
+BOX = spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+
+class BoxScheduleEnv(ENVS.ScheduleEnv):  # type: ignore[misc, name-defined]
+    """``ScheduleEnv`` with Box(-1, 1, (2,)) actions (binned to the discrete ones), no masks."""
+
+    def action_space(self, agent: str) -> spaces.Space[Any]:
+        return BOX
+
+    def _infos(self) -> dict[str, Any]:
+        return {a: {} for a in self.agents}
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        binned = {
+            a: int(np.clip(np.floor((float(x[0]) + 1) * 1.5), 0, 2)) for a, x in actions.items()
+        }
+        return super().step(binned)
+
+
+class BoxSlot(gym.Env[Any, Any]):
+    """One ``BoxScheduleEnv`` agent's spaces, for a model's VecEnv (never stepped)."""
+
+    observation_space = ENVS.OBS
+    action_space = BOX
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        return np.zeros(4, np.float32), {}
+
+
+class Slot(gym.Env[Any, Any]):
+    """One agent's spaces, for a group model's VecEnv (sizes the buffer; never stepped)."""
+
+    def __init__(self, observation_space: Any, action_space: Any) -> None:
+        self.observation_space = observation_space
+        self.action_space = action_space
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+
+def replay_arrays(model: Any, columns: slice = slice(None)) -> dict[str, np.ndarray]:
+    """Copies of ``model.replay_buffer``'s filled rows (``REPLAY_FIELDS``) of ``columns``."""
+    buf = model.replay_buffer
+    return {name: np.array(getattr(buf, name)[: buf.pos, columns]) for name in REPLAY_FIELDS}
+
+
+def replay_counters(model: Any) -> tuple[Any, ...]:
+    """``num_timesteps``, DQN's ``exploration_rate`` (None without one), episodes counted."""
+    return (model.num_timesteps, getattr(model, "exploration_rate", None), model._episode_num)
+
+
+def train_off_policy(model: Any) -> None:
+    """``learn()``'s step after a rollout, on a fixed training seed."""
+    if model.num_timesteps > model.learning_starts:
+        set_random_seed(99)
+        model.train(gradient_steps=model.gradient_steps, batch_size=model.batch_size)
+
+
+def adversary_fn(max_cycles: int = 5) -> Any:
+    """mpe2's (or PettingZoo's own) ``simple_adversary_v3.parallel_env``, discrete actions.
+
+    The adversary observes 8 numbers, the good agents 10; every agent lives until all are
+    truncated after ``max_cycles``. Skips the test where neither package is installed.
+    """
+    for name in ("mpe2.simple_adversary_v3", "pettingzoo.mpe.simple_adversary_v3"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        return partial(module.parallel_env, max_cycles=max_cycles, continuous_actions=False)
+    pytest.skip("neither mpe2 nor pettingzoo.mpe is installed")
 
 
 def not_parallel() -> Any:

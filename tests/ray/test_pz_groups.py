@@ -12,17 +12,17 @@ and mpe2's ``simple_adversary`` (the adversary observes 8 numbers, the good agen
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 from functools import partial
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import pytest
 from rlightning_ray_test_pz_checks import (
     CLOSE,
     ENVS,
+    Slot,
+    adversary_fn,
     assert_segments_moved,
     column_block,
     episodes,
@@ -51,30 +51,8 @@ WAITS = frozenset({(1, 2), (2, 3)})
 ODD_EVEN = {"a0": "even", "a1": "odd", "a2": "even"}  # a dict: picklable to the runners
 
 
-class _Slot(gym.Env[Any, Any]):
-    """One agent's spaces, for a group model's VecEnv (sizes the buffer; never stepped)."""
-
-    def __init__(self, observation_space: Any, action_space: Any) -> None:
-        self.observation_space = observation_space
-        self.action_space = action_space
-
-    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
-        super().reset(seed=seed)
-        return self.observation_space.sample(), {}
-
-
 def _schedule_fns(copies: range) -> list[Any]:
     return [partial(ENVS.ScheduleEnv, SCHEDULE, copy, WAITS) for copy in copies]
-
-
-def _adversary_fn() -> Any:
-    for name in ("mpe2.simple_adversary_v3", "pettingzoo.mpe.simple_adversary_v3"):
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        return partial(module.parallel_env, max_cycles=5, continuous_actions=False)
-    pytest.skip("neither mpe2 nor pettingzoo.mpe is installed")
 
 
 def _models(
@@ -89,7 +67,7 @@ def _models(
     models = {}
     for k, (group, (algo, n_envs, n_steps)) in enumerate(spec.items()):
         obs_space, act_space = spaces[group]
-        env = DummyVecEnv([partial(_Slot, obs_space, act_space)] * n_envs)
+        env = DummyVecEnv([partial(Slot, obs_space, act_space)] * n_envs)
         extra = {"batch_size": n_steps * n_envs, "n_epochs": 1} if algo is not A2C else {}
         image = len(obs_space.shape or ()) == 3
         recurrent = algo is RecurrentPPO
@@ -199,7 +177,7 @@ def test_one_runner_fills_every_groups_buffer_as_in_process(local_ray: None) -> 
 
 def test_one_runner_on_simple_adversary(local_ray: None) -> None:
     """Two groups of different observation sizes on a real env (a model per group)."""
-    make = _adversary_fn()
+    make = adversary_fn()
     env = make()
     groups = {"adversary": ["adversary_0"], "good": ["agent_0", "agent_1"]}
     group_of = {agent: group for group, agents in groups.items() for agent in agents}

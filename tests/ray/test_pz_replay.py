@@ -14,22 +14,25 @@ row), which a model of half the columns reaches at half the steps.
 
 from __future__ import annotations
 
-import importlib.util
-import random
-import sys
 from functools import partial
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
-import ray
 import torch as th
-from gymnasium import spaces
+from rlightning_ray_test_pz_checks import (
+    ENVS,
+    REPLAY_FIELDS,
+    BoxScheduleEnv,
+    BoxSlot,
+    replay_arrays,
+    replay_counters,
+    restore_rng,
+    rng_state,
+    train_off_policy,
+)
 from stable_baselines3 import DQN, PPO, SAC, TD3
-from stable_baselines3.common.utils import set_random_seed
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rlightning_pettingzoo import SharedReplayCollector
@@ -39,49 +42,11 @@ from rlightning_sb3 import start_training
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
 
 
-def _load_envs() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "pettingzoo" / "collector_envs.py"
-    spec = importlib.util.spec_from_file_location("rlightning_ray_test_pz_replay_envs", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    ray.cloudpickle.register_pickle_by_value(module)  # the runners need not import tests
-    return module
-
-
-ENVS = _load_envs()
 # a0 lives the episode (truncated at 6); a1 joins at 1, terminated at 3; a2 joins at 2,
 # truncated at 5; a1 waits at step 2, a2 at step 3 (their masks allow nothing)
 SCHEDULE = [(0, 6, "truncated"), (1, 3, "terminated"), (2, 5, "truncated")]
 WAITS = frozenset({(1, 2), (2, 3)})
-FIELDS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
-BOX = spaces.Box(-1.0, 1.0, (2,), np.float32)
-
-
-class BoxScheduleEnv(ENVS.ScheduleEnv):  # type: ignore[misc, name-defined]
-    """``ScheduleEnv`` with Box(-1, 1, (2,)) actions (binned to the discrete ones), no masks."""
-
-    def action_space(self, agent: str) -> spaces.Space[Any]:
-        return BOX
-
-    def _infos(self) -> dict[str, Any]:
-        return {a: {} for a in self.agents}
-
-    def step(self, actions: dict[str, Any]) -> Any:
-        binned = {
-            a: int(np.clip(np.floor((float(x[0]) + 1) * 1.5), 0, 2)) for a, x in actions.items()
-        }
-        return super().step(binned)
-
-
-class BoxSlot(gym.Env[Any, Any]):
-    observation_space = ENVS.OBS
-    action_space = BOX
-
-    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
-        super().reset(seed=seed)
-        return np.zeros(4, np.float32), {}
+FIELDS = REPLAY_FIELDS
 
 
 def _envs(kind: str, copies: range) -> list[Any]:
@@ -112,30 +77,8 @@ def _model(algo: Any, n_envs: int, learning_starts: int, **extra: Any) -> Any:
     return algo("MlpPolicy", DummyVecEnv([slot] * n_envs), **(kwargs | extra))
 
 
-def _rng() -> tuple[Any, Any, Any]:
-    return random.getstate(), np.random.get_state(), th.get_rng_state()
-
-
-def _restore(state: tuple[Any, Any, Any]) -> None:
-    random.setstate(state[0])
-    np.random.set_state(state[1])
-    th.set_rng_state(state[2])
-
-
-def _train(model: Any) -> None:
-    """``learn()``'s step after a rollout, on a fixed training seed."""
-    if model.num_timesteps > model.learning_starts:
-        set_random_seed(99)
-        model.train(gradient_steps=model.gradient_steps, batch_size=model.batch_size)
-
-
-def _buffer(model: Any, columns: slice = slice(None)) -> dict[str, np.ndarray]:
-    buf = model.replay_buffer
-    return {name: np.array(getattr(buf, name)[: buf.pos, columns]) for name in FIELDS}
-
-
-def _counters(model: Any) -> tuple[Any, ...]:
-    return (model.num_timesteps, getattr(model, "exploration_rate", None), model._episode_num)
+_rng, _restore = rng_state, restore_rng
+_train, _buffer, _counters = train_off_policy, replay_arrays, replay_counters
 
 
 CASES = {
@@ -149,7 +92,6 @@ CASES = {
 def test_one_runner_fills_the_in_process_collectors_buffer(local_ray: None, case: str) -> None:
     """1 runner == SharedReplayCollector over the same copies, 4 rollouts, trained between."""
     algo, kind, extra = CASES[case]
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # BoxScheduleEnv
     n_copies = 1 if extra else 2
     n_envs, seeds, acting_seed, rollouts = n_copies, [7, 8][:n_copies], 11, 4
     # the warm-up ends after 12 agent-steps: mid-rollout (4 rows of 2 cells a rollout)

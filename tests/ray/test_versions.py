@@ -92,6 +92,7 @@ def test_all_is_complete() -> None:
         "sb3",
         "pettingzoo",
         "pz_groups",
+        "pz_group_replay",
         "pz_replay",
         "pz_rollout",
         "pz_aec",

@@ -18,7 +18,10 @@
   :class:`RolloutRecorder`/:func:`fill_recorded` and
   :class:`ReplayRecorder`/:func:`fill_recorded_replay` (the shared collectors split in two
   processes, for ``rlightning_ray``'s runners; :func:`replica_noise`, the base action noise a
-  replay replica carries); with the ``[sb3]`` extra, imported on first use.
+  replay replica carries), and the group ones
+  (:class:`GroupRolloutRecorder`/:func:`fill_recorded_groups`,
+  :class:`GroupReplayRecorder`/:func:`fill_recorded_group_replay`); with the ``[sb3]`` extra,
+  imported on first use.
 * Env groups: :class:`ParallelEnvGroup` (``k`` parallel envs stepped together: observe, step,
   reset with this package's rules, copies of everything kept), its :class:`ParallelStep`,
   :class:`ParallelFragment` and :class:`ParallelEnvError` (what ``rlightning_ray``'s runners
@@ -79,15 +82,21 @@ _SB3_NAMES = {
     "replica_slots": "remote",
     "AECRolloutRecorder": "remote_aec",
     "GroupRolloutRecorder": "remote_groups",
+    "GroupReplayRecorder": "remote_group_replay",
     "RecordedReplay": "remote_replay",
     "ReplayRecorder": "remote_replay",
     "check_aec_model": "remote_aec",
     "check_group_models": "remote_groups",
+    "check_group_replay_models": "remote_group_replay",
     "check_group_training": "remote_groups",
     "check_replay_model": "remote_replay",
+    "fill_recorded_group_replay": "remote_group_replay",
     "fill_recorded_groups": "remote_groups",
+    "group_action_seed": "remote_group_replay",
+    "set_group_acting_seed": "remote_group_replay",
     "fill_recorded_replay": "remote_replay",
     "replica_noise": "remote_replay",
+    "refuse_group_kind": "remote_groups",
 }
 
 
@@ -108,6 +117,7 @@ __all__ = [
     "AECRolloutCollector",
     "AECRolloutRecorder",
     "GroupReplayCollector",
+    "GroupReplayRecorder",
     "GroupRolloutCollector",
     "GroupRolloutRecorder",
     "InactiveAgentActionWarning",
@@ -130,17 +140,22 @@ __all__ = [
     "aec_action",
     "check_aec_model",
     "check_group_models",
+    "check_group_replay_models",
     "check_group_training",
     "check_replay_model",
     "check_rollout_model",
     "fill_recorded",
+    "fill_recorded_group_replay",
     "fill_recorded_groups",
     "fill_recorded_replay",
     "find_action_mask",
     "from_parallel_actions",
+    "group_action_seed",
+    "refuse_group_kind",
     "replica_noise",
     "replica_slots",
     "respond",
     "sample_response",
+    "set_group_acting_seed",
     "to_parallel_actions",
 ]

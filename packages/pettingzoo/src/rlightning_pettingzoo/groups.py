@@ -634,7 +634,7 @@ class GroupReplayCollector(_GroupStepper):
                 while not done[group] and len(ready) >= n_columns:
                     row = [ready.popleft() for _ in range(n_columns)]
                     stored[group] += n_columns
-                    done[group] = _add_replay_row(model, row)
+                    done[group] = self._add(group, row)
             if all(done.values()):
                 return stored
             keys = [(copy.index, agent) for copy in plan for agent in copy.acting]
@@ -652,6 +652,13 @@ class GroupReplayCollector(_GroupStepper):
             ended = [(t.env_index, t.agent_id) for t in self._ended]
             for noise in self._noises.values():  # after the step that ended them
                 noise.ended(ended)
+
+    def _add(self, group: str, row: list[Transition]) -> bool:
+        """One row of ``group``'s complete transitions, through ``add_replay_step``.
+
+        True where the row ends the group's rollout (``remote_group_replay`` keeps it instead).
+        """
+        return _add_replay_row(self.models[group], row)
 
 
 def _refuse_unfit_rollout_models(models: Mapping[str, Any]) -> None:

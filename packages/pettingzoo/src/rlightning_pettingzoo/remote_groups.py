@@ -33,9 +33,10 @@ of each group's buffer each as the in-process collector over that runner's copie
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning_pettingzoo._columns import Placed
@@ -53,6 +54,7 @@ __all__ = [
     "check_group_models",
     "check_group_training",
     "fill_recorded_groups",
+    "refuse_group_kind",
 ]
 
 
@@ -72,15 +74,70 @@ def check_group_models(models: Mapping[str, Any], caller: str) -> None:
             named ``"<caller> (group '<g>')"``.
         TypeError: a model is not an on-policy SB3 model, named by group.
     """
+    _check_groups(models, caller, "on-policy", check_rollout_model)
+    _refuse_unfit_rollout_models(models)  # the in-process collector's refusals, before any runner
+
+
+def _check_groups(
+    models: Mapping[str, Any], caller: str, kind: str, check_model: Callable[[Any, str], None]
+) -> None:
+    """The group collectors' model checks: a non-empty mapping, a model per group, each fit.
+
+    Shared by :func:`check_group_models` and ``remote_group_replay.check_group_replay_models``.
+
+    Args:
+        models: Group name -> the learner's model of the group.
+        caller: Named in the messages.
+        kind: The models' kind, for the message (``"on-policy"``, ``"off-policy"``).
+        check_model: The one-model check (:func:`check_rollout_model`, ...), called as
+            ``check_model(model, "<caller> (group '<g>')")`` in ``models`` order.
+
+    Raises:
+        ValueError: ``models`` is empty or not a mapping; two groups share one model object;
+            what ``check_model`` raises.
+        TypeError: what ``check_model`` raises.
+    """
     if not isinstance(models, Mapping) or not models:
         raise ValueError(
-            f"{caller} needs models: a non-empty mapping group name -> on-policy SB3 model, "
+            f"{caller} needs models: a non-empty mapping group name -> {kind} SB3 model, "
             f"got {type(models).__name__} {models!r}"
         )
     _refuse_shared_models(models, caller)
     for group, model in models.items():
-        check_rollout_model(model, f"{caller} (group {group!r})")
-    _refuse_unfit_rollout_models(models)  # the in-process collector's refusals, before any runner
+        check_model(model, f"{caller} (group {group!r})")
+
+
+def refuse_group_kind(models: Any, caller: str, off_policy: bool, instead: str) -> None:
+    """Refuse a group model of the other kind, naming the group and the collector that takes it.
+
+    The Ray group collectors' first check (``RayGroupRolloutCollector`` takes on-policy group
+    models, ``RayGroupReplayCollector`` off-policy ones), before their own model checks.
+
+    Args:
+        models: Group name -> model (anything else is left to the caller's own checks).
+        caller: The collector, named in the message.
+        off_policy: Whether the caller takes off-policy models (it refuses on-policy ones).
+        instead: The collector of the other kind, named in the message.
+
+    Returns:
+        None; nothing is mutated.
+
+    Raises:
+        TypeError: a model is an SB3 ``OnPolicyAlgorithm`` (with ``off_policy``) or an
+            ``OffPolicyAlgorithm`` (without), named by group.
+    """
+    wrong = OnPolicyAlgorithm if off_policy else OffPolicyAlgorithm
+    if off_policy:
+        need, kind = "an off-policy SB3 model (DQN, SAC, TD3)", "on-policy"
+    else:
+        need, kind = "an on-policy SB3 model (PPO, A2C, MaskablePPO)", "off-policy"
+    if isinstance(models, Mapping):
+        for group, model in models.items():
+            if isinstance(model, wrong):
+                raise TypeError(
+                    f"{caller} (group {group!r}) needs {need}, got {type(model).__name__}, an "
+                    f"{kind} model: {instead} collects {kind} group models"
+                )
 
 
 def check_group_training(models: Mapping[str, Any], caller: str) -> None:
@@ -197,24 +254,58 @@ def fill_recorded_groups(
         rlightning_sb3.StopTraining: a group's callback stopped training (the groups before it
             in ``models`` are filled, as in-process).
     """
-    for r, recorded in enumerate(rollouts):
-        if list(recorded) != list(models):
+
+    def fill(group: str, model: Any, recorded: list[RecordedRollout]) -> list[Segment]:
+        returns = None if agent_returns is None else agent_returns[group]
+        return fill_recorded(model, recorded, update_model=update_model, agent_returns=returns)
+
+    return _fill_groups(models, rollouts, caller, fill, check_started=update_model)
+
+
+_Out = TypeVar("_Out")
+
+
+def _fill_groups(
+    models: Mapping[str, Any],
+    recorded: Sequence[Mapping[str, Any]],
+    caller: str,
+    fill: Callable[[str, Any, list[Any]], _Out],
+    *,
+    check_started: bool,
+) -> dict[str, _Out]:
+    """Fill every group's learner model from the recorders' recordings of it, group by group.
+
+    Shared by :func:`fill_recorded_groups` and
+    ``remote_group_replay.fill_recorded_group_replay``: every recorder's recordings must be one
+    per group of ``models``, in its order; with ``check_started`` every model must be started
+    (:func:`check_group_training`) before any is filled; then ``fill(group, model, [recording
+    of the group, per recorder])`` in ``models`` order (as the in-process group collectors fill
+    them).
+
+    Returns:
+        Group -> what ``fill`` answered for it.
+
+    Raises:
+        ValueError: a recorder's recordings are not one per group (named); what
+            :func:`check_group_training` raises.
+        ValueError, RuntimeError: what ``fill`` raises as those very types, named by group
+            (``"<caller> (group '<g>'): ..."``, the cause chained); other errors (``StopTraining``)
+            as raised (the groups before it are filled).
+    """
+    for r, recordings in enumerate(recorded):
+        if list(recordings) != list(models):
             raise ValueError(
-                f"{caller}: rollout {r} holds the groups {list(recorded)}, the models "
+                f"{caller}: rollout {r} holds the groups {list(recordings)}, the models "
                 f"{list(models)}"
             )
-    if update_model:
+    if check_started:
         check_group_training(models, caller)
-    out: dict[str, list[Segment]] = {}
+    out: dict[str, _Out] = {}
     for group, model in models.items():
-        returns = None if agent_returns is None else agent_returns[group]
         try:
-            out[group] = fill_recorded(
-                model,
-                [recorded[group] for recorded in rollouts],
-                update_model=update_model,
-                agent_returns=returns,
-            )
-        except ValueError as error:
-            raise ValueError(f"{caller} (group {group!r}): {error}") from error
+            out[group] = fill(group, model, [recordings[group] for recordings in recorded])
+        except (ValueError, RuntimeError) as error:
+            if type(error) not in (ValueError, RuntimeError):
+                raise
+            raise type(error)(f"{caller} (group {group!r}): {error}") from error
     return out

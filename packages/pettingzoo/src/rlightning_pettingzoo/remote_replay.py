@@ -34,7 +34,7 @@ the in-process collector over that recorder's copies, exploring on the learner's
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,6 +160,81 @@ def replica_noise(model: Any) -> ActionNoise | None:
     return base_noise(getattr(model, "action_noise", None))
 
 
+class _ReplicaRollout:
+    """A replica's rollout being recorded: its kept rows, its counters on the learner's clock.
+
+    What a recorder's hand-over of a complete row does instead of adding it (shared by
+    :class:`ReplayRecorder` and, once per group, ``GroupReplayRecorder``): the row is kept, the
+    replica's counters advance as the learner's will when it adds the row
+    (:meth:`rlightning_sb3.ActingReplica.advance` of ``row_width``: ``num_timesteps`` for the
+    ``learning_starts`` warm-up, DQN's ``exploration_rate`` from SB3's schedule), and the
+    rollout ends at the row where SB3's ``should_collect_more_steps(model.train_freq, rows,
+    episodes)`` says stop (the rule :func:`rlightning_sb3.add_replay_step` ends one by; an
+    episode ends at each cell whose agent ended).
+
+    Args:
+        model: The replica acting (an off-policy model; its weights and counters are replaced
+            by :meth:`start` and advanced by :meth:`keep`; its buffer is never written).
+        row_width: Agent-steps each kept row advances the counters by (the learner's
+            ``n_envs``; checked by the caller as an int >= 1 before any env is built).
+
+    Raises:
+        What :class:`rlightning_sb3.ActingReplica` raises (gSDE).
+    """
+
+    def __init__(self, model: OffPolicyAlgorithm, row_width: int) -> None:
+        self.model = model
+        self.row_width = int(row_width)
+        # the acting half of collect_rollouts' bookkeeping (rlightning_sb3): load and advance
+        self._acting = ActingReplica(model)
+        self._rows: list[list[Transition]] = []
+        self._episodes = 0
+        #: The learner's run of the last :meth:`start` (``ActingState.run_id``; None before one
+        #: with a run id): the run the replica's action-noise processes reset on.
+        self.learner_run: int | None = None
+
+    def start(self, state: ActingState) -> None:
+        """Load the learner's ``state`` (weights, counters, run) and start an empty rollout.
+
+        Raises:
+            What :meth:`rlightning_sb3.ActingReplica.load` raises.
+        """
+        self._acting.load(state)
+        if state.run_id is not None:
+            self.learner_run = state.run_id
+        self._rows, self._episodes = [], 0
+
+    def keep(self, row: list[Transition]) -> bool:
+        """Keep one complete row, advance the counters by ``row_width``; True: the rollout ended.
+
+        Mutates the model's ``num_timesteps`` (and DQN's ``exploration_rate``).
+        """
+        self._rows.append(row)
+        self._acting.advance(self.row_width)
+        self._episodes += sum(t.end is not None for t in row)
+        train_freq: Any = self.model.train_freq
+        return not should_collect_more_steps(train_freq, len(self._rows), self._episodes)
+
+    def take(
+        self, n_copies: int, stored: int, agent_returns: Mapping[Any, Iterable[float]]
+    ) -> RecordedReplay:
+        """The rows kept since :meth:`start`, as a :class:`RecordedReplay` (and forget them).
+
+        Args:
+            n_copies: The recorder's env copies.
+            stored: The agent-steps recorded (the collector's ``collect()`` answer).
+            agent_returns: Per agent id, its last finished episodes' returns (copied).
+        """
+        rows, self._rows = self._rows, []
+        return RecordedReplay(
+            rows=rows,
+            n_columns=int(self.model.n_envs),
+            n_copies=n_copies,
+            stored=stored,
+            agent_returns={agent: list(r) for agent, r in agent_returns.items()},
+        )
+
+
 class ReplayRecorder(SharedReplayCollector):
     """A :class:`~rlightning_pettingzoo.SharedReplayCollector` that keeps its rows unadded.
 
@@ -210,13 +285,9 @@ class ReplayRecorder(SharedReplayCollector):
         if row_width is not None:  # before any env is built
             check_count(row_width, "ReplayRecorder row_width", minimum=1)
         super().__init__(model, env_fns, seeds=seeds)
-        self._row_width = int(model.n_envs) if row_width is None else int(row_width)
-        # the acting half of collect_rollouts' bookkeeping (rlightning_sb3): load and advance
-        self._acting = ActingReplica(model)
-        self._kept: list[list[Transition]] = []
-        self._episodes = 0
-        #: The learner's run of the last record (``ActingState.run_id``; None before one).
-        self._learner_run: int | None = None
+        self._rollout = _ReplicaRollout(
+            model, int(model.n_envs) if row_width is None else row_width
+        )
 
     def _noise_run(self, model: Any) -> int | None:
         """The learner's run (the last record's ``ActingState.run_id``), not the replica's.
@@ -225,16 +296,11 @@ class ReplayRecorder(SharedReplayCollector):
             The run id; before any :meth:`record` (``collect`` called directly), the replica's
             own :func:`rlightning_sb3.training_run_id`.
         """
-        if self._learner_run is None:
-            return super()._noise_run(model)
-        return self._learner_run
+        run = self._rollout.learner_run
+        return super()._noise_run(model) if run is None else run
 
     def _add(self, row: list[Transition]) -> bool:
-        self._kept.append(row)  # kept for record(): the learner adds it
-        self._acting.advance(self._row_width)
-        self._episodes += sum(t.end is not None for t in row)
-        train_freq: Any = self.model.train_freq
-        return not should_collect_more_steps(train_freq, len(self._kept), self._episodes)
+        return self._rollout.keep(row)  # kept for record(): the learner adds it
 
     def record(self, state: ActingState) -> RecordedReplay:
         """Load the learner's state, act and step one rollout as ``collect`` does; add nothing.
@@ -255,19 +321,9 @@ class ReplayRecorder(SharedReplayCollector):
             What :meth:`rlightning_sb3.ActingReplica.load` and ``SharedReplayCollector.collect``
             raise.
         """
-        self._acting.load(state)
-        if state.run_id is not None:  # collect() resets the noise processes on a new run
-            self._learner_run = state.run_id
-        self._kept, self._episodes = [], 0
+        self._rollout.start(state)  # collect() resets the noise processes on a new run
         stored = self.collect()
-        rows, self._kept = self._kept, []
-        return RecordedReplay(
-            rows=rows,
-            n_columns=int(self.model.n_envs),
-            n_copies=len(self._envs),
-            stored=stored,
-            agent_returns={agent: list(r) for agent, r in self.agent_returns.items()},
-        )
+        return self._rollout.take(len(self._envs), stored, self.agent_returns)
 
 
 def fill_recorded_replay(model: OffPolicyAlgorithm, recordings: Sequence[RecordedReplay]) -> int:

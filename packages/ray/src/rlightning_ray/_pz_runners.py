@@ -25,9 +25,13 @@ __all__ = [
     "check_picklable",
     "check_timeout",
     "copy_seeds",
+    "group_runner_pool",
+    "load_replay_replica",
     "load_replica",
     "merge_returns",
     "plan_runners",
+    "replay_replica_spec",
+    "replica_counters",
     "replica_spec",
     "runner_columns",
     "runner_seeds",
@@ -485,3 +489,176 @@ def load_replica(
 
     env = None if image_spaces is None else replica_slots(*image_spaces, n_columns)
     return model_class.load(io.BytesIO(saved), env=env, device=device, n_envs=n_columns)
+
+
+def replay_replica_spec(model: Any) -> tuple[type, bytes, tuple[Any, Any], Any]:
+    """What a runner loads an off-policy replica of ``model`` from (:func:`load_replay_replica`).
+
+    Returns:
+        ``(type(model), saved_model(model), (raw_observation_space, action_space), noise)``:
+        the raw observation space is the one before SB3's ``VecTransposeImage``
+        (:func:`rlightning_sb3.image_transpose`), else ``model.observation_space``; ``noise``
+        the learner's base action noise (:func:`rlightning_pettingzoo.replica_noise`; None
+        without one), sent apart from the save (SB3's load drops a noise it cannot unpickle
+        with only a warning).
+    """
+    from rlightning_pettingzoo.remote_replay import replica_noise
+    from rlightning_sb3 import image_transpose
+
+    transpose = image_transpose(model)  # the replicas transpose images as the learner's env
+    raw = model.observation_space if transpose is None else transpose.raw_space
+    return type(model), saved_model(model), (raw, model.action_space), replica_noise(model)
+
+
+def load_replay_replica(
+    model_class: Any,
+    saved: bytes,
+    n_columns: int,
+    spaces: tuple[Any, Any],
+    device: str,
+    noise: Any = None,
+) -> Any:
+    """An off-policy replica of the learner's model with ``n_columns`` columns, started.
+
+    SB3's ``model_class.load`` of the learner's save over a never-stepped ``DummyVecEnv`` of
+    ``n_columns`` slots of the learner's raw spaces (:func:`rlightning_pettingzoo.replica_slots`;
+    SB3 wraps it in ``VecTransposeImage`` where it wrapped the learner's), with
+    ``n_envs=n_columns``, a buffer of one row (``buffer_size=n_columns``: never written), no
+    tensorboard log and ``verbose=0``; its ``action_noise`` set to ``noise`` (whatever the load
+    made of the saved one); then :func:`rlightning_sb3.start_training` (the in-process
+    collectors run only on a started model; the budget and counters it sets are replaced by
+    each recording's :class:`rlightning_sb3.ActingState`).
+
+    Args:
+        model_class: The learner's model class (``DQN``, ``SAC``, ``TD3``).
+        saved: The learner's model as SB3's ``model.save`` wrote it (bytes).
+        n_columns: The runner's share of the learner's buffer columns (the replica's
+            ``n_envs``).
+        spaces: The learner's raw observation space and action space
+            (:func:`replay_replica_spec`).
+        device: The replica's torch device.
+        noise: The learner's base action noise (:func:`replay_replica_spec`), or None.
+
+    Returns:
+        The replica (its global-seed draws made by SB3's load: reseed after).
+
+    Raises:
+        What ``model_class.load`` and ``start_training`` raise.
+    """
+    from rlightning_pettingzoo.remote import replica_slots
+    from rlightning_sb3 import start_training
+
+    # SB3's load: kwargs override the saved attributes before _setup_model builds the buffer
+    model = model_class.load(
+        io.BytesIO(saved),
+        env=replica_slots(*spaces, n_columns),
+        device=device,
+        n_envs=n_columns,
+        buffer_size=n_columns,
+        tensorboard_log=None,
+        verbose=0,
+    )
+    model.action_noise = noise  # the learner's, whatever load made of the saved one
+    start_training(model, 1, log_interval=None)
+    return model
+
+
+def replica_counters(model: Any) -> tuple[int, float | None]:
+    """A replica's ``num_timesteps`` and ``exploration_rate`` (None without one) now."""
+    rate = getattr(model, "exploration_rate", None)
+    return int(model.num_timesteps), None if rate is None else float(rate)
+
+
+def group_runner_pool(
+    name: str,
+    models: Mapping[str, Any],
+    group_of: Any,
+    runner_class: type,
+    replica: Callable[[Any, int], tuple[Any, ...]],
+    *,
+    env_fns: Sequence[Callable[[], Any]] | None,
+    env_fn: Callable[[], Any] | None,
+    n_runners: int,
+    copies_per_runner: int | None,
+    seeds: Any,
+    acting_seeds: Any,
+    num_cpus: float,
+    device: str,
+    timeout_s: Any,
+) -> tuple[RunnerPool, RunnerPlan]:
+    """Check a group collector's runner arguments, then build its runners (a model per group).
+
+    What the group collectors on runners (``RayGroupRolloutCollector``,
+    ``RayGroupReplayCollector``) share, after their own model checks: ``group_of`` a mapping or
+    a function, :func:`plan_runners` (the first group's model seeds the default acting seeds),
+    each group's columns per runner (:func:`runner_columns`), ``group_of`` picklable, Ray
+    initialised; then one ``ray.put`` of every group's replica spec and the pool, runner ``r``
+    built as ``runner_class(specs, group_of, env_fns_r, seeds_r, acting_seed_r, device,
+    "pz-runner-<r>")``.
+
+    Args:
+        name: The collector, for the messages.
+        models: Group name -> the learner's model, in acting order (already checked).
+        group_of: Agent id -> group name, a mapping or a function.
+        runner_class: The runners' class (:class:`RunnerPool`'s ``actor_class``).
+        replica: ``(model, n_columns) -> spec``: what a runner loads the group's replica from.
+        env_fns: :func:`plan_runners`'s.
+        env_fn: :func:`plan_runners`'s.
+        n_runners: :func:`plan_runners`'s.
+        copies_per_runner: :func:`plan_runners`'s.
+        seeds: :func:`plan_runners`'s.
+        acting_seeds: :func:`plan_runners`'s (None: the first group model's ``seed + r``).
+        num_cpus: :func:`plan_runners`'s.
+        device: The replicas' torch device.
+        timeout_s: :func:`plan_runners`'s.
+
+    Returns:
+        ``(pool, plan)``.
+
+    Raises:
+        TypeError: ``group_of`` is not a mapping or a callable, or is not picklable; what
+            :func:`plan_runners` raises.
+        ValueError: a group model's ``n_envs`` is not a multiple of ``n_runners`` (named by
+            group); what :func:`plan_runners` raises.
+        RuntimeError: Ray is not initialised, or a runner failed to build (named, the cause
+            chained).
+    """
+    import ray
+
+    if not (isinstance(group_of, Mapping) or callable(group_of)):
+        raise TypeError(
+            f"{name}: group_of must map agent ids to group names (a mapping or a "
+            f"function), got {type(group_of).__name__} {group_of!r}"
+        )
+    plan = plan_runners(
+        name,
+        env_fns=env_fns,
+        env_fn=env_fn,
+        n_runners=n_runners,
+        copies_per_runner=copies_per_runner,
+        seeds=seeds,
+        acting_seeds=acting_seeds,
+        seed_model=next(iter(models.values())),
+        num_cpus=num_cpus,
+        timeout_s=timeout_s,
+    )
+    columns = {
+        group: runner_columns(name, model, n_runners, f"the model of group {group!r} has")
+        for group, model in models.items()
+    }
+    check_picklable(group_of, "group_of", name, "give a dict or a module-level function")
+    if not ray.is_initialized():
+        raise RuntimeError(f"{name} needs Ray: call ray.init(...) first")
+    specs = {group: replica(model, columns[group]) for group, model in models.items()}
+    blob = ray.put(specs)  # once for all runners (a top-level argument: Ray resolves it)
+    pool = RunnerPool(
+        name,
+        runner_class,
+        [
+            (blob, group_of, *plan.block(r), plan.runner_seeds[r], device, f"pz-runner-{r}")
+            for r in range(n_runners)
+        ],
+        num_cpus=num_cpus,
+        timeout_s=plan.timeout_s,
+    )
+    return pool, plan

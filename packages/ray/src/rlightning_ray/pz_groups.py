@@ -37,13 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 from rlightning_ray._pz_runners import (
     PooledCollector,
-    RunnerPool,
-    check_picklable,
+    group_runner_pool,
     load_replica,
     merge_returns,
-    plan_runners,
     replica_spec,
-    runner_columns,
 )
 
 # first: pz_rollout refuses a missing [pettingzoo] extra with the message that names it
@@ -56,6 +53,7 @@ from rlightning_pettingzoo.remote_groups import (
     check_group_models,
     check_group_training,
     fill_recorded_groups,
+    refuse_group_kind,
 )
 from rlightning_sb3 import policy_weights, set_acting_seed
 
@@ -144,7 +142,7 @@ class RayGroupRolloutCollector(PooledCollector):
     Needs ``ray.init`` first. Builds the runners at once (each imports torch and SB3: seconds)
     and waits until they are built. A RecurrentPPO group's LSTM states stay in its runners'
     replicas from one :meth:`collect` to the next (see the module docstring). Off-policy
-    (replay) models per group are not supported over Ray here: use the in-process collector.
+    (replay) models per group are :class:`~rlightning_ray.pettingzoo.RayGroupReplayCollector`'s.
 
     Args:
         models: Group name -> a PPO, A2C, MaskablePPO or RecurrentPPO (no gSDE), each built over
@@ -170,7 +168,8 @@ class RayGroupRolloutCollector(PooledCollector):
             no limit).
 
     Raises:
-        TypeError: a model is not an on-policy SB3 model (named by group);
+        TypeError: a model is not an on-policy SB3 model (an off-policy one: the message names
+            ``RayGroupReplayCollector``), named by group;
             ``group_of`` is not a mapping or a callable, or is not picklable; an env function is
             not callable; bad seeds or ``timeout_s`` (as ``RaySharedRolloutCollector``).
         ValueError: ``models`` is empty or two groups share a model; a model uses gSDE or has
@@ -197,34 +196,30 @@ class RayGroupRolloutCollector(PooledCollector):
         device: str = "cpu",
         timeout_s: float | None = None,
     ) -> None:
-        import ray
-
         name = "RayGroupRolloutCollector"
+        refuse_group_kind(models, name, False, "RayGroupReplayCollector")
         check_group_models(models, name)
-        if not (isinstance(group_of, Mapping) or callable(group_of)):
-            raise TypeError(
-                f"{name}: group_of must map agent ids to group names (a mapping or a "
-                f"function), got {type(group_of).__name__} {group_of!r}"
-            )
-        plan = plan_runners(
+
+        def replica(model: Any, n_columns: int) -> tuple[Any, bytes, int, Any]:
+            model_class, saved, image_spaces = replica_spec(model)
+            return model_class, saved, n_columns, image_spaces
+
+        self._pool, plan = group_runner_pool(
             name,
+            models,
+            group_of,
+            GroupRolloutRunner,
+            replica,
             env_fns=env_fns,
             env_fn=env_fn,
             n_runners=n_runners,
             copies_per_runner=copies_per_runner,
             seeds=seeds,
             acting_seeds=acting_seeds,
-            seed_model=next(iter(models.values())),
             num_cpus=num_cpus,
+            device=device,
             timeout_s=timeout_s,
         )
-        columns = {
-            group: runner_columns(name, model, n_runners, f"the model of group {group!r} has")
-            for group, model in models.items()
-        }
-        check_picklable(group_of, "group_of", name, "give a dict or a module-level function")
-        if not ray.is_initialized():
-            raise RuntimeError(f"{name} needs Ray: call ray.init(...) first")
         self.models: dict[str, OnPolicyAlgorithm] = dict(models)
         self.n_runners = n_runners
         self.copies_per_runner = plan.copies_per_runner
@@ -234,28 +229,6 @@ class RayGroupRolloutCollector(PooledCollector):
         self.dropped = 0
         #: Per agent id, the returns of its last 100 finished episodes, per runner together.
         self.agent_returns: dict[Any, deque[float]] = {}
-        replicas: dict[str, Any] = {}
-        for group, model in self.models.items():
-            model_class, saved, image_spaces = replica_spec(model)
-            replicas[group] = (model_class, saved, columns[group], image_spaces)
-        blob = ray.put(replicas)  # once for all runners (a top-level argument: Ray resolves it)
-        self._pool = RunnerPool(
-            name,
-            GroupRolloutRunner,
-            [
-                (
-                    blob,
-                    group_of,
-                    *plan.block(r),
-                    plan.runner_seeds[r],
-                    device,
-                    f"pz-runner-{r}",
-                )
-                for r in range(n_runners)
-            ],
-            num_cpus=num_cpus,
-            timeout_s=plan.timeout_s,
-        )
 
     def collect(self, *, update_model: bool = True) -> dict[str, list[Segment]]:
         """Publish the weights, record one rollout on every runner, fill every group's buffer.

@@ -33,7 +33,6 @@ per-slot noise processes across rollouts and resets them on the learner's new ru
 
 from __future__ import annotations
 
-import io
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -42,27 +41,22 @@ from rlightning.rules import check_count
 from rlightning_ray._pz_runners import (
     PooledCollector,
     RunnerPool,
+    load_replay_replica,
+    merge_returns,
     plan_runners,
+    replay_replica_spec,
+    replica_counters,
     runner_columns,
-    saved_model,
 )
 
 try:
-    from rlightning_pettingzoo.remote import replica_slots
     from rlightning_pettingzoo.remote_replay import (
         RecordedReplay,
         ReplayRecorder,
         check_replay_model,
         fill_recorded_replay,
-        replica_noise,
     )
-    from rlightning_sb3 import (
-        ActingState,
-        acting_state,
-        check_training,
-        image_transpose,
-        start_training,
-    )
+    from rlightning_sb3 import ActingState, acting_state, check_training
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "rlightning_ray.pettingzoo needs the [pettingzoo] extra: "
@@ -133,18 +127,7 @@ class SharedReplayRunner:
         spaces: tuple[Any, Any],
         noise: ActionNoise | None = None,
     ) -> None:
-        # SB3's load: kwargs override the saved attributes before _setup_model builds the buffer
-        self.model = model_class.load(
-            io.BytesIO(saved),
-            env=replica_slots(*spaces, n_columns),
-            device=device,
-            n_envs=n_columns,
-            buffer_size=n_columns,
-            tensorboard_log=None,
-            verbose=0,
-        )
-        self.model.action_noise = noise  # the learner's, whatever load made of the saved one
-        start_training(self.model, 1, log_interval=None)
+        self.model = load_replay_replica(model_class, saved, n_columns, spaces, device, noise)
         if acting_seed is not None:
             self.model.set_random_seed(acting_seed)
         self.recorder = ReplayRecorder(self.model, env_fns, seeds=seeds, row_width=row_width)
@@ -164,8 +147,7 @@ class SharedReplayRunner:
 
     def counters(self) -> tuple[int, float | None]:
         """The replica's ``num_timesteps`` and ``exploration_rate`` (None without one) now."""
-        rate = getattr(self.model, "exploration_rate", None)
-        return int(self.model.num_timesteps), None if rate is None else float(rate)
+        return replica_counters(self.model)
 
     def noise_processes(self) -> VectorizedActionNoise | None:
         """The recorder's per-slot action-noise processes now (None without ``action_noise``).
@@ -281,16 +263,14 @@ class RaySharedReplayCollector(PooledCollector):
         #: Per agent id, the returns of its last 100 finished episodes, per runner (see
         #: :meth:`collect`).
         self.agent_returns: dict[Any, deque[float]] = {}
-        blob = ray.put(saved_model(model))
-        noise = replica_noise(model)  # the base noise each runner's slot processes copy
-        transpose = image_transpose(model)  # the replicas transpose images as the learner's env
-        raw = model.observation_space if transpose is None else transpose.raw_space
+        model_class, saved, spaces, noise = replay_replica_spec(model)
+        blob = ray.put(saved)
         self._pool = RunnerPool(
             name,
             SharedReplayRunner,
             [
                 (
-                    type(model),
+                    model_class,
                     blob,
                     columns,
                     n_envs,
@@ -298,7 +278,7 @@ class RaySharedReplayCollector(PooledCollector):
                     plan.runner_seeds[r],
                     device,
                     f"pz-runner-{r}",
-                    (raw, model.action_space),
+                    spaces,
                     noise,
                 )
                 for r in range(n_runners)
@@ -331,11 +311,7 @@ class RaySharedReplayCollector(PooledCollector):
         check_training(self.model)  # before any runner steps (as the in-process collector)
         state = ray.put(acting_state(self.model))
         recordings: list[RecordedReplay] = self._pool.call("record", state, what="record a rollout")
-        merged: dict[Any, deque[float]] = {}
-        for recording in recordings:
-            for agent, returns in recording.agent_returns.items():
-                merged.setdefault(agent, deque()).extend(returns)
-        self.agent_returns = merged
+        self.agent_returns = merge_returns(recording.agent_returns for recording in recordings)
         return fill_recorded_replay(self.model, recordings)
 
     def runner_noise(self) -> list[VectorizedActionNoise | None]:
