@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +24,21 @@ import rlightning.rules
 import rlightning.rules._values
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def _register_support() -> None:
+    """``tests/_support.py`` as the module ``rlightning_test_support`` (importlib mode: the
+    test modules import it by that name)."""
+    spec = importlib.util.spec_from_file_location(
+        "rlightning_test_support", Path(__file__).with_name("_support.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+
+
+_register_support()
 
 
 def _cuda_visible() -> bool:

@@ -23,10 +23,6 @@ arrays allclose (a batch of copies and a single observation run different float 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -36,6 +32,7 @@ from gymnasium import spaces
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from pettingzoo.classic import connect_four_v3, tictactoe_v3
+from rlightning_test_support import sibling
 from sb3_contrib import RecurrentPPO
 from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3 import PPO
@@ -45,21 +42,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from rlightning_pettingzoo import AECRolloutCollector, Segment
 from rlightning_sb3 import finish_training, start_training
 
-
-def _load(file: str) -> ModuleType:
-    """A module beside this file (the suite runs in importlib mode)."""
-    name = f"rlightning_pettingzoo_{Path(file).stem}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(file))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-AEC = _load("test_aec_collector.py")
+AEC = sibling(__file__, "test_aec_collector.py")
 Logged, Slot = AEC.Logged, AEC.Slot
 STATES = ("hidden_states_pi", "cell_states_pi", "hidden_states_vf", "cell_states_vf")
 ARRAYS = (

@@ -13,10 +13,6 @@ counted in its group's ``group_dropped``.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import gymnasium as gym
@@ -25,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from pettingzoo.classic import connect_four_v3, tictactoe_v3
+from rlightning_test_support import sibling
 from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.logger import Logger
@@ -34,21 +31,8 @@ from rlightning_pettingzoo import AECGroupRolloutCollector, AECRolloutCollector,
 from rlightning_pettingzoo.aec_groups import _GroupTurns
 from rlightning_sb3 import finish_training, start_training
 
-
-def _load(name: str, filename: str) -> ModuleType:
-    """A module beside this file (the suite runs in importlib mode)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(filename))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-AEC = _load("rlightning_pettingzoo_test_aec_collector", "test_aec_collector.py")
-SCHEDULES = _load("rlightning_pettingzoo_collector_schedules", "test_collector_schedules.py")
+AEC = sibling(__file__, "test_aec_collector.py")
+SCHEDULES = sibling(__file__, "test_collector_schedules.py")
 Logged, Slot, check_rollout = AEC.Logged, AEC.Slot, AEC.check_rollout
 
 GAMES = [connect_four_v3, tictactoe_v3]

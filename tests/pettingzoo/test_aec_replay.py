@@ -12,16 +12,13 @@ waiting for the next row.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections import Counter
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
 from pettingzoo.classic import connect_four_v3, rps_v2, tictactoe_v3
+from rlightning_test_support import sibling
 from stable_baselines3 import DQN, PPO, TD3
 from stable_baselines3.common.noise import NormalActionNoise
 from stable_baselines3.common.vec_env import DummyVecEnv
@@ -29,23 +26,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from rlightning_pettingzoo import AECReplayCollector
 from rlightning_sb3 import finish_training, start_training
 
-
-def _load_reference() -> ModuleType:
-    """test_aec_collector.py beside this file (the suite runs in importlib mode)."""
-    name = "rlightning_pettingzoo_aec_reference"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(
-        name, Path(__file__).with_name("test_aec_collector.py")
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-REF = _load_reference()
+REF = sibling(__file__, "test_aec_collector.py")
 Logged, Slot, _trajectory = REF.Logged, REF.Slot, REF._trajectory
 
 

@@ -11,35 +11,19 @@ are in both.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
+from rlightning_test_support import sibling
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rlightning_pettingzoo import SharedRolloutCollector
 from rlightning_sb3 import finish_training, start_training
 
-
-def _load(file: str) -> ModuleType:
-    """A module beside this file (the suite runs in importlib mode)."""
-    name = f"rlightning_pettingzoo_{Path(file).stem}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(file))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-PARITY = _load("test_collector_parity.py")
+PARITY = sibling(__file__, "test_collector_parity.py")
 AgentsVecEnv, AgentSlot, Snapshot, FIELDS = (
     PARITY.AgentsVecEnv,
     PARITY.AgentSlot,

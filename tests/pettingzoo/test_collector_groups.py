@@ -19,9 +19,6 @@ agent's logged trajectory (the schedule test's ``reference_gae``).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -30,6 +27,7 @@ import pytest
 import torch as th
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from rlightning_test_support import sibling
 from stable_baselines3 import A2C, DQN, PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
@@ -39,22 +37,9 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 from rlightning_pettingzoo import GroupReplayCollector, GroupRolloutCollector
 from rlightning_sb3 import finish_training, start_training
 
-
-def _load(name: str, filename: str) -> ModuleType:
-    """A module beside this file (the suite runs in importlib mode)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(filename))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ENVS = _load("rlightning_pettingzoo_collector_envs", "collector_envs.py")
-PARITY = _load("rlightning_pettingzoo_collector_parity", "test_collector_parity.py")
-SCHEDULES = _load("rlightning_pettingzoo_collector_schedules", "test_collector_schedules.py")
+ENVS = sibling(__file__, "collector_envs.py")
+PARITY = sibling(__file__, "test_collector_parity.py")
+SCHEDULES = sibling(__file__, "test_collector_schedules.py")
 AgentsVecEnv, AgentSlot, FIELDS = PARITY.AgentsVecEnv, PARITY.AgentSlot, PARITY.FIELDS
 ScheduleEnv, span, schedules, waits = ENVS.ScheduleEnv, ENVS.span, ENVS.schedules, ENVS.waits
 reference_gae = SCHEDULES.reference_gae

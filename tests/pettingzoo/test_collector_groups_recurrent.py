@@ -26,9 +26,6 @@ mutations (states not reset where a trajectory starts) fail both proofs.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -37,6 +34,7 @@ import pytest
 import torch as th
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from rlightning_test_support import sibling
 from sb3_contrib import RecurrentPPO
 from stable_baselines3 import PPO
 from stable_baselines3.common.utils import set_random_seed
@@ -46,24 +44,11 @@ from rlightning_pettingzoo import GroupRolloutCollector, SharedRolloutCollector
 from rlightning_pettingzoo import groups as groups_module
 from rlightning_sb3 import finish_training, start_training
 
-
-def _load(name: str, filename: str) -> ModuleType:
-    """A module beside this file (the suite runs in importlib mode)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(filename))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ENVS = _load("rlightning_pettingzoo_collector_envs", "collector_envs.py")
-PARITY = _load("rlightning_pettingzoo_collector_parity", "test_collector_parity.py")
-SCHEDULES = _load("rlightning_pettingzoo_collector_schedules", "test_collector_schedules.py")
-RECURRENT = _load("rlightning_pettingzoo_test_collector_recurrent", "test_collector_recurrent.py")
-GROUPED = _load("rlightning_pettingzoo_test_collector_groups", "test_collector_groups.py")
+ENVS = sibling(__file__, "collector_envs.py")
+PARITY = sibling(__file__, "test_collector_parity.py")
+SCHEDULES = sibling(__file__, "test_collector_schedules.py")
+RECURRENT = sibling(__file__, "test_collector_recurrent.py")
+GROUPED = sibling(__file__, "test_collector_groups.py")
 FIELDS, STATES, lstm_step = PARITY.FIELDS, RECURRENT.STATES, RECURRENT._lstm_step
 ScheduleEnv, span, schedules, waits = ENVS.ScheduleEnv, ENVS.span, ENVS.schedules, ENVS.waits
 reference_gae = SCHEDULES.reference_gae

@@ -17,16 +17,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 from gymnasium import spaces
 from pettingzoo.test import parallel_api_test
+from rlightning_test_support import sibling
 from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.callbacks import BaseCallback
@@ -41,23 +38,9 @@ from rlightning_pettingzoo import (
 )
 from rlightning_sb3 import StopTraining, finish_training, start_training
 
-
-def _load(file: str) -> ModuleType:
-    """A module beside this file (the suite runs in importlib mode)."""
-    name = f"rlightning_pettingzoo_{Path(file).stem}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(file))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-INPUTS = _load("test_collector_inputs.py")
-ENVS = _load("collector_envs.py")
-PARITY = _load("test_collector_parity.py")
+INPUTS = sibling(__file__, "test_collector_inputs.py")
+ENVS = sibling(__file__, "collector_envs.py")
+PARITY = sibling(__file__, "test_collector_parity.py")
 InPlaceParallel, InPlaceTurns, OBS, ACT = (
     INPUTS.InPlaceParallel,
     INPUTS.InPlaceTurns,

@@ -21,16 +21,13 @@ over a VecEnv of the agents (the image key transposed as ``VecTransposeImage`` d
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 from benchmarks.agents_vec_env import AgentsVecEnv
 from gymnasium import spaces
+from rlightning_test_support import sibling
 from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.vec_env import DummyVecEnv, VecTransposeImage
 
@@ -43,23 +40,9 @@ from rlightning_pettingzoo import (
 )
 from rlightning_sb3 import finish_training, start_training
 
-
-def _load(file: str) -> ModuleType:
-    """A module beside this file (the suite runs in importlib mode)."""
-    name = f"rlightning_pettingzoo_{Path(file).stem}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(file))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-INPUTS2 = _load("test_collector_inputs2.py")
-PARITY = _load("test_collector_parity.py")
-INPUTS = _load("test_collector_inputs.py")
+INPUTS2 = sibling(__file__, "test_collector_inputs2.py")
+PARITY = sibling(__file__, "test_collector_parity.py")
+INPUTS = sibling(__file__, "test_collector_inputs.py")
 InPlaceParallel, InPlaceTurns, OBS = INPUTS.InPlaceParallel, INPUTS.InPlaceTurns, INPUTS.OBS
 IMAGE, ACT, ImageParallel, ImageTurns, slots = (
     INPUTS2.IMAGE,

@@ -14,8 +14,6 @@ the env's log with copies of the noise class.
 from __future__ import annotations
 
 import copy as copy_module
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
@@ -25,6 +23,7 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
+from rlightning_test_support import sibling
 from stable_baselines3 import DDPG, SAC, TD3
 from stable_baselines3.common.noise import (
     ActionNoise,
@@ -37,21 +36,7 @@ from pettingzoo import ParallelEnv
 from rlightning_pettingzoo import GroupReplayCollector, SharedReplayCollector
 from rlightning_sb3 import finish_training, start_training
 
-
-def _load(file: str) -> ModuleType:
-    """A module beside this file (the suite runs in importlib mode)."""
-    name = f"rlightning_pettingzoo_{Path(file).stem}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(file))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-PARITY = _load("test_collector_parity.py")
+PARITY = sibling(__file__, "test_collector_parity.py")
 AgentsVecEnv, AgentSlot = PARITY.AgentsVecEnv, PARITY.AgentSlot
 
 NOISES: dict[str, Any] = {

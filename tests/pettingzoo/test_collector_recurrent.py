@@ -9,9 +9,6 @@ along that agent's own logged trajectory alone, reset where the buffer says its 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -20,28 +17,15 @@ import pytest
 import torch as th
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from rlightning_test_support import sibling
 from sb3_contrib import RecurrentPPO
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rlightning_pettingzoo import SharedRolloutCollector
 from rlightning_sb3 import finish_training, start_training
 
-
-def _load(file: str) -> ModuleType:
-    """A module beside this file (the suite runs in importlib mode)."""
-    name = f"rlightning_pettingzoo_{Path(file).stem}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(file))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-PARITY = _load("test_collector_parity.py")
-ENVS = _load("collector_envs.py")
+PARITY = sibling(__file__, "test_collector_parity.py")
+ENVS = sibling(__file__, "collector_envs.py")
 AgentsVecEnv, AgentSlot, Snapshot, FIELDS = (
     PARITY.AgentsVecEnv,
     PARITY.AgentSlot,

@@ -4,14 +4,10 @@ an acting agent, nothing for absent or waiting agents."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import numpy as np
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from rlightning_test_support import sibling
 from sb3_contrib import MaskablePPO
 from stable_baselines3 import DQN
 from stable_baselines3.common.vec_env import DummyVecEnv
@@ -19,23 +15,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from rlightning_pettingzoo import SharedReplayCollector, SharedRolloutCollector
 from rlightning_sb3 import finish_training, start_training
 
-
-def _load_envs() -> ModuleType:
-    """``collector_envs.py`` beside this file (the suite runs in importlib mode)."""
-    name = "rlightning_pettingzoo_collector_envs"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(
-        name, Path(__file__).with_name("collector_envs.py")
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ENVS = _load_envs()
+ENVS = sibling(__file__, "collector_envs.py")
 ScheduleEnv, MaskInObservation = ENVS.ScheduleEnv, ENVS.MaskInObservation
 AgentSlot, DictSlot, span = ENVS.AgentSlot, ENVS.DictSlot, ENVS.span
 schedules, waits = ENVS.schedules, ENVS.waits

@@ -10,17 +10,14 @@ takes numpy integers as seeds.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
 from pettingzoo.classic import tictactoe_v3
+from rlightning_test_support import sibling
 from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -33,21 +30,7 @@ from rlightning_pettingzoo import (
     SharedRolloutCollector,
 )
 
-
-def _load(file: str) -> ModuleType:
-    """A module beside this file (the suite runs in importlib mode)."""
-    name = f"rlightning_pettingzoo_{Path(file).stem}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(file))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ENVS = _load("collector_envs.py")
+ENVS = sibling(__file__, "collector_envs.py")
 AgentSlot, ScheduleEnv = ENVS.AgentSlot, ENVS.ScheduleEnv
 
 SCHEDULE = [(0, 4, "truncated"), (1, 3, "terminated")]

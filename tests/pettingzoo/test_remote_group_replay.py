@@ -11,15 +11,12 @@ sharing one action space object are refused, named.
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
 from functools import partial
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
+from rlightning_test_support import sibling
 from stable_baselines3 import DQN
 from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -33,22 +30,7 @@ from rlightning_pettingzoo import (
 )
 from rlightning_sb3 import acting_state, start_training
 
-
-def _load_envs() -> ModuleType:
-    name = "rlightning_pettingzoo_collector_envs"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(
-        name, Path(__file__).with_name("collector_envs.py")
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ENVS = _load_envs()
+ENVS = sibling(__file__, "collector_envs.py")
 SCHEDULE = [(0, 6, "truncated"), (1, 3, "terminated"), (2, 5, "truncated")]
 WAITS = frozenset({(1, 2), (2, 3)})
 FIELDS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")

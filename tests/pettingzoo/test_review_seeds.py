@@ -8,35 +8,19 @@ copy 1 with seed 5, silently not what was written (a ``frozenset`` or ``dict.key
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from functools import partial
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
+from rlightning_test_support import sibling
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rlightning.rules import check_seeds
 from rlightning_pettingzoo import SharedRolloutCollector
 
-
-def _load(file: str) -> ModuleType:
-    name = f"rlightning_pettingzoo_{Path(file).stem}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(file))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ENVS = _load("collector_envs.py")
+ENVS = sibling(__file__, "collector_envs.py")
 
 
 @pytest.mark.parametrize(

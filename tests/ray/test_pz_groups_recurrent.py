@@ -16,34 +16,19 @@ the tests/ray/test_pz_groups.py helpers.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
 from rlightning_ray_test_pz_checks import ENVS
+from rlightning_test_support import sibling
 from sb3_contrib import RecurrentPPO
 from stable_baselines3 import PPO
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
 
 
-def _load(name: str, filename: str) -> ModuleType:
-    """A module beside this file (the suite runs in importlib mode)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(filename))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-GROUPS = _load("rlightning_ray_test_pz_groups", "test_pz_groups.py")
+GROUPS = sibling(__file__, "test_pz_groups.py")
 SPECS = {
     "recurrent+ppo": {"even": (RecurrentPPO, 2, 8), "odd": (PPO, 1, 6)},
     # two LSTMs of different sizes (4 and 6 units: test_pz_groups._models)

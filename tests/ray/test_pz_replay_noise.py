@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import sys
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -33,6 +31,7 @@ import numpy as np
 import pytest
 import torch as th
 from rlightning_ray_test_pz_checks import restore_rng, rng_state
+from rlightning_test_support import sibling
 from stable_baselines3 import SAC, TD3
 from stable_baselines3.common.noise import (
     NormalActionNoise,
@@ -49,21 +48,6 @@ from rlightning_sb3 import finish_training, start_training
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
 
 
-def _load_replay_tests() -> ModuleType:
-    """tests/ray/test_pz_replay.py's helpers (``_buffer``, ``_train``, ``FIELDS``)."""
-    name = "rlightning_ray_test_pz_replay_helpers"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(
-        name, Path(__file__).with_name("test_pz_replay.py")
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def _simple_spread() -> ModuleType:
     """mpe2's ``simple_spread_v3`` (PettingZoo's own before MPE moved to mpe2)."""
     for name in ("mpe2.simple_spread_v3", "pettingzoo.mpe.simple_spread_v3"):
@@ -74,7 +58,7 @@ def _simple_spread() -> ModuleType:
     raise ImportError("neither mpe2 nor pettingzoo.mpe provides simple_spread_v3")
 
 
-REPLAY = _load_replay_tests()
+REPLAY = sibling(__file__, "test_pz_replay.py")
 SPREAD = _simple_spread()
 #: One copy: 3 agents, Box(0, 1, (5,)) actions, truncated every 5 steps.
 MAKE = partial(SPREAD.parallel_env, max_cycles=5, continuous_actions=True)
