@@ -227,6 +227,14 @@ class AECRolloutCollector(CopyBookkeeping):
         """Trained ``agent``'s observation intake (that of :meth:`_model_of`'s model; a hook)."""
         return self._intake
 
+    def _lanes_of(self, agent: Any) -> RecurrentLanes | None:
+        """The columns of trained ``agent``'s recurrent model; None for a feed-forward one.
+
+        A hook: ``AECGroupRolloutCollector`` keeps one :class:`RecurrentLanes` per recurrent
+        group (each group's model has its own buffer columns).
+        """
+        return self._lanes if self._recurrent else None
+
     def _reset(self, i: int) -> None:
         env = self._envs[i]
         env.reset(seed=self._seeds[i])
@@ -337,10 +345,11 @@ class AECRolloutCollector(CopyBookkeeping):
         action_space = self._envs[first.index].action_space(first.agent)
         keys = [(t.index, t.agent) for t in turns]
         starts: list[bool] | None = None
-        if self._recurrent:  # the LSTM resets: where an episode or a run in a column starts
-            chosen = self._lanes.assign(keys if streams is not None else [], self._starting)
+        lanes = self._lanes_of(first.agent)  # one model (and its columns) for all ``turns``
+        if lanes is not None:  # the LSTM resets: where an episode or a run in a column starts
+            chosen = lanes.assign(keys if streams is not None else [], self._starting)
             starts = [chosen[k] if k in chosen else k[1] in self._starting[k[0]] for k in keys]
-        model = self._model_of(first.agent)  # one model for all ``turns``
+        model = self._model_of(first.agent)
         try:
             rows = sb3_rows(
                 model,
@@ -388,8 +397,8 @@ class AECRolloutCollector(CopyBookkeeping):
                 )
                 streams.setdefault(key, []).append(transition)
                 self._open[key] = transition
-                if self._recurrent:
-                    self._lanes.place(key, transition)
+                if lanes is not None:
+                    lanes.place(key, transition)
             self._starting[i].discard(agent)
             self._acted.add(key)
             self._episode.setdefault(key, [0.0, 0])[1] += 1
