@@ -407,10 +407,3 @@ def test_a_feed_forward_collector_keeps_its_slot_ordered_layout() -> None:
     segments = collector.collect(update_model=False)
     order = [(s.env_index, s.agent_id) for s in segments]
     assert order == sorted(order, key=lambda s: (s[0], s[1]))
-
-
-def test_a_recurrent_opponent_is_still_refused() -> None:
-    model = recurrent_model(tictactoe_v3, 8, 1)
-    opponent = recurrent_model(tictactoe_v3, 8, 1, seed=1)
-    with pytest.raises(TypeError, match=r"opponents\['player_2'\] is a RecurrentPPO"):
-        AECRolloutCollector(model, [tictactoe_v3.env], opponents={"player_2": opponent})

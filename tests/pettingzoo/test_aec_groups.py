@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from pettingzoo.classic import connect_four_v3, tictactoe_v3
 from rlightning_test_support import sibling
-from sb3_contrib import MaskablePPO, RecurrentPPO
+from sb3_contrib import MaskablePPO
 from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import DummyVecEnv
@@ -440,16 +440,6 @@ GROUP_OF = {"player_0": "a", "player_1": "b"}
             r"needs an on-policy SB3 model .* got DQN for group 'b'",
         ),
         (
-            lambda: (
-                {"a": _c4(), "b": RecurrentPPO("MultiInputLstmPolicy", _c4().env, n_steps=4)},
-                GROUP_OF,
-                None,
-            ),
-            TypeError,
-            r"the model of group 'b' \(RecurrentPPO\) has a recurrent policy; "
-            r"AECGroupRolloutCollector drives feed-forward policies only",
-        ),
-        (
             lambda: ({}, GROUP_OF, None),
             ValueError,
             r"AECGroupRolloutCollector needs at least one group in models",
@@ -464,7 +454,6 @@ GROUP_OF = {"player_0": "a", "player_1": "b"}
         "shared-model",
         "group-model-as-opponent",
         "off-policy",
-        "recurrent",
         "no-models",
     ],
 )

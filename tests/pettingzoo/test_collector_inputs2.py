@@ -11,8 +11,9 @@
   for the Box agent); each row's mask is now stored for the MaskablePPO group's agents only.
 * Refusals that came only after a rollout was collected now come before any env step:
   ``update_model`` without ``start_training``; an AEC ``"random"`` opponent on a non-Discrete
-  action space, an opponent model that does not fit its agent's spaces, and a recurrent
-  (RecurrentPPO) opponent are refused at construction.
+  action space and an opponent model that does not fit its agent's spaces are refused at
+  construction (a recurrent, RecurrentPPO, opponent, once refused too, is now accepted:
+  tests/pettingzoo/test_aec_recurrent_opponents.py).
 """
 
 from __future__ import annotations
@@ -294,13 +295,17 @@ def test_aec_opponents_that_cannot_act_are_refused_at_construction() -> None:
         AECRolloutCollector(model, [InPlaceTurns], opponents={"p1": misfit})
 
 
-def test_a_recurrent_aec_opponent_is_refused_at_construction() -> None:
+def test_a_recurrent_aec_opponent_is_accepted_and_plays() -> None:
+    # once refused at construction; its turns are now acted with its own LSTM state
+    # (tests/pettingzoo/test_aec_recurrent_opponents.py checks them against its predict loop)
     model = PPO("MlpPolicy", _slots(OBS, ACT, 1), n_steps=4, batch_size=4, device="cpu")
     opponent = RecurrentPPO(
         "MlpLstmPolicy", _slots(OBS, ACT, 1), n_steps=4, batch_size=4, device="cpu"
     )
-    with pytest.raises(TypeError, match=r"opponents\['p1'\] is a RecurrentPPO with a recurrent"):
-        AECRolloutCollector(model, [InPlaceTurns], opponents={"p1": opponent})
+    collector = AECRolloutCollector(model, [InPlaceTurns], opponents={"p1": opponent})
+    segments = collector.collect(update_model=False)
+    assert sum(s.stop_row - s.start_row for s in segments) == 4
+    assert all(s.agent_id != "p1" for s in segments)
 
 
 def test_an_aec_model_that_does_not_fit_its_trained_agents_is_refused_at_construction() -> None:

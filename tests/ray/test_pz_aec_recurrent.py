@@ -71,16 +71,31 @@ def _buffer(model: Any, columns: slice = slice(None)) -> dict[str, np.ndarray]:
     return out
 
 
+def _opponent() -> RecurrentPPO:
+    """A frozen RecurrentPPO opponent (sent as its save bytes, loaded in the runner)."""
+    slot = (SEAT.observation_space("player_2"), SEAT.action_space("player_2"))
+    return RecurrentPPO(
+        "MultiInputLstmPolicy",
+        DummyVecEnv([lambda: AgentSlot(*slot)]),
+        n_steps=8,
+        seed=5,
+        device="cpu",
+        policy_kwargs={"net_arch": [8], "lstm_hidden_size": 4},
+    )
+
+
 @pytest.mark.parametrize(
     ("opponents", "n_envs"),
-    [(None, 4), ({"player_2": "random"}, 2)],
-    ids=["self-play", "random"],
+    [(None, 4), ({"player_2": "random"}, 2), ({"player_2": "recurrent"}, 2)],
+    ids=["self-play", "random", "recurrent-opponent"],
 )
 def test_one_runner_fills_the_in_process_collectors_buffer(
     local_ray: None, opponents: dict[str, Any] | None, n_envs: int
 ) -> None:
     """1 runner of 2 copies == AECRolloutCollector over the same 2 copies, two rollouts."""
     seeds, acting_seed = [7, 8], 11
+    if opponents == {"player_2": "recurrent"}:  # its LSTM state per copy, kept in the runner
+        opponents = {"player_2": _opponent()}
     ref = _model(n_envs)
     inproc = AECRolloutCollector(ref, [tictactoe_v3.env] * 2, opponents=opponents, seeds=seeds)
     want = two_rollouts(inproc, ref, _buffer, acting_seed)
@@ -161,10 +176,3 @@ def test_two_runners_fill_their_columns_as_in_process(
                     want.end,
                     want.env_steps,
                 )
-
-
-def test_a_recurrent_opponent_is_still_refused_before_any_runner(local_ray: None) -> None:
-    model = _model(2)
-    opponent = _model(1)
-    with pytest.raises(TypeError, match=r"opponents\['player_2'\] is a RecurrentPPO"):
-        RayAECRolloutCollector(model, [tictactoe_v3.env] * 2, opponents={"player_2": opponent})

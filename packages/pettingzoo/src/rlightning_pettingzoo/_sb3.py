@@ -30,7 +30,6 @@ __all__ = [
     "is_sb3_model",
     "observation_intake",
     "observation_shape_mismatch",
-    "refuse_recurrent_opponent",
     "refuse_unstarted",
     "refuse_unstorable_layout",
     "sb3_rows",
@@ -251,24 +250,6 @@ def refuse_unstarted(model: Any, caller: str, group: str | None = None) -> None:
         raise ValueError(f"{caller}{whose}: {error}") from None
     except StopTraining as error:
         raise StopTraining(f"{caller}{whose}: {error}") from None
-
-
-def refuse_recurrent_opponent(opponent: Any, agent: Any, caller: str) -> None:
-    """Refuse a recurrent opponent model (sb3-contrib's ``RecurrentPPO``) at construction.
-
-    An opponent acts through its own adapter with no LSTM state carried from one of its turns to
-    the next (:func:`sb3_rows` refuses a recurrent model without ``episode_starts``).
-
-    Raises:
-        TypeError: ``opponent``'s policy is recurrent (names the agent and the model).
-    """
-    if adapter_for(opponent).is_recurrent:
-        raise TypeError(
-            f"{caller}: opponents[{agent!r}] is a {type(opponent).__name__} with a recurrent "
-            f"policy ({type(opponent.policy).__name__}); an opponent acts with no hidden state "
-            "kept from one of its turns to the next, so only feed-forward opponent models "
-            "(PPO, A2C, MaskablePPO, DQN, ...) or 'random' are accepted"
-        )
 
 
 def observation_shape_mismatch(space: spaces.Space[Any], observation: Any) -> str | None:

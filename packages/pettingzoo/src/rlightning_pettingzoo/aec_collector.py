@@ -17,7 +17,10 @@ The semantics (``docs/pettingzoo.md``, "Training", "AEC environments"; ``docs/de
   bootstrap ``gamma * V(final observation)``).
 * Agents in ``opponents`` are acted by a frozen SB3 model or uniformly at random, never stored;
   every other agent is acted by the trained model and stored (self-play: no opponents, one
-  stream per seat).
+  stream per seat). A frozen RecurrentPPO opponent keeps one LSTM state per (copy, agent) it
+  plays, in its own adapter under this collector's row ids: advanced only on that agent's turns
+  and reset at its first turn of each game, as sb3-contrib's ``predict(observation, state,
+  episode_start)`` steps it game by game.
 * Rollout end: the transitions still open are closed by stepping on to their agents' next turn.
   Opponents' turns and dead steps are stepped as usual; a trained agent's turn that comes first
   (self-play) is acted by the model but not stored (counted in :attr:`AECRolloutCollector.
@@ -56,7 +59,6 @@ from rlightning_pettingzoo._sb3 import (
     is_sb3_model,
     observation_intake,
     observation_shape_mismatch,
-    refuse_recurrent_opponent,
     refuse_unapplied_wrappers,
     refuse_unstarted,
     refuse_unstorable_layout,
@@ -120,7 +122,9 @@ class AECRolloutCollector(CopyBookkeeping):
             model (pass a copy, e.g. ``MaskablePPO.load(path)``; it acts through its own
             adapter as SB3 collects with it: an on-policy model samples, as
             ``predict(deterministic=False)``; an off-policy one follows ``_sample_action``,
-            random while its ``num_timesteps < learning_starts``) or ``"random"`` (uniform over
+            random while its ``num_timesteps < learning_starts``; a RecurrentPPO keeps an LSTM
+            state per (copy, agent) it plays, stepped on that agent's turns only and reset at
+            its first turn of each game) or ``"random"`` (uniform over
             the legal actions of the agent's mask, or its whole ``Discrete`` space without one;
             drawn from a generator per copy seeded with that copy's seed). Every other agent is
             acted by ``model`` and stored. Not modified.
@@ -129,8 +133,7 @@ class AECRolloutCollector(CopyBookkeeping):
 
     Raises:
         TypeError: ``model`` is not an on-policy SB3 model, an env is not an
-            ``AECEnv``, an opponent is neither an SB3 model nor ``"random"``, an opponent model
-            is recurrent (no hidden state is kept between its turns), or a ``"random"``
+            ``AECEnv``, an opponent is neither an SB3 model nor ``"random"``, or a ``"random"``
             opponent's action space is not ``Discrete``.
         ValueError: ``env_fns`` is empty, ``seeds`` is not one per copy, an opponent's agent is
             not in an env's ``possible_agents``, every agent is an opponent, an opponent is
@@ -168,6 +171,15 @@ class AECRolloutCollector(CopyBookkeeping):
         self.opponents: dict[Any, Opponent] = dict(opponents or {})
         self._check_opponents()
         self._live = [False] * n  # the copy's game is on (reset and not over)
+        # a recurrent opponent model: per copy, the opponents whose next turn is their first of
+        # the game (their LSTM is reset there); their states are carried by the opponent's
+        # adapter under this collector's row ids, one per (copy, agent)
+        self._recurrent_opponents = {
+            agent
+            for agent, opponent in self.opponents.items()
+            if not isinstance(opponent, str) and adapter_for(opponent).is_recurrent
+        }
+        self._opponent_starting: list[set[Any]] = [set() for _ in range(n)]
         self._acted: set[tuple[int, Any]] = set()  # acted since its last turn (reward owed)
         # a RecurrentPPO: this collector's row ids in the model's adapter (one LSTM state per
         # (copy, agent)), and each stored turn's column, chosen as it acts (_lanes)
@@ -227,12 +239,21 @@ class AECRolloutCollector(CopyBookkeeping):
         """Trained ``agent``'s observation intake (that of :meth:`_model_of`'s model; a hook)."""
         return self._intake
 
+    def _lanes_of(self, agent: Any) -> RecurrentLanes | None:
+        """The columns of trained ``agent``'s recurrent model; None for a feed-forward one.
+
+        A hook: ``AECGroupRolloutCollector`` keeps one :class:`RecurrentLanes` per recurrent
+        group (each group's model has its own buffer columns).
+        """
+        return self._lanes if self._recurrent else None
+
     def _reset(self, i: int) -> None:
         env = self._envs[i]
         env.reset(seed=self._seeds[i])
         self._seeds[i] = None
         self._live[i] = True
         self._starting[i] = {a for a in env.agents if a not in self.opponents}
+        self._opponent_starting[i] = {a for a in env.agents if a in self._recurrent_opponents}
         for agent in self._starting[i]:
             self._episode[(i, agent)] = [0.0, 0]
 
@@ -321,6 +342,21 @@ class AECRolloutCollector(CopyBookkeeping):
                 f"the random opponent {agent!r} of {describe_env(self._envs[i])} needs a "
                 f"Discrete action space, got {space}"
             )
+        if agent in self._recurrent_opponents:  # its LSTM: reset at its game's first turn
+            start = agent in self._opponent_starting[i]
+            self._opponent_starting[i].discard(agent)
+            key = (i, agent)
+            rows = sb3_rows(
+                opponent,
+                [key],
+                [observation],
+                [mask],
+                space,
+                deterministic=False,
+                episode_starts=[start],
+                row_prefix=self._row_prefix,
+            )
+            return rows[key]["action"]
         rows = sb3_rows(opponent, [agent], [observation], [mask], space, deterministic=False)
         return rows[agent]["action"]
 
@@ -337,10 +373,11 @@ class AECRolloutCollector(CopyBookkeeping):
         action_space = self._envs[first.index].action_space(first.agent)
         keys = [(t.index, t.agent) for t in turns]
         starts: list[bool] | None = None
-        if self._recurrent:  # the LSTM resets: where an episode or a run in a column starts
-            chosen = self._lanes.assign(keys if streams is not None else [], self._starting)
+        lanes = self._lanes_of(first.agent)  # one model (and its columns) for all ``turns``
+        if lanes is not None:  # the LSTM resets: where an episode or a run in a column starts
+            chosen = lanes.assign(keys if streams is not None else [], self._starting)
             starts = [chosen[k] if k in chosen else k[1] in self._starting[k[0]] for k in keys]
-        model = self._model_of(first.agent)  # one model for all ``turns``
+        model = self._model_of(first.agent)
         try:
             rows = sb3_rows(
                 model,
@@ -388,8 +425,8 @@ class AECRolloutCollector(CopyBookkeeping):
                 )
                 streams.setdefault(key, []).append(transition)
                 self._open[key] = transition
-                if self._recurrent:
-                    self._lanes.place(key, transition)
+                if lanes is not None:
+                    lanes.place(key, transition)
             self._starting[i].discard(agent)
             self._acted.add(key)
             self._episode.setdefault(key, [0.0, 0])[1] += 1
@@ -484,7 +521,7 @@ class AECRolloutCollector(CopyBookkeeping):
 
 
 def _check_opponent(agent: Any, opponent: Opponent, model: Any, caller: str) -> None:
-    """Refuse an ``opponents`` entry that is not ``"random"`` or a frozen feed-forward SB3 model.
+    """Refuse an ``opponents`` entry that is not ``"random"`` or a frozen SB3 model.
 
     What :class:`AECRolloutCollector` checks of each opponent before it looks at the envs (the
     spaces are checked against each env copy there).
@@ -493,14 +530,15 @@ def _check_opponent(agent: Any, opponent: Opponent, model: Any, caller: str) -> 
         agent: The opponent's agent id (named in the messages).
         opponent: The entry: ``"random"`` or an SB3 model.
         model: The trained model (an opponent must not be it).
-        caller: Named in the recurrent opponent's message.
+        caller: The collector's name (the messages name the entry; kept for the callers').
 
     Returns:
         None; nothing is mutated.
 
     Raises:
-        TypeError: a string other than ``"random"``, neither a string nor an SB3 model, or a
-            recurrent model (:func:`rlightning_pettingzoo._sb3.refuse_recurrent_opponent`).
+        TypeError: a string other than ``"random"``, or neither a string nor an SB3 model (a
+            recurrent one, sb3-contrib's RecurrentPPO, is accepted: its LSTM state is kept per
+            (copy, agent), see :class:`AECRolloutCollector`).
         ValueError: ``opponent`` is ``model`` itself.
     """
     if isinstance(opponent, str):
@@ -520,8 +558,6 @@ def _check_opponent(agent: Any, opponent: Opponent, model: Any, caller: str) -> 
             f"opponents[{agent!r}] must be a frozen SB3 model or 'random', "
             f"got {type(opponent).__name__}"
         )
-    else:
-        refuse_recurrent_opponent(opponent, agent, caller)
 
 
 def _check_opponent_spaces(env: Any, i: int, opponents: Mapping[Any, Opponent]) -> None:

@@ -33,6 +33,14 @@ What the groups add (``docs/pettingzoo.md``, "AEC environments, a model per grou
   agents), its agents' episodes in its ``rollout/ep_rew_mean`` and
   ``rollout/ep_rew_mean/<agent_id>``; the buffers are filled in ``models`` order at the rollout's
   end.
+* **RecurrentPPO groups** (sb3-contrib) are driven as ``AECRolloutCollector`` drives a
+  RecurrentPPO, by the same code (its ``_act``, through the ``_lanes_of`` hook, with one
+  :class:`~rlightning_pettingzoo._lanes.RecurrentLanes` per recurrent group, kept across
+  collects): one LSTM state per (copy, agent) of the group in its model's adapter (under this
+  collector's row ids), advanced only on that agent's own turns (a turn acted but not stored,
+  waiting for another group or closing the rollout, advances it too), reset at its first turn of
+  each game and where its run in one of its group's columns starts below row 0. A feed-forward
+  group keeps the slot-ordered layout.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning_pettingzoo._columns import Placed, Transition, pack
 from rlightning_pettingzoo._envs import describe_env
+from rlightning_pettingzoo._lanes import RecurrentLanes
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
     observation_intake,
@@ -85,17 +94,19 @@ class _GroupTurns(AECRolloutCollector):
         for group, model in models.items():
             if not isinstance(model, OnPolicyAlgorithm):
                 raise TypeError(
-                    f"{_CALLER} needs an on-policy SB3 model (PPO, A2C, MaskablePPO) for each "
-                    f"group, got {type(model).__name__} for group {group!r}"
-                )
-            if adapter_for(model).is_recurrent:  # its columns are packed after the rollout
-                raise TypeError(
-                    f"the model of group {group!r} ({type(model).__name__}) has a recurrent "
-                    f"policy; {_CALLER} drives feed-forward policies only (AECRolloutCollector "
-                    "and GroupRolloutCollector take a RecurrentPPO)"
+                    f"{_CALLER} needs an on-policy SB3 model (PPO, A2C, MaskablePPO, "
+                    f"RecurrentPPO) for each group, got {type(model).__name__} for group "
+                    f"{group!r}"
                 )
             refuse_unapplied_wrappers(model, _CALLER, group)
         self.models: dict[str, Any] = dict(models)
+        # per RecurrentPPO group: its columns, assigned as its agents act (AECRolloutCollector's
+        # rule, _lanes.RecurrentLanes; kept across collects: a seat keeps its column and state)
+        self._group_lanes = {
+            group: RecurrentLanes(int(model.rollout_buffer.n_envs))
+            for group, model in self.models.items()
+            if adapter_for(model).is_recurrent
+        }
         self._group_of = group_of
         self._groups: dict[Any, str] = {}  # agent -> group, as looked up
         # per group: its model's observation intake (a CnnPolicy's VecTransposeImage)
@@ -165,6 +176,9 @@ class _GroupTurns(AECRolloutCollector):
     def _intake_of(self, agent: Any) -> Callable[[Any], Any]:
         return self._intakes[self._group(agent)]
 
+    def _lanes_of(self, agent: Any) -> RecurrentLanes | None:
+        return self._group_lanes.get(self._group(agent))
+
     def _act(
         self,
         turns: list[_Turn],
@@ -192,6 +206,8 @@ class _GroupTurns(AECRolloutCollector):
         if update_model:  # before any step: add_rollout_step would refuse only at the end
             for group, model in self.models.items():
                 refuse_unstarted(model, _CALLER, group)
+        for group, lanes in self._group_lanes.items():
+            lanes.begin(shapes[group][0])
         remaining = {g: rows * columns for g, (rows, columns) in shapes.items()}
         streams: dict[tuple[int, Any], list[Transition]] = {}
         self.dropped = 0
@@ -228,11 +244,14 @@ class _GroupTurns(AECRolloutCollector):
         out: dict[str, list[Segment]] = {}
         for group in self.models:
             n_rows, n_columns = shapes[group]
-            order = sorted(
-                (s for s in streams if self._group(s[1]) == group),
-                key=lambda s: (s[0], self._agent_rank(*s)),
-            )
-            placed = pack([streams[s] for s in order], n_rows, n_columns)
+            if group in self._group_lanes:  # its columns as its agents acted
+                placed = self._group_lanes[group].packed()
+            else:  # the slots' streams in slot order
+                order = sorted(
+                    (s for s in streams if self._group(s[1]) == group),
+                    key=lambda s: (s[0], self._agent_rank(*s)),
+                )
+                placed = pack([streams[s] for s in order], n_rows, n_columns)
             returns = {a: r for a, r in self.agent_returns.items() if self._group(a) == group}
             self._fill_group(group, placed, update_model, returns)
             out[group] = _segments(placed, n_rows, n_columns)
@@ -254,7 +273,8 @@ class AECGroupRolloutCollector:
 
     See the module for the rules. Each :meth:`collect` is one ``collect_rollouts`` for every
     group: each group's buffer is laid out as ``AECRolloutCollector``'s (each (copy, agent) of
-    the group one stream of segments; slot order copy, then ``possible_agents``) and filled
+    the group one stream of segments; slot order copy, then ``possible_agents``; a RecurrentPPO
+    group's columns as its agents act) and filled
     through :func:`rlightning_sb3.add_rollout_step` and :func:`rlightning_sb3.finish_rollout`
     with that group's model. With one group holding every trained agent it is
     ``AECRolloutCollector`` exactly (the same turns, forward passes, rows and values).
@@ -265,9 +285,11 @@ class AECGroupRolloutCollector:
     after each :meth:`collect`.
 
     Args:
-        models: Group name -> a PPO, A2C, MaskablePPO or other feed-forward
-            ``OnPolicyAlgorithm``, one model object per group; ``models`` order is the order
-            of the forward passes and of the fills. Not copied: the models are trained in place.
+        models: Group name -> a PPO, A2C, MaskablePPO, RecurrentPPO or other
+            ``OnPolicyAlgorithm``, one model object per group (a RecurrentPPO: see the
+            module; give it one column per (copy, agent) of its group, or more); ``models``
+            order is the order of the forward passes and of the fills. Not copied: the models
+            are trained in place.
         env_fns: One function per env copy, each returning a PettingZoo ``AECEnv``.
         group_of: Trained agent id -> group name: a mapping or a function. Opponents are not
             looked up (a function is never called for them); a mapping must not name them. A
@@ -279,7 +301,7 @@ class AECGroupRolloutCollector:
             seed).
 
     Raises:
-        TypeError: a model is not an on-policy SB3 model or is recurrent (named by group);
+        TypeError: a model is not an on-policy SB3 model (named by group);
             what ``AECRolloutCollector`` raises for the envs and the opponents.
         ValueError: ``models`` is empty or two groups share one model object; a model's env
             has VecEnv wrappers the collector would not apply; ``group_of`` (a mapping) names

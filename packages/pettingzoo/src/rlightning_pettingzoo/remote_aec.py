@@ -37,8 +37,8 @@ class AECRolloutRecorder(_Recording, AECRolloutCollector):
         model: The replica acting (its ``n_steps`` and ``n_envs`` shape the rollout; its
             buffer is never written).
         env_fns: One function per env copy, each returning a PettingZoo ``AECEnv``.
-        opponents: As in ``AECRolloutCollector`` (``"random"`` or frozen feed-forward SB3
-            models, built in this process).
+        opponents: As in ``AECRolloutCollector`` (``"random"`` or frozen SB3 models, a
+            RecurrentPPO included, built in this process).
         seeds: The seed of each copy's first reset and of its random opponents (None: no
             seed).
 
@@ -54,9 +54,10 @@ def check_aec_model(model: Any, opponents: Any, caller: str) -> None:
     :func:`~rlightning_pettingzoo.check_rollout_model` checks it (a RecurrentPPO is
     accepted: the recorder's replica carries each agent's LSTM state from one rollout to the
     next, as :class:`~rlightning_pettingzoo.RolloutRecorder`'s does); ``opponents`` a mapping
-    whose entries are ``"random"`` or frozen feed-forward SB3 models other than ``model``
-    (each entry as ``AECRolloutCollector`` checks it). The opponents' agents and spaces are
-    checked against the envs where the recorder is built.
+    whose entries are ``"random"`` or frozen SB3 models other than ``model`` (each entry as
+    ``AECRolloutCollector`` checks it; a RecurrentPPO opponent is accepted: the recorder keeps
+    its LSTM state per (copy, agent) in the runner's process, across rollouts). The opponents'
+    agents and spaces are checked against the envs where the recorder is built.
 
     Args:
         model: The learner's model.
@@ -68,8 +69,8 @@ def check_aec_model(model: Any, opponents: Any, caller: str) -> None:
 
     Raises:
         TypeError: ``model`` is not an on-policy SB3 model; ``opponents`` is not a mapping;
-            an entry is a string other than ``"random"``, not an SB3 model, or a recurrent
-            model (each named by agent).
+            an entry is a string other than ``"random"`` or not an SB3 model (each named by
+            agent).
         ValueError: what ``check_rollout_model`` raises; an opponent is ``model`` itself.
     """
     check_rollout_model(model, caller)

@@ -23,7 +23,8 @@ With one runner its buffer equals the in-process collector's over the same copie
 opponents and torch seed, array for array; with several, runner ``r``'s columns equal the
 in-process collector's over runner ``r``'s copies (tests/ray/test_pz_aec.py). A RecurrentPPO
 records as it collects in process (``pz_rollout``): each runner's replica carries its trained
-agents' LSTM states from one rollout to the next (tests/ray/test_pz_aec_recurrent.py).
+agents' LSTM states from one rollout to the next (tests/ray/test_pz_aec_recurrent.py), and so
+does a RecurrentPPO opponent's loaded copy, for the seats it plays.
 """
 
 from __future__ import annotations
@@ -115,15 +116,16 @@ class RayAECRolloutCollector(_RecordingCollector):
         opponents: ``{agent_id: "random" | frozen SB3 model}`` for the agents that are not
             trained (None: self-play, every agent trained), as in ``AECRolloutCollector``. A
             model is saved here and loaded in each runner once (never updated: pass a frozen
-            copy, not ``model``); not modified.
+            copy, not ``model``); not modified. A RecurrentPPO opponent keeps its LSTM state
+            per (copy, agent) in its runner, across rollouts, as in process.
         n_runners, copies_per_runner, seeds, acting_seeds, num_cpus, device, timeout_s: As in
             :class:`rlightning_ray.pettingzoo.RaySharedRolloutCollector` (``seeds`` also seed
             each copy's random opponents, as in process).
 
     Raises:
         TypeError: ``model`` is not an on-policy SB3 model; ``opponents`` is not a mapping,
-            or an entry is neither ``"random"`` nor an SB3 model, or is a recurrent model
-            (named by agent); and the argument errors of ``RaySharedRolloutCollector``.
+            or an entry is neither ``"random"`` nor an SB3 model (named by agent); and the
+            argument errors of ``RaySharedRolloutCollector``.
         ValueError: an opponent is ``model`` itself; the model explores with gSDE or its env
             has wrappers the collector does not apply; and the argument errors of
             ``RaySharedRolloutCollector``.
