@@ -80,6 +80,8 @@ def _opponents(kind: str) -> dict[str, Any] | None:
         return {"player_2": "random"}
     frozen = _dqn(1, 0, seed=5)  # never trained here; acts greedily but for its epsilon
     frozen.exploration_rate = 0.3  # its own epsilon moves: action_space.sample()
+    # its generator not where SB3's load reseeds it (model.seed): the runner must get this one
+    frozen.action_space.seed(77)
     return {"player_2": frozen}
 
 
@@ -111,9 +113,10 @@ def test_one_runner_fills_the_in_process_collectors_buffer(local_ray: None, kind
     )
     start_training(ref, total)
     ref.set_random_seed(acting_seed)  # what the runner does to its replica
-    want, want_counters, want_stored = [], [], []
+    want, want_counters, want_stored, waiting = [], [], [], []
     for _ in range(rollouts):
         want_stored.append(inproc.collect())
+        waiting.append(len(inproc._ready))  # closed transitions left for the next rollout's row
         want.append(_arrays(ref))
         want_counters.append(replay_counters(ref))
         acting = rng_state()  # in process, training draws from the acting generators
@@ -162,6 +165,8 @@ def test_one_runner_fills_the_in_process_collectors_buffer(local_ray: None, kind
     trained = {"player_1", "player_2"} if kind == "self-play" else {"player_1"}
     assert set(collector.agent_returns) == trained
     assert ref.exploration_rate < 1.0  # epsilon decayed over the rollouts
+    if kind == "self-play":  # the runner carried them over, as in process
+        assert any(waiting), waiting
     assert got[-1]["dones"].any() and (got[-1]["rewards"] != 0).any()  # games ended, scored
 
 
