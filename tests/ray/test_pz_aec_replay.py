@@ -101,15 +101,27 @@ def _assert_equal(got: dict[str, np.ndarray], want: dict[str, np.ndarray], what:
         np.testing.assert_array_equal(got[name], want[name], err_msg=f"{what} {name}")
 
 
-@pytest.mark.parametrize("kind", ["self-play", "random", "frozen"])
-def test_one_runner_fills_the_in_process_collectors_buffer(local_ray: None, kind: str) -> None:
+#: kind -> (opponents' kind, the DQN's extra arguments): "episodic" is one copy, one column,
+#: rollouts of 2 finished episodes (SB3 trains per episode with one env only).
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "self-play": ("self-play", {}),
+    "random": ("random", {}),
+    "frozen": ("frozen", {}),
+    "episodic": ("self-play", {"train_freq": (2, "episode")}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_one_runner_fills_the_in_process_collectors_buffer(local_ray: None, case: str) -> None:
     """1 runner x 2 copies == AECReplayCollector over the same copies, 4 rollouts, trained."""
-    n_envs, seeds, acting_seed, rollouts = 2, [7, 8], 11, 4
+    kind, extra = CASES[case]
+    n_copies = 1 if extra else 2
+    n_envs, seeds, acting_seed, rollouts = n_copies, [7, 8][:n_copies], 11, 4
     # the warm-up ends after 12 agent-steps: mid-rollout (4 rows of 2 cells a rollout)
     learning_starts, total = 12, 48
-    ref = _dqn(n_envs, learning_starts)
+    ref = _dqn(n_envs, learning_starts, **extra)
     inproc = AECReplayCollector(
-        ref, [tictactoe_v3.env] * 2, opponents=_opponents(kind), seeds=seeds
+        ref, [tictactoe_v3.env] * n_copies, opponents=_opponents(kind), seeds=seeds
     )
     start_training(ref, total)
     ref.set_random_seed(acting_seed)  # what the runner does to its replica
@@ -123,12 +135,12 @@ def test_one_runner_fills_the_in_process_collectors_buffer(local_ray: None, kind
         train_off_policy(ref)
         restore_rng(acting)
 
-    model = _dqn(n_envs, learning_starts)
+    model = _dqn(n_envs, learning_starts, **extra)
     collector = RayAECReplayCollector(
         model,
         env_fn=tictactoe_v3.env,
         opponents=_opponents(kind),
-        copies_per_runner=2,
+        copies_per_runner=n_copies,
         seeds=seeds,
         acting_seeds=[acting_seed],
         num_cpus=0.5,
@@ -149,7 +161,9 @@ def test_one_runner_fills_the_in_process_collectors_buffer(local_ray: None, kind
         collector.close()
     with pytest.raises(RuntimeError, match="RayAECReplayCollector is closed"):
         collector.collect()  # named (the runners are gone)
-    assert got_stored == want_stored == [4 * n_envs] * rollouts
+    assert got_stored == want_stored
+    if not extra:
+        assert got_stored == [4 * n_envs] * rollouts  # train_freq=4 rows
     for k in range(rollouts):
         assert got_counters[k] == want_counters[k], k
         _assert_equal(got[k], want[k], f"rollout {k}")
@@ -165,7 +179,7 @@ def test_one_runner_fills_the_in_process_collectors_buffer(local_ray: None, kind
     trained = {"player_1", "player_2"} if kind == "self-play" else {"player_1"}
     assert set(collector.agent_returns) == trained
     assert ref.exploration_rate < 1.0  # epsilon decayed over the rollouts
-    if kind == "self-play":  # the runner carried them over, as in process
+    if case == "self-play":  # the runner carried them over, as in process
         assert any(waiting), waiting
     assert got[-1]["dones"].any() and (got[-1]["rewards"] != 0).any()  # games ended, scored
 

@@ -25,6 +25,9 @@ processes, with the very same code:
   callback, the logger, ``num_timesteps``, DQN's target updates and ``ep_info_buffer`` are the
   learner's.
 
+The row keeping and :meth:`ReplayRecorder.record` are one private mixin (``_KeptRows``), which
+:class:`~rlightning_pettingzoo.AECReplayRecorder` (``remote_aec_replay``) records with too.
+
 So one recording fills the learner's buffer exactly as ``SharedReplayCollector.collect`` over
 the recorder's copies fills it, with the same counters; several recordings' columns each as
 the in-process collector over that recorder's copies, exploring on the learner's clock

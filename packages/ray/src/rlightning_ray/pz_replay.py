@@ -22,6 +22,10 @@ for on-policy models. Nothing of PettingZoo's or SB3's rules is written here aga
   ``rlightning_sb3.add_replay_step``), so callbacks, the logger, ``num_timesteps``, DQN's
   target updates and ``ep_info_buffer`` are the learner's.
 
+The learner's side (:class:`_ReplayRecordingCollector`) and the runner (:class:`SharedReplayRunner`,
+its recorder a hook) are shared with :class:`rlightning_ray.pz_aec_replay.RayAECReplayCollector`,
+whose runner records with the AEC replay collector instead.
+
 With one runner its buffer and counters equal the in-process collector's over the same copies,
 seeds and acting seed, array for array; with several, runner ``r``'s columns equal the
 in-process collector's over runner ``r``'s copies exploring on the learner's clock
