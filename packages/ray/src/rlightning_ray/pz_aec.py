@@ -17,7 +17,9 @@ per copy seeded with the copy's seed, as in process), a frozen SB3 model as its 
 and class, loaded once in each runner (before the acting seed is set: SB3's ``load`` seeds the
 global generators) and never updated, its action space then the learner-side model's (``load``
 reseeds the space with ``model.seed``; an off-policy opponent's warm-up and epsilon moves sample
-it, in process from wherever the user's model left its generator).
+it, in process from wherever the user's model left its generator). How the opponents travel and
+load (``_travelling``, ``_OpponentLoading``) is shared with
+:class:`rlightning_ray.pz_aec_replay.RayAECReplayCollector`.
 
 With one runner its buffer equals the in-process collector's over the same copies, seeds,
 opponents and torch seed, array for array; with several, runner ``r``'s columns equal the

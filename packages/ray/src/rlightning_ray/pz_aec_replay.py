@@ -33,10 +33,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlightning.rules import check_count
-from rlightning_ray.pz_aec import _OpponentLoading, _travelling
 
 # pz_replay first: without the [pettingzoo] extra it raises the ImportError that names it
 from rlightning_ray.pz_replay import SharedReplayRunner, _ReplayRecordingCollector  # isort: skip
+from rlightning_ray.pz_aec import _OpponentLoading, _travelling  # isort: skip
 from rlightning_pettingzoo.remote_aec_replay import (  # isort: skip
     AECReplayRecorder,
     check_aec_replay_model,
