@@ -17,7 +17,8 @@
   :class:`AECGroupRolloutCollector` (one on-policy model per group of agents, or per agent);
   :class:`RolloutRecorder`/:func:`fill_recorded` and
   :class:`ReplayRecorder`/:func:`fill_recorded_replay` (the shared collectors split in two
-  processes, for ``rlightning_ray``'s runners; :func:`replica_noise`, the base action noise a
+  processes, for ``rlightning_ray``'s runners; :class:`AECRolloutRecorder` and
+  :class:`AECReplayRecorder`, the AEC ones; :func:`replica_noise`, the base action noise a
   replay replica carries), and the group ones
   (:class:`GroupRolloutRecorder`/:func:`fill_recorded_groups`,
   :class:`GroupReplayRecorder`/:func:`fill_recorded_group_replay`); with the ``[sb3]`` extra,
@@ -81,11 +82,13 @@ _SB3_NAMES = {
     "fill_recorded": "remote",
     "replica_slots": "remote",
     "AECRolloutRecorder": "remote_aec",
+    "AECReplayRecorder": "remote_aec_replay",
     "GroupRolloutRecorder": "remote_groups",
     "GroupReplayRecorder": "remote_group_replay",
     "RecordedReplay": "remote_replay",
     "ReplayRecorder": "remote_replay",
     "check_aec_model": "remote_aec",
+    "check_aec_replay_model": "remote_aec_replay",
     "check_group_models": "remote_groups",
     "check_group_replay_models": "remote_group_replay",
     "check_group_training": "remote_groups",
@@ -114,6 +117,7 @@ __all__ = [
     "PETTINGZOO_TESTED",
     "AECGroupRolloutCollector",
     "AECReplayCollector",
+    "AECReplayRecorder",
     "AECRolloutCollector",
     "AECRolloutRecorder",
     "GroupReplayCollector",
@@ -139,6 +143,7 @@ __all__ = [
     "__version__",
     "aec_action",
     "check_aec_model",
+    "check_aec_replay_model",
     "check_group_models",
     "check_group_replay_models",
     "check_group_training",

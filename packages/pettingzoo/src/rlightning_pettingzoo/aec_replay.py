@@ -109,13 +109,7 @@ class AECReplayCollector(AECRolloutCollector):
                 "it reads each cell's next observation from the next row, which holds another "
                 "agent's transition here; build the model with optimize_memory_usage=False"
             )
-        noise = getattr(model, "action_noise", None)
-        if noise is not None:
-            raise ValueError(
-                f"{self._caller} does not support action_noise ({type(noise).__name__}): "
-                "PettingZoo's turn-based games have discrete actions; build the model with "
-                "action_noise=None"
-            )
+        _refuse_action_noise(model, self._caller)
         adapter_for(model)  # the adapter's own refusals (a recurrent policy has none here)
 
     def collect(self) -> int:  # type: ignore[override]
@@ -152,7 +146,7 @@ class AECReplayCollector(AECRolloutCollector):
             while len(self._ready) >= n_columns:
                 row, self._ready = self._ready[:n_columns], self._ready[n_columns:]
                 stored += n_columns
-                if _add_replay_row(model, row):
+                if self._add(row):
                     return stored  # the copies wait at their turns: the next collect acts them
             self._act(turns, {}, maskable=False)
             for turn in turns:  # _act opened one transition per turn
@@ -160,6 +154,38 @@ class AECReplayCollector(AECRolloutCollector):
                 assert opened is not None
                 self._pending.append(opened)
 
+    def _add(self, row: list[Transition]) -> bool:
+        """Hand one complete row over; True: the rollout of ``train_freq`` ended at it.
+
+        A hook (as ``SharedReplayCollector._add``): here the row goes to the buffer
+        (``replay._add_replay_row``: :func:`rlightning_sb3.add_replay_step`);
+        :class:`~rlightning_pettingzoo.AECReplayRecorder` keeps it for the learner instead.
+        """
+        return _add_replay_row(self.model, row)
+
     def _is_open(self, transition: Transition) -> bool:
         """Whether ``transition`` still waits for its agent's next selection."""
         return self._open.get((transition.env_index, transition.agent_id)) is transition
+
+
+def _refuse_action_noise(model: Any, caller: str) -> None:
+    """Refuse a model with an ``action_noise``: the AEC replay collectors do not support one.
+
+    Args:
+        model: The trained off-policy model.
+        caller: Named in the message.
+
+    Returns:
+        None; nothing is mutated.
+
+    Raises:
+        ValueError: ``model.action_noise`` is not None (no AEC env of PettingZoo has the
+            continuous actions it is for).
+    """
+    noise = getattr(model, "action_noise", None)
+    if noise is not None:
+        raise ValueError(
+            f"{caller} does not support action_noise ({type(noise).__name__}): "
+            "PettingZoo's turn-based games have discrete actions; build the model with "
+            "action_noise=None"
+        )

@@ -74,6 +74,21 @@ def check_aec_model(model: Any, opponents: Any, caller: str) -> None:
         ValueError: what ``check_rollout_model`` raises; an opponent is ``model`` itself.
     """
     check_rollout_model(model, caller)
+    _check_opponent_entries(model, opponents, caller)
+
+
+def _check_opponent_entries(model: Any, opponents: Any, caller: str) -> None:
+    """Refuse ``opponents`` that are not a mapping of ``"random"`` or frozen SB3 models.
+
+    What :func:`check_aec_model` (and ``remote_aec_replay.check_aec_replay_model``) checks of
+    the opponents before any runner is built: each entry as ``AECRolloutCollector`` checks it
+    (``aec_collector._check_opponent``).
+
+    Raises:
+        TypeError: ``opponents`` is neither None nor a mapping; what ``_check_opponent``
+            raises (named by agent).
+        ValueError: what ``_check_opponent`` raises (an opponent is ``model`` itself).
+    """
     if opponents is None:
         return
     if not isinstance(opponents, Mapping):

@@ -25,6 +25,9 @@ processes, with the very same code:
   callback, the logger, ``num_timesteps``, DQN's target updates and ``ep_info_buffer`` are the
   learner's.
 
+The row keeping and :meth:`ReplayRecorder.record` are one private mixin (``_KeptRows``), which
+:class:`~rlightning_pettingzoo.AECReplayRecorder` (``remote_aec_replay``) records with too.
+
 So one recording fills the learner's buffer exactly as ``SharedReplayCollector.collect`` over
 the recorder's copies fills it, with the same counters; several recordings' columns each as
 the in-process collector over that recorder's copies, exploring on the learner's clock
@@ -235,7 +238,48 @@ class _ReplicaRollout:
         )
 
 
-class ReplayRecorder(SharedReplayCollector):
+class _KeptRows:
+    """A replay collector whose hand-over of a complete row keeps it (mixed in first).
+
+    Mixed into an in-process replay collector whose ``collect`` hands each complete row to
+    ``_add`` (:class:`ReplayRecorder`, ``remote_aec_replay.AECReplayRecorder``): the row is
+    kept by the recorder's :class:`_ReplicaRollout` (``_rollout``, built by the recorder's
+    constructor), whose counters advance on the learner's clock, and :meth:`record` returns the
+    rollout's rows.
+    """
+
+    _rollout: _ReplicaRollout
+
+    def _add(self, row: list[Transition]) -> bool:
+        return self._rollout.keep(row)  # kept for record(): the learner adds it
+
+    def record(self, state: ActingState) -> RecordedReplay:
+        """Load the learner's state, act and step one rollout as ``collect`` does; add nothing.
+
+        Args:
+            state: The learner's :func:`rlightning_sb3.acting_state` now: its weights,
+                ``num_timesteps``, DQN's ``exploration_rate`` and ``total_timesteps``
+                (:meth:`rlightning_sb3.ActingReplica.load`), and its ``run_id`` (with action
+                noise, a new one resets every per-slot noise process before the rollout's
+                first draw).
+
+        Returns:
+            The complete rows of the rollout (:class:`RecordedReplay`). The envs are stepped,
+            the model's random draws made (torch's and numpy's global generators, the action
+            space's; any action noise from numpy's) and its weights and counters replaced and
+            advanced, any noise processes drawn and reset; its buffer is untouched.
+
+        Raises:
+            What :meth:`rlightning_sb3.ActingReplica.load` and the collector's ``collect``
+            raise.
+        """
+        collector: Any = self
+        self._rollout.start(state)  # collect() resets the noise processes on a new run
+        stored = collector.collect()
+        return self._rollout.take(len(collector._envs), stored, collector.agent_returns)
+
+
+class ReplayRecorder(_KeptRows, SharedReplayCollector):
     """A :class:`~rlightning_pettingzoo.SharedReplayCollector` that keeps its rows unadded.
 
     Acting, stepping, the transition rules and the rows are ``SharedReplayCollector``'s; only
@@ -298,32 +342,6 @@ class ReplayRecorder(SharedReplayCollector):
         """
         run = self._rollout.learner_run
         return super()._noise_run(model) if run is None else run
-
-    def _add(self, row: list[Transition]) -> bool:
-        return self._rollout.keep(row)  # kept for record(): the learner adds it
-
-    def record(self, state: ActingState) -> RecordedReplay:
-        """Load the learner's state, act and step one rollout as ``collect`` does; add nothing.
-
-        Args:
-            state: The learner's :func:`rlightning_sb3.acting_state` now: its weights,
-                ``num_timesteps``, DQN's ``exploration_rate`` and ``total_timesteps``
-                (:meth:`rlightning_sb3.ActingReplica.load`), and its ``run_id`` (a new one
-                resets every per-slot noise process before the rollout's first draw).
-
-        Returns:
-            The complete rows of the rollout (:class:`RecordedReplay`). The envs are stepped,
-            the model's random draws made (torch's and numpy's global generators, the action
-            space's; the action noise from numpy's) and its weights and counters replaced and
-            advanced, the noise processes drawn and reset; its buffer is untouched.
-
-        Raises:
-            What :meth:`rlightning_sb3.ActingReplica.load` and ``SharedReplayCollector.collect``
-            raise.
-        """
-        self._rollout.start(state)  # collect() resets the noise processes on a new run
-        stored = self.collect()
-        return self._rollout.take(len(self._envs), stored, self.agent_returns)
 
 
 def fill_recorded_replay(model: OffPolicyAlgorithm, recordings: Sequence[RecordedReplay]) -> int:

@@ -22,6 +22,10 @@ for on-policy models. Nothing of PettingZoo's or SB3's rules is written here aga
   ``rlightning_sb3.add_replay_step``), so callbacks, the logger, ``num_timesteps``, DQN's
   target updates and ``ep_info_buffer`` are the learner's.
 
+The learner's side (:class:`_ReplayRecordingCollector`) and the runner (:class:`SharedReplayRunner`,
+its recorder a hook) are shared with :class:`rlightning_ray.pz_aec_replay.RayAECReplayCollector`,
+whose runner records with the AEC replay collector instead.
+
 With one runner its buffer and counters equal the in-process collector's over the same copies,
 seeds and acting seed, array for array; with several, runner ``r``'s columns equal the
 in-process collector's over runner ``r``'s copies exploring on the learner's clock
@@ -108,10 +112,15 @@ class SharedReplayRunner:
             pickles the noise too, but its ``load`` drops, with only a warning, an object it
             cannot unpickle; sent apart, a noise the runner cannot unpickle fails its build,
             named.
+        options: What the runner's kind builds its recorder with (:meth:`recorder_options`;
+            None here).
 
     Raises:
         What ``model_class.load``, ``start_training`` and :class:`ReplayRecorder` raise.
     """
+
+    #: The in-process recorder the runner records with (a subclass's own: an AEC recorder).
+    recorder_class: Any = ReplayRecorder
 
     def __init__(
         self,
@@ -126,12 +135,35 @@ class SharedReplayRunner:
         runner_id: str,
         spaces: tuple[Any, Any],
         noise: ActionNoise | None = None,
+        options: Any = None,
     ) -> None:
         self.model = load_replay_replica(model_class, saved, n_columns, spaces, device, noise)
+        # before the acting seed: SB3's load (an opponent's) seeds the global generators
+        kwargs = self.recorder_options(options, device)
         if acting_seed is not None:
             self.model.set_random_seed(acting_seed)
-        self.recorder = ReplayRecorder(self.model, env_fns, seeds=seeds, row_width=row_width)
+        self.recorder = self.recorder_class(
+            self.model, env_fns, seeds=seeds, row_width=row_width, **kwargs
+        )
         self.runner_id = runner_id
+
+    def recorder_options(self, options: Any, device: str) -> dict[str, Any]:
+        """The recorder's keyword arguments beyond ``seeds`` and ``row_width``, from ``options``.
+
+        Called once in the runner's process, after the replica is loaded and before the acting
+        seed is set. Here: none (a subclass builds its own, e.g. loaded opponents).
+
+        Args:
+            options: The runner's ``options`` (None here).
+            device: The replica's torch device.
+
+        Returns:
+            ``{}``.
+
+        Raises:
+            Nothing here.
+        """
+        return {}
 
     def ready(self) -> str:
         """The runner's id, once built (surfaces a failed construction to the caller)."""
@@ -141,9 +173,10 @@ class SharedReplayRunner:
         """Load the learner's ``state`` and record one rollout (:meth:`ReplayRecorder.record`).
 
         Raises:
-            What :meth:`ReplayRecorder.record` raises.
+            What the recorder's ``record`` raises (:meth:`ReplayRecorder.record`).
         """
-        return self.recorder.record(state)
+        recording: RecordedReplay = self.recorder.record(state)
+        return recording
 
     def counters(self) -> tuple[int, float | None]:
         """The replica's ``num_timesteps`` and ``exploration_rate`` (None without one) now."""
@@ -153,12 +186,135 @@ class SharedReplayRunner:
         """The recorder's per-slot action-noise processes now (None without ``action_noise``).
 
         :attr:`rlightning_pettingzoo.SharedReplayCollector.noise_processes` (slot ``k``: copy,
-        then ``possible_agents`` order, of this runner's copies); Ray returns a copy.
+        then ``possible_agents`` order, of this runner's copies); Ray returns a copy. A
+        :class:`ReplayRecorder`'s only (an AEC recorder has no action noise).
         """
-        return self.recorder.noise_processes
+        noises: VectorizedActionNoise | None = self.recorder.noise_processes
+        return noises
 
 
-class RaySharedReplayCollector(PooledCollector):
+class _ReplayRecordingCollector(PooledCollector):
+    """What the off-policy collectors on Ray runners that record one model's rows share.
+
+    Splits the copies, checks the seeds and the timeout, builds one ``runner_class`` actor per
+    block of copies (a :class:`SharedReplayRunner` or a subclass: a replica of the learner's
+    model with the runner's share of its columns, :func:`rlightning_ray._pz_runners
+    .load_replay_replica`), and at each :meth:`collect` publishes the learner's acting state,
+    gathers the runners' :class:`RecordedReplay` and adds them with
+    :func:`fill_recorded_replay`. The public subclasses
+    (:class:`RaySharedReplayCollector`, ``pz_aec_replay.RayAECReplayCollector``) check their
+    model (and their own arguments) and call :meth:`_start`.
+    """
+
+    def _start(
+        self,
+        name: str,
+        runner_class: type,
+        model: OffPolicyAlgorithm,
+        env_fns: Sequence[Callable[[], Any]] | None,
+        env_fn: Callable[[], Any] | None,
+        n_runners: int,
+        copies_per_runner: int | None,
+        seeds: Sequence[int | None] | None,
+        acting_seeds: Sequence[int | None] | None,
+        num_cpus: float,
+        device: str,
+        timeout_s: float | None,
+        options: Any = None,
+    ) -> None:
+        """Check the arguments and build the runners (see the subclasses' docstrings).
+
+        ``options`` goes to every runner (:meth:`SharedReplayRunner.recorder_options`).
+        """
+        import ray
+
+        plan = plan_runners(
+            name,
+            env_fns=env_fns,
+            env_fn=env_fn,
+            n_runners=n_runners,
+            copies_per_runner=copies_per_runner,
+            seeds=seeds,
+            acting_seeds=acting_seeds,
+            seed_model=model,
+            num_cpus=num_cpus,
+            timeout_s=timeout_s,
+        )
+        columns = runner_columns(name, model, n_runners)
+        n_envs = int(model.n_envs)
+        if not ray.is_initialized():
+            raise RuntimeError(f"{name} needs Ray: call ray.init(...) first")
+        self.model = model
+        self.n_runners = n_runners
+        self.copies_per_runner = plan.copies_per_runner
+        #: Per agent id, the returns of its last 100 finished episodes, per runner (see
+        #: :meth:`collect`).
+        self.agent_returns: dict[Any, deque[float]] = {}
+        model_class, saved, spaces, noise = replay_replica_spec(model)
+        blob = ray.put(saved)
+        self._pool = RunnerPool(
+            name,
+            runner_class,
+            [
+                (
+                    model_class,
+                    blob,
+                    columns,
+                    n_envs,
+                    *plan.block(r),
+                    plan.runner_seeds[r],
+                    device,
+                    f"pz-runner-{r}",
+                    spaces,
+                    noise,
+                    options,
+                )
+                for r in range(n_runners)
+            ],
+            num_cpus=num_cpus,
+            timeout_s=plan.timeout_s,
+        )
+
+    def collect(self) -> int:
+        """Publish the acting state, record one rollout on every runner, add the learner's rows.
+
+        Returns:
+            The agent-steps stored (``n_envs`` per row), as
+            :meth:`rlightning_pettingzoo.SharedReplayCollector.collect` returns.
+            ``model.replay_buffer`` and the model's counters are mutated as that method says
+            (through :func:`rlightning_pettingzoo.fill_recorded_replay`); the runners' envs are
+            stepped. :attr:`agent_returns`: each runner's last 100 episodes of each agent
+            together (with one runner: its last 100, as in process).
+
+        Raises:
+            ValueError: the model was not given :func:`rlightning_sb3.start_training` (before
+                any runner steps).
+            rlightning_sb3.StopTraining: a callback stopped the run (before any runner steps),
+                or stops it while the rows are added.
+            RuntimeError: a runner failed (named; its error in the message) or timed out; or
+                what :func:`rlightning_pettingzoo.fill_recorded_replay` raises.
+        """
+        import ray
+
+        check_training(self.model)  # before any runner steps (as the in-process collector)
+        state = ray.put(acting_state(self.model))
+        recordings: list[RecordedReplay] = self._pool.call("record", state, what="record a rollout")
+        self.agent_returns = merge_returns(recording.agent_returns for recording in recordings)
+        return fill_recorded_replay(self.model, recordings)
+
+    def runner_counters(self) -> list[tuple[int, float | None]]:
+        """Each runner's replica ``num_timesteps`` and ``exploration_rate`` now, in runner order.
+
+        After a :meth:`collect` they are the learner's (the runners advance them as the learner
+        does; a diagnostic, and what tests/ray/test_pz_replay.py checks).
+
+        Raises:
+            RuntimeError: a runner failed or timed out (named).
+        """
+        return self._pool.call("counters", what="report its counters")
+
+
+class RaySharedReplayCollector(_ReplayRecordingCollector):
     """Fill one shared off-policy model's replay buffer from env copies stepped on Ray runners.
 
     The copies (``env_fns``, or ``env_fn`` called once per copy) are split into ``n_runners``
@@ -235,84 +391,23 @@ class RaySharedReplayCollector(PooledCollector):
         device: str = "cpu",
         timeout_s: float | None = None,
     ) -> None:
-        import ray
-
         name = "RaySharedReplayCollector"
         check_count(n_runners, f"{name} n_runners", minimum=1)
         check_replay_model(model, name, n_runners)
-        plan = plan_runners(
-            name,
-            env_fns=env_fns,
-            env_fn=env_fn,
-            n_runners=n_runners,
-            copies_per_runner=copies_per_runner,
-            seeds=seeds,
-            acting_seeds=acting_seeds,
-            seed_model=model,
-            num_cpus=num_cpus,
-            timeout_s=timeout_s,
-        )
-        columns = runner_columns(name, model, n_runners)
-        n_envs = int(model.n_envs)
-        copies_per_runner = plan.copies_per_runner
-        if not ray.is_initialized():
-            raise RuntimeError(f"{name} needs Ray: call ray.init(...) first")
-        self.model = model
-        self.n_runners = n_runners
-        self.copies_per_runner = copies_per_runner
-        #: Per agent id, the returns of its last 100 finished episodes, per runner (see
-        #: :meth:`collect`).
-        self.agent_returns: dict[Any, deque[float]] = {}
-        model_class, saved, spaces, noise = replay_replica_spec(model)
-        blob = ray.put(saved)
-        self._pool = RunnerPool(
+        self._start(
             name,
             SharedReplayRunner,
-            [
-                (
-                    model_class,
-                    blob,
-                    columns,
-                    n_envs,
-                    *plan.block(r),
-                    plan.runner_seeds[r],
-                    device,
-                    f"pz-runner-{r}",
-                    spaces,
-                    noise,
-                )
-                for r in range(n_runners)
-            ],
-            num_cpus=num_cpus,
-            timeout_s=plan.timeout_s,
+            model,
+            env_fns,
+            env_fn,
+            n_runners,
+            copies_per_runner,
+            seeds,
+            acting_seeds,
+            num_cpus,
+            device,
+            timeout_s,
         )
-
-    def collect(self) -> int:
-        """Publish the acting state, record one rollout on every runner, add the learner's rows.
-
-        Returns:
-            The agent-steps stored (``n_envs`` per row), as
-            :meth:`rlightning_pettingzoo.SharedReplayCollector.collect` returns.
-            ``model.replay_buffer`` and the model's counters are mutated as that method says
-            (through :func:`rlightning_pettingzoo.fill_recorded_replay`); the runners' envs are
-            stepped. :attr:`agent_returns`: each runner's last 100 episodes of each agent
-            together (with one runner: its last 100, as in process).
-
-        Raises:
-            ValueError: the model was not given :func:`rlightning_sb3.start_training` (before
-                any runner steps).
-            rlightning_sb3.StopTraining: a callback stopped the run (before any runner steps),
-                or stops it while the rows are added.
-            RuntimeError: a runner failed (named; its error in the message) or timed out; or
-                what :func:`rlightning_pettingzoo.fill_recorded_replay` raises.
-        """
-        import ray
-
-        check_training(self.model)  # before any runner steps (as the in-process collector)
-        state = ray.put(acting_state(self.model))
-        recordings: list[RecordedReplay] = self._pool.call("record", state, what="record a rollout")
-        self.agent_returns = merge_returns(recording.agent_returns for recording in recordings)
-        return fill_recorded_replay(self.model, recordings)
 
     def runner_noise(self) -> list[VectorizedActionNoise | None]:
         """Each runner's per-slot action-noise processes now (copies), in runner order.
@@ -327,14 +422,3 @@ class RaySharedReplayCollector(PooledCollector):
             RuntimeError: a runner failed or timed out (named).
         """
         return self._pool.call("noise_processes", what="report its action noise")
-
-    def runner_counters(self) -> list[tuple[int, float | None]]:
-        """Each runner's replica ``num_timesteps`` and ``exploration_rate`` now, in runner order.
-
-        After a :meth:`collect` they are the learner's (the runners advance them as the learner
-        does; a diagnostic, and what tests/ray/test_pz_replay.py checks).
-
-        Raises:
-            RuntimeError: a runner failed or timed out (named).
-        """
-        return self._pool.call("counters", what="report its counters")
