@@ -28,11 +28,10 @@ agents' LSTM states from one rollout to the next (tests/ray/test_pz_aec_recurren
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rlightning_ray._pz_runners import saved_model
+from rlightning_ray._pz_runners import load_opponents, opponent_specs
 
 # pz_rollout first: without the [pettingzoo] extra it raises the ImportError that names it
 from rlightning_ray.pz_rollout import SharedRolloutRunner, _RecordingCollector  # isort: skip
@@ -68,26 +67,14 @@ class AECRolloutRunner(SharedRolloutRunner):
             device: The opponents' torch device (the replica's).
 
         Returns:
-            ``{"opponents": ...}``: ``"random"`` as is, each frozen model loaded with
-            ``model_class.load(saved, device=device)`` (no env: it only acts), its
-            ``action_space`` then the one sent: SB3's ``load`` reseeds the loaded space with
-            ``model.seed`` (``_setup_model``'s ``set_random_seed``), where the opponent in the
-            learner's process samples on from wherever its generator is (an off-policy model's
-            warm-up and epsilon actions are ``action_space.sample()``).
+            ``{"opponents": rlightning_ray._pz_runners.load_opponents(options, device)}``:
+            ``"random"`` as is, each frozen model loaded by SB3's ``model_class.load``, its
+            ``action_space`` the one sent (its generator where the learner's is).
 
         Raises:
             What ``model_class.load`` raises.
         """
-        opponents: dict[Any, Any] = {}
-        for agent, opponent in options.items():
-            if isinstance(opponent, str):
-                opponents[agent] = opponent
-            else:
-                model_class, saved, action_space = opponent
-                loaded = model_class.load(io.BytesIO(saved), device=device)
-                loaded.action_space = action_space  # its generator where the learner's is
-                opponents[agent] = loaded
-        return {"opponents": opponents}
+        return {"opponents": load_opponents(options, device)}
 
 
 class RayAECRolloutCollector(_RecordingCollector):
@@ -149,12 +136,7 @@ class RayAECRolloutCollector(_RecordingCollector):
     ) -> None:
         name = "RayAECRolloutCollector"
         check_aec_model(model, opponents, name)
-        travelling = {
-            agent: opponent
-            if isinstance(opponent, str)
-            else (type(opponent), saved_model(opponent), opponent.action_space)
-            for agent, opponent in (opponents or {}).items()
-        }
+        travelling = opponent_specs(opponents)
         self._start(
             name,
             AECRolloutRunner,
