@@ -58,15 +58,21 @@ def _seat(game: Any) -> tuple[Any, Any]:
     return env.observation_space(agent), env.action_space(agent)
 
 
-def _model(game: Any, n_steps: int, n_envs: int, seed: int, started: bool = True) -> Any:
-    """A tiny MaskablePPO for one seat of ``game`` (``n_envs`` buffer columns)."""
+def _model(
+    game: Any, n_steps: int, n_envs: int, seed: int, started: bool = True, ortho: bool = True
+) -> Any:
+    """A tiny MaskablePPO for one seat of ``game`` (``n_envs`` buffer columns).
+
+    A frozen opponent is built without SB3's orthogonal init (``ortho``): its action head's gain
+    of 0.01 would make it all but uniform, and a wrong copy of its weights would act alike.
+    """
     model = MaskablePPO(
         "MultiInputPolicy",
         DummyVecEnv([partial(Slot, *_seat(game))] * n_envs),
         n_steps=n_steps,
         batch_size=n_steps * n_envs,
         n_epochs=1,
-        policy_kwargs={"net_arch": [16]},
+        policy_kwargs={"net_arch": [16], "ortho_init": ortho},
         seed=seed,
         device="cpu",
     )
@@ -98,7 +104,7 @@ def _setup(game: Any, kind: str, columns: int) -> tuple[Any, dict[str, str], Any
     if kind == "groups":
         models = {"first": _model(game, 6, columns, 3), "second": _model(game, 4, columns, 4)}
         return models, {first: "first", second: "second"}, None
-    opponent = "random" if kind == "random" else _model(game, 4, 1, 9, started=False)
+    opponent = "random" if kind == "random" else _model(game, 4, 1, 9, started=False, ortho=False)
     return {"learner": _model(game, 8, columns, 3)}, {first: "learner"}, {second: opponent}
 
 
