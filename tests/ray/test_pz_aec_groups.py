@@ -7,8 +7,9 @@ opponents, weights and torch seed, every group's learner MaskablePPO buffer (one
 each runner's block of every group's columns (two runners), equals the in-process collector's,
 array for array, over three rollouts with each model's ``train()`` between (the weights
 republished): two groups (a seat each, of different ``n_steps``: one group's buffer fills
-first, its later turns are acted unstored), and one group against ``"random"`` and against a
-frozen model (sent as its SB3 save bytes, loaded in the runner).
+first, its later turns are acted unstored), one group against ``"random"`` and against a
+frozen model (sent as its SB3 save bytes, loaded in the runner), and a PPO per good agent of
+mpe2's ``simple_adversary_v3`` AEC env next to a random adversary.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import threading
 from functools import partial
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
+from mpe2 import simple_adversary_v3
 from pettingzoo.classic import connect_four_v3, tictactoe_v3
 from rlightning_ray_test_pz_checks import (
     CLOSE,
@@ -31,7 +34,7 @@ from rlightning_ray_test_pz_checks import (
 )
 from rlightning_ray_test_pz_checks import assert_arrays as _assert_equal
 from sb3_contrib import MaskablePPO, RecurrentPPO
-from stable_baselines3 import DQN
+from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.utils import set_random_seed
 from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -45,30 +48,44 @@ from rlightning_sb3 import set_acting_seed, start_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
 
-GAMES = {"connect4": connect_four_v3, "tictactoe": tictactoe_v3}
+#: mpe2's simple_adversary AEC env: the adversary observes 8 numbers, the good agents 10; the
+#: rewards come after the last agent's move of each cycle, every game truncated after 5 cycles.
+ADVERSARY = partial(simple_adversary_v3.env, max_cycles=5, continuous_actions=False)
+GAMES = {"connect4": connect_four_v3.env, "tictactoe": tictactoe_v3.env, "adversary": ADVERSARY}
+CONNECT4, TICTACTOE = GAMES["connect4"], GAMES["tictactoe"]
 #: The learner's bootstraps (its critic batches every runner's columns, a reference one
 #: runner's): the rewards of the rows a rollout cuts, the returns and the advantages.
 BOOTSTRAPPED = (*CLOSE, "rewards")
 ROLLOUTS = 3
 
 
-def _seat(game: Any) -> tuple[Any, Any]:
-    env = game.env()
-    agent = env.possible_agents[0]
+def _seat(make: Any, agent: str | None = None) -> tuple[Any, Any]:
+    """The spaces of ``agent`` (None: the first) of ``make()``'s env."""
+    env = make()
+    agent = env.possible_agents[0] if agent is None else agent
     return env.observation_space(agent), env.action_space(agent)
 
 
 def _model(
-    game: Any, n_steps: int, n_envs: int, seed: int, started: bool = True, ortho: bool = True
+    make: Any,
+    n_steps: int,
+    n_envs: int,
+    seed: int,
+    started: bool = True,
+    ortho: bool = True,
+    agent: str | None = None,
 ) -> Any:
-    """A tiny MaskablePPO for one seat of ``game`` (``n_envs`` buffer columns).
+    """A tiny model for ``agent``'s seat of ``make()``'s env (``n_envs`` buffer columns).
 
-    A frozen opponent is built without SB3's orthogonal init (``ortho``): its action head's gain
+    A MaskablePPO over a Dict observation (a classic game's, its mask in it), else a PPO. A
+    frozen opponent is built without SB3's orthogonal init (``ortho``): its action head's gain
     of 0.01 would make it all but uniform, and a wrong copy of its weights would act alike.
     """
-    model = MaskablePPO(
-        "MultiInputPolicy",
-        DummyVecEnv([partial(Slot, *_seat(game))] * n_envs),
+    spaces = _seat(make, agent)
+    masked = isinstance(spaces[0], gym.spaces.Dict)
+    model = (MaskablePPO if masked else PPO)(
+        "MultiInputPolicy" if masked else "MlpPolicy",
+        DummyVecEnv([partial(Slot, *spaces)] * n_envs),
         n_steps=n_steps,
         batch_size=n_steps * n_envs,
         n_epochs=1,
@@ -82,30 +99,42 @@ def _model(
 
 
 def _buffer(model: Any, columns: slice = slice(None)) -> dict[str, np.ndarray]:
-    """Copies of the MaskableRolloutBuffer's arrays (Dict observations, masks) of ``columns``."""
+    """Copies of the buffer's arrays (each key of Dict observations; masks) of ``columns``."""
     buf = model.rollout_buffer
     out = {
         name: np.array(getattr(buf, name)[:, columns]) for name in FIELDS if name != "observations"
     }
-    for key, array in buf.observations.items():
+    observations = buf.observations
+    for key, array in (
+        observations if isinstance(observations, dict) else {"": observations}
+    ).items():
         out[f"observations/{key}"] = np.array(array[:, columns])
-    masks = buf.action_masks.reshape(buf.buffer_size, buf.n_envs, -1)
-    out["action_masks"] = np.array(masks[:, columns])
+    if hasattr(buf, "action_masks"):
+        masks = buf.action_masks.reshape(buf.buffer_size, buf.n_envs, -1)
+        out["action_masks"] = np.array(masks[:, columns])
     return out
 
 
-def _setup(game: Any, kind: str, columns: int) -> tuple[Any, dict[str, str], Any]:
+def _setup(make: Any, kind: str, columns: int) -> tuple[Any, dict[str, str], Any]:
     """``(models, group_of, opponents)``: two groups (a seat each), or one vs an opponent.
 
     Two groups: "first" ``n_steps=6``, "second" ``n_steps=4`` (each ``columns`` columns), so
-    that "second"'s buffer fills first and its later turns are acted unstored.
+    that "second"'s buffer fills first and its later turns are acted unstored. "adversary":
+    a PPO per good agent of simple_adversary (``n_steps`` 7 and 5: a game is 5 turns of each),
+    the adversary random.
     """
-    first, second = game.env().possible_agents
+    if kind == "adversary":
+        models = {
+            "a0": _model(make, 7, columns, 3, agent="agent_0"),
+            "a1": _model(make, 5, columns, 4, agent="agent_1"),
+        }
+        return models, {"agent_0": "a0", "agent_1": "a1"}, {"adversary_0": "random"}
+    first, second = make().possible_agents
     if kind == "groups":
-        models = {"first": _model(game, 6, columns, 3), "second": _model(game, 4, columns, 4)}
+        models = {"first": _model(make, 6, columns, 3), "second": _model(make, 4, columns, 4)}
         return models, {first: "first", second: "second"}, None
-    opponent = "random" if kind == "random" else _model(game, 4, 1, 9, started=False, ortho=False)
-    return {"learner": _model(game, 8, columns, 3)}, {first: "learner"}, {second: opponent}
+    opponent = "random" if kind == "random" else _model(make, 4, 1, 9, started=False, ortho=False)
+    return {"learner": _model(make, 8, columns, 3)}, {first: "learner"}, {second: opponent}
 
 
 def _train(models: dict[str, Any]) -> None:
@@ -126,11 +155,11 @@ def _seen(collector: Any, models: dict[str, Any], segments: Any) -> dict[str, An
     }
 
 
-def _in_process(game: Any, kind: str, seeds: list[int], acting_seed: int) -> list[dict[str, Any]]:
+def _in_process(make: Any, kind: str, seeds: list[int], acting_seed: int) -> list[dict[str, Any]]:
     """``ROLLOUTS`` collects of the in-process collector, ``train()`` between (acting RNG kept)."""
-    models, group_of, opponents = _setup(game, kind, len(seeds))
+    models, group_of, opponents = _setup(make, kind, len(seeds))
     collector = AECGroupRolloutCollector(
-        models, [game.env] * len(seeds), group_of=group_of, opponents=opponents, seeds=seeds
+        models, [make] * len(seeds), group_of=group_of, opponents=opponents, seeds=seeds
     )
     set_acting_seed(acting_seed)
     seen = []
@@ -144,7 +173,7 @@ def _in_process(game: Any, kind: str, seeds: list[int], acting_seed: int) -> lis
 
 
 CASES = [("connect4", "groups"), ("tictactoe", "groups"), ("tictactoe", "random")]
-CASES += [("connect4", "frozen")]
+CASES += [("connect4", "frozen"), ("adversary", "adversary")]
 
 
 @pytest.mark.parametrize(("game", "kind"), CASES, ids=[f"{g}-{k}" for g, k in CASES])
@@ -157,7 +186,7 @@ def test_one_runner_fills_every_groups_buffer_as_in_process(
     models, group_of, opponents = _setup(GAMES[game], kind, 2)
     collector = RayAECGroupRolloutCollector(
         models,
-        env_fn=GAMES[game].env,
+        env_fn=GAMES[game],
         group_of=group_of,
         opponents=opponents,
         copies_per_runner=2,
@@ -185,10 +214,14 @@ def test_one_runner_fills_every_groups_buffer_as_in_process(
         values = [g["buffers"][group]["values"] for g in got]
         assert not np.array_equal(values[0], values[1])  # acted with the trained weights
     ends = {s.end for k in range(ROLLOUTS) for g in models for s in got[k]["segments"][g]}
-    assert ends >= {"terminated", "cut"}
+    assert ends >= {"truncated" if kind == "adversary" else "terminated", "cut"}
     if kind == "groups":  # "second" (4 rows) fills before "first" (6): its turns dropped
         assert sum(g["group_dropped"]["second"] for g in got) > 0
         assert {s.agent_id for s in got[0]["segments"]["first"]} == {_agent_of(group_of, "first")}
+    elif kind == "adversary":  # "a1" (5 rows) fills before "a0" (7); the adversary not stored
+        assert sum(g["group_dropped"]["a1"] for g in got) > 0
+        assert {s.agent_id for s in got[0]["segments"]["a0"]} == {"agent_0"}
+        assert set(got[-1]["returns"]) == {"agent_0", "agent_1"}
     else:
         assert all(g["group_dropped"] == {"learner": 0} for g in got)  # opponents drop nothing
         assert set(got[-1]["returns"]) == set(group_of)
@@ -203,11 +236,11 @@ def test_two_runners_fill_their_columns_of_every_group_as_in_process(
     local_ray: None, kind: str
 ) -> None:
     """2 runners x 2 copies: runner r's columns of each group == in-process over its copies."""
-    game, seeds, acting_seeds = connect_four_v3, [3, 4, 5, 6], [21, 22]
-    models, group_of, opponents = _setup(game, kind, 4)
+    make, seeds, acting_seeds = CONNECT4, [3, 4, 5, 6], [21, 22]
+    models, group_of, opponents = _setup(make, kind, 4)
     collector = RayAECGroupRolloutCollector(
         models,
-        [game.env] * 4,
+        [make] * 4,
         group_of=group_of,
         opponents=opponents,
         n_runners=2,
@@ -234,10 +267,10 @@ def test_two_runners_fill_their_columns_of_every_group_as_in_process(
     dropped = dict.fromkeys(models, 0)
     returns: dict[str, list[float]] = {}
     for r in range(2):
-        refs, _, ref_opponents = _setup(game, kind, m)
+        refs, _, ref_opponents = _setup(make, kind, m)
         inproc = AECGroupRolloutCollector(
             refs,
-            [game.env] * 2,
+            [make] * 2,
             group_of=group_of,
             opponents=ref_opponents,
             seeds=seeds[2 * r : 2 * r + 2],
@@ -269,16 +302,16 @@ def test_two_runners_fill_their_columns_of_every_group_as_in_process(
 
 def test_the_recorder_and_fill_are_the_in_process_collector() -> None:
     """No Ray: AECGroupRolloutRecorder + fill_recorded_groups == AECGroupRolloutCollector."""
-    game, seeds = tictactoe_v3, [1, 2]
-    ref_models, group_of, _ = _setup(game, "groups", 2)
-    inproc = AECGroupRolloutCollector(ref_models, [game.env] * 2, group_of=group_of, seeds=seeds)
+    make, seeds = TICTACTOE, [1, 2]
+    ref_models, group_of, _ = _setup(make, "groups", 2)
+    inproc = AECGroupRolloutCollector(ref_models, [make] * 2, group_of=group_of, seeds=seeds)
     set_acting_seed(5)
     want = [inproc.collect() for _ in range(2)]
     want_buffers = {g: _buffer(m) for g, m in ref_models.items()}
 
-    models, _, _ = _setup(game, "groups", 2)
-    replicas, _, _ = _setup(game, "groups", 2)
-    recorder = AECGroupRolloutRecorder(replicas, [game.env] * 2, group_of=group_of, seeds=seeds)
+    models, _, _ = _setup(make, "groups", 2)
+    replicas, _, _ = _setup(make, "groups", 2)
+    recorder = AECGroupRolloutRecorder(replicas, [make] * 2, group_of=group_of, seeds=seeds)
     set_acting_seed(5)
     got = []
     for _ in range(2):
@@ -294,20 +327,20 @@ def test_the_recorder_and_fill_are_the_in_process_collector() -> None:
     assert recorder.group_dropped == inproc.group_dropped
 
 
-def _lstm(game: Any) -> Any:
+def _lstm(make: Any) -> Any:
     return RecurrentPPO(
         "MultiInputLstmPolicy",
-        DummyVecEnv([partial(Slot, *_seat(game))]),
+        DummyVecEnv([partial(Slot, *_seat(make))]),
         n_steps=4,
         device="cpu",
     )
 
 
 def test_arguments_are_refused_before_any_runner_starts(local_ray: None) -> None:
-    game = connect_four_v3
-    models = {"a": _model(game, 4, 2, 0), "b": _model(game, 4, 1, 1)}
+    make = CONNECT4
+    models = {"a": _model(make, 4, 2, 0), "b": _model(make, 4, 1, 1)}
     group_of = {"player_0": "a", "player_1": "b"}
-    fns = [game.env] * 2
+    fns = [make] * 2
 
     def build(**kwargs: Any) -> Any:
         args: dict[str, Any] = {"models": models, "env_fns": fns, "group_of": group_of}
@@ -319,7 +352,7 @@ def test_arguments_are_refused_before_any_runner_starts(local_ray: None) -> None
         build(models={})
     with pytest.raises(ValueError, match="groups 'a' and 'b' have the same model object"):
         build(models={"a": models["a"], "b": models["a"]})
-    slots = DummyVecEnv([partial(Slot, *_seat(game))])
+    slots = DummyVecEnv([partial(Slot, *_seat(make))])
     dqn = DQN("MultiInputPolicy", slots, buffer_size=16, device="cpu")
     with pytest.raises(TypeError, match=rf"{name} \(group 'b'\) needs an on-policy .* got DQN"):
         build(models={"a": models["a"], "b": dqn})
@@ -343,7 +376,7 @@ def test_arguments_are_refused_before_any_runner_starts(local_ray: None) -> None
         build(
             models={"a": models["a"]},
             group_of={"player_0": "a"},
-            opponents={"player_1": _lstm(game)},
+            opponents={"player_1": _lstm(make)},
         )
     with pytest.raises(ValueError, match="exactly one of env_fns"):
         build(env_fns=None)
@@ -366,12 +399,12 @@ def test_arguments_are_refused_before_any_runner_starts(local_ray: None) -> None
     ("models", "group_of", "message"),
     [
         (
-            lambda: {"a": _model(connect_four_v3, 4, 1, 0)},
+            lambda: {"a": _model(CONNECT4, 4, 1, 0)},
             {"player_0": "a"},
             r"agent 'player_1' of connect_four_v3 \(copy 0\) has no group",
         ),
         (
-            lambda: {"a": _model(connect_four_v3, 4, 1, 0), "b": _model(tictactoe_v3, 4, 1, 1)},
+            lambda: {"a": _model(CONNECT4, 4, 1, 0), "b": _model(TICTACTOE, 4, 1, 1)},
             {"player_0": "a", "player_1": "b"},
             r"group 'b': agent 'player_1' of connect_four_v3 observes",
         ),
@@ -382,17 +415,17 @@ def test_what_only_the_envs_tell_fails_the_runners_build_named(
     local_ray: None, models: Any, group_of: dict[str, str], message: str
 ) -> None:
     with pytest.raises(RuntimeError, match=rf"(?s)runner 'pz-runner-0' failed to build.*{message}"):
-        RayAECGroupRolloutCollector(models(), [connect_four_v3.env], group_of=group_of, num_cpus=0)
+        RayAECGroupRolloutCollector(models(), [CONNECT4], group_of=group_of, num_cpus=0)
 
 
 def test_an_unstarted_model_is_refused_naming_its_group_and_close_ends_collecting(
     local_ray: None,
 ) -> None:
-    game = tictactoe_v3
-    models = {"a": _model(game, 4, 1, 0), "b": _model(game, 4, 1, 1, started=False)}
+    make = TICTACTOE
+    models = {"a": _model(make, 4, 1, 0), "b": _model(make, 4, 1, 1, started=False)}
     collector = RayAECGroupRolloutCollector(
         models,
-        [game.env],
+        [make],
         group_of={"player_1": "a", "player_2": "b"},
         seeds=[1],
         acting_seeds=[2],
