@@ -296,8 +296,8 @@ def test_two_runners_fill_their_columns_of_every_group_as_in_process(
     assert {a: list(r) for a, r in collector.agent_returns.items()} == returns
     for model in models.values():
         assert model.num_timesteps == ROLLOUTS * model.n_steps * model.n_envs
-    if kind == "groups":
-        assert any(s.column >= m for s in segments[0]["second"])  # runner 1 filled its block
+    if kind == "groups":  # "second" filled first in both runners: its later turns dropped
+        assert dropped["second"] > 0
 
 
 def test_the_recorder_and_fill_are_the_in_process_collector() -> None:
