@@ -33,7 +33,7 @@ from rlightning_ray_test_pz_checks import (
     rng_state,
 )
 from rlightning_ray_test_pz_checks import assert_arrays as _assert_equal
-from sb3_contrib import MaskablePPO, RecurrentPPO
+from sb3_contrib import MaskablePPO
 from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.utils import set_random_seed
 from stable_baselines3.common.vec_env import DummyVecEnv
@@ -327,15 +327,6 @@ def test_the_recorder_and_fill_are_the_in_process_collector() -> None:
     assert recorder.group_dropped == inproc.group_dropped
 
 
-def _lstm(make: Any) -> Any:
-    return RecurrentPPO(
-        "MultiInputLstmPolicy",
-        DummyVecEnv([partial(Slot, *_seat(make))]),
-        n_steps=4,
-        device="cpu",
-    )
-
-
 def test_arguments_are_refused_before_any_runner_starts(local_ray: None) -> None:
     make = CONNECT4
     models = {"a": _model(make, 4, 2, 0), "b": _model(make, 4, 1, 1)}
@@ -372,12 +363,8 @@ def test_arguments_are_refused_before_any_runner_starts(local_ray: None) -> None
         build(opponents=["random"])
     with pytest.raises(TypeError, match=r"opponents\['player_1'\] must be .* got the string"):
         build(models={"a": models["a"]}, group_of={"player_0": "a"}, opponents={"player_1": "x"})
-    with pytest.raises(TypeError, match=r"opponents\['player_1'\] is a RecurrentPPO"):
-        build(
-            models={"a": models["a"]},
-            group_of={"player_0": "a"},
-            opponents={"player_1": _lstm(make)},
-        )
+    with pytest.raises(TypeError, match=r"opponents\['player_1'\] must be .* got int"):
+        build(models={"a": models["a"]}, group_of={"player_0": "a"}, opponents={"player_1": 3})
     with pytest.raises(ValueError, match="exactly one of env_fns"):
         build(env_fns=None)
     with pytest.raises(

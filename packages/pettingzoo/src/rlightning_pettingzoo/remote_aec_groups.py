@@ -122,9 +122,9 @@ def check_aec_group_models(
     Raises:
         ValueError: what ``check_group_models`` raises; an opponent is a group's model (named
             by agent and group); ``group_of`` names an agent of ``opponents``.
-        TypeError: what ``check_group_models`` raises; ``opponents`` is not a mapping; an
-            entry is a string other than ``"random"``, not an SB3 model, or a recurrent model
-            (named by agent).
+        TypeError: what ``check_group_models`` raises; ``opponents`` is not a mapping; what
+            :func:`~rlightning_pettingzoo.check_aec_model` refuses of an entry (a string other
+            than ``"random"``, not an SB3 model: named by agent).
     """
     check_group_models(models, caller)
     if isinstance(opponents, Mapping) and (isinstance(group_of, Mapping) or callable(group_of)):

@@ -26,11 +26,9 @@ __all__ = [
     "check_timeout",
     "copy_seeds",
     "group_runner_pool",
-    "load_opponents",
     "load_replay_replica",
     "load_replica",
     "merge_returns",
-    "opponent_specs",
     "plan_runners",
     "replay_replica_spec",
     "replica_counters",
@@ -493,59 +491,6 @@ def load_replica(
     return model_class.load(io.BytesIO(saved), env=env, device=device, n_envs=n_columns)
 
 
-def opponent_specs(opponents: Mapping[Any, Any] | None) -> dict[Any, Any]:
-    """What a runner builds the AEC collectors' opponents from (:func:`load_opponents`).
-
-    Args:
-        opponents: ``{agent_id: "random" | frozen SB3 model}`` (already checked), or None.
-
-    Returns:
-        ``{agent_id: "random" | (type(model), saved_model(model), model.action_space)}``: a
-        frozen model as SB3's ``save`` bytes, its class and its action space as this process
-        holds it (its random generator's state included); ``{}`` for None. Nothing is mutated.
-
-    Raises:
-        What ``model.save`` raises.
-    """
-    return {
-        agent: opponent
-        if isinstance(opponent, str)
-        else (type(opponent), saved_model(opponent), opponent.action_space)
-        for agent, opponent in (opponents or {}).items()
-    }
-
-
-def load_opponents(specs: Mapping[Any, Any], device: str) -> dict[Any, Any]:
-    """The opponents :func:`opponent_specs` described, built in a runner's process.
-
-    Args:
-        specs: ``{agent_id: "random" | (model_class, saved, action_space)}``.
-        device: The opponents' torch device (the replicas').
-
-    Returns:
-        ``{agent_id: opponent}``: ``"random"`` as is, each frozen model loaded with
-        ``model_class.load(saved, device=device)`` (no env: it only acts), its
-        ``action_space`` then the one sent: SB3's ``load`` reseeds the loaded space with
-        ``model.seed`` (``_setup_model``'s ``set_random_seed``), where the opponent in the
-        learner's process samples on from wherever its generator is (an off-policy model's
-        warm-up and epsilon actions are ``action_space.sample()``). Load them before the acting
-        seed is set: SB3's ``load`` seeds the global generators.
-
-    Raises:
-        What ``model_class.load`` raises.
-    """
-    opponents: dict[Any, Any] = {}
-    for agent, spec in specs.items():
-        if isinstance(spec, str):
-            opponents[agent] = spec
-        else:
-            model_class, saved, action_space = spec
-            loaded = model_class.load(io.BytesIO(saved), device=device)
-            loaded.action_space = action_space  # its generator where the learner's is
-            opponents[agent] = loaded
-    return opponents
-
-
 def replay_replica_spec(model: Any) -> tuple[type, bytes, tuple[Any, Any], Any]:
     """What a runner loads an off-policy replica of ``model`` from (:func:`load_replay_replica`).
 
@@ -668,7 +613,7 @@ def group_runner_pool(
         device: The replicas' torch device.
         timeout_s: :func:`plan_runners`'s.
         options: What every runner is also given, as its last argument (one ``ray.put``; the
-            AEC group collector's opponents, :func:`opponent_specs`); None: nothing more.
+            AEC group collector's opponents, ``pz_aec._travelling``); None: nothing more.
 
     Returns:
         ``(pool, plan)``.

@@ -17,7 +17,9 @@ per copy seeded with the copy's seed, as in process), a frozen SB3 model as its 
 and class, loaded once in each runner (before the acting seed is set: SB3's ``load`` seeds the
 global generators) and never updated, its action space then the learner-side model's (``load``
 reseeds the space with ``model.seed``; an off-policy opponent's warm-up and epsilon moves sample
-it, in process from wherever the user's model left its generator).
+it, in process from wherever the user's model left its generator). How the opponents travel and
+load (``_travelling``, ``_OpponentLoading``) is shared with
+:class:`rlightning_ray.pz_aec_replay.RayAECReplayCollector`.
 
 With one runner its buffer equals the in-process collector's over the same copies, seeds,
 opponents and torch seed, array for array; with several, runner ``r``'s columns equal the
@@ -28,10 +30,11 @@ agents' LSTM states from one rollout to the next (tests/ray/test_pz_aec_recurren
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rlightning_ray._pz_runners import load_opponents, opponent_specs
+from rlightning_ray._pz_runners import saved_model
 
 # pz_rollout first: without the [pettingzoo] extra it raises the ImportError that names it
 from rlightning_ray.pz_rollout import SharedRolloutRunner, _RecordingCollector  # isort: skip
@@ -43,21 +46,36 @@ if TYPE_CHECKING:
 __all__ = ["AECRolloutRunner", "RayAECRolloutCollector"]
 
 
-class AECRolloutRunner(SharedRolloutRunner):
-    """A Ray actor's state: a replica of the learner's model and an :class:`AECRolloutRecorder`.
+def _travelling(opponents: Mapping[Any, Any] | None) -> dict[Any, Any]:
+    """The opponents as they travel to the runners (what :class:`_OpponentLoading` loads).
 
-    Built in the actor's process by :class:`RayAECRolloutCollector` (not meant to be built by
-    hand), with the arguments of :class:`~rlightning_ray.pz_rollout.SharedRolloutRunner`;
-    ``options`` is ``{agent_id: "random" | (model_class, saved, action_space)}``: the
-    opponents, each frozen model as SB3's ``model.save`` wrote it (bytes), its class and its
-    action space as the learner's process holds it (its random generator's state included).
+    Args:
+        opponents: ``{agent_id: "random" | frozen SB3 model}`` (already checked), or None.
+
+    Returns:
+        ``{agent_id: "random" | (model_class, saved, action_space)}``: each frozen model as
+        its class, SB3's ``model.save`` bytes (:func:`rlightning_ray._pz_runners.saved_model`)
+        and its action space (the object itself: Ray pickles it with its generator's state).
+        Nothing is mutated.
 
     Raises:
-        What ``SharedRolloutRunner`` raises, what the opponents' ``model_class.load`` raises,
-        and what :class:`AECRolloutRecorder` raises (agents, spaces, envs).
+        What ``model.save`` raises.
     """
+    return {
+        agent: opponent
+        if isinstance(opponent, str)
+        else (type(opponent), saved_model(opponent), opponent.action_space)
+        for agent, opponent in (opponents or {}).items()
+    }
 
-    recorder_class: Any = AECRolloutRecorder
+
+class _OpponentLoading:
+    """A runner whose recorder is given opponents, loaded in its process (mixed in first).
+
+    Mixed into a runner class whose constructor builds its recorder with the keyword arguments
+    of ``recorder_options`` (:class:`AECRolloutRunner`, ``pz_aec_replay.AECReplayRunner``);
+    ``options`` is what :func:`_travelling` made of the learner's opponents.
+    """
 
     def recorder_options(self, options: Any, device: str) -> dict[str, Any]:
         """The opponents, loaded in this process: ``{"opponents": {agent_id: opponent}}``.
@@ -67,14 +85,44 @@ class AECRolloutRunner(SharedRolloutRunner):
             device: The opponents' torch device (the replica's).
 
         Returns:
-            ``{"opponents": rlightning_ray._pz_runners.load_opponents(options, device)}``:
-            ``"random"`` as is, each frozen model loaded by SB3's ``model_class.load``, its
-            ``action_space`` the one sent (its generator where the learner's is).
+            ``{"opponents": ...}``: ``"random"`` as is, each frozen model loaded with
+            ``model_class.load(saved, device=device)`` (no env: it only acts), its
+            ``action_space`` then the one sent: SB3's ``load`` reseeds the loaded space with
+            ``model.seed`` (``_setup_model``'s ``set_random_seed``), where the opponent in the
+            learner's process samples on from wherever its generator is (an off-policy model's
+            warm-up and epsilon actions are ``action_space.sample()``).
 
         Raises:
             What ``model_class.load`` raises.
         """
-        return {"opponents": load_opponents(options, device)}
+        opponents: dict[Any, Any] = {}
+        for agent, opponent in options.items():
+            if isinstance(opponent, str):
+                opponents[agent] = opponent
+            else:
+                model_class, saved, action_space = opponent
+                loaded = model_class.load(io.BytesIO(saved), device=device)
+                loaded.action_space = action_space  # its generator where the learner's is
+                opponents[agent] = loaded
+        return {"opponents": opponents}
+
+
+class AECRolloutRunner(_OpponentLoading, SharedRolloutRunner):
+    """A Ray actor's state: a replica of the learner's model and an :class:`AECRolloutRecorder`.
+
+    Built in the actor's process by :class:`RayAECRolloutCollector` (not meant to be built by
+    hand), with the arguments of :class:`~rlightning_ray.pz_rollout.SharedRolloutRunner`;
+    ``options`` is ``{agent_id: "random" | (model_class, saved, action_space)}``: the
+    opponents, each frozen model as SB3's ``model.save`` wrote it (bytes), its class and its
+    action space as the learner's process holds it (its random generator's state included),
+    loaded by :meth:`recorder_options <_OpponentLoading.recorder_options>`.
+
+    Raises:
+        What ``SharedRolloutRunner`` raises, what the opponents' ``model_class.load`` raises,
+        and what :class:`AECRolloutRecorder` raises (agents, spaces, envs).
+    """
+
+    recorder_class: Any = AECRolloutRecorder
 
 
 class RayAECRolloutCollector(_RecordingCollector):
@@ -136,7 +184,6 @@ class RayAECRolloutCollector(_RecordingCollector):
     ) -> None:
         name = "RayAECRolloutCollector"
         check_aec_model(model, opponents, name)
-        travelling = opponent_specs(opponents)
         self._start(
             name,
             AECRolloutRunner,
@@ -150,5 +197,5 @@ class RayAECRolloutCollector(_RecordingCollector):
             num_cpus,
             device,
             timeout_s,
-            travelling,
+            _travelling(opponents),
         )

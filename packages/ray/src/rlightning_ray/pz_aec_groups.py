@@ -30,10 +30,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rlightning_ray._pz_runners import load_opponents, opponent_specs
-
 # first: pz_rollout refuses a missing [pettingzoo] extra with the message that names it
 from rlightning_ray.pz_groups import GroupRolloutRunner, _GroupRecordingCollector  # isort: skip
+from rlightning_ray.pz_aec import _OpponentLoading, _travelling  # isort: skip
 from rlightning_pettingzoo.groups import GroupOf
 from rlightning_pettingzoo.remote_aec_groups import (
     AECGroupRolloutRecorder,
@@ -46,13 +45,15 @@ if TYPE_CHECKING:
 __all__ = ["AECGroupRolloutRunner", "RayAECGroupRolloutCollector"]
 
 
-class AECGroupRolloutRunner(GroupRolloutRunner):
+class AECGroupRolloutRunner(_OpponentLoading, GroupRolloutRunner):
     """A Ray actor's state: every group's replica, the opponents, an AEC group recorder.
 
     Built in the actor's process by :class:`RayAECGroupRolloutCollector` (not meant to be built
     by hand), with the arguments of :class:`~rlightning_ray.pz_groups.GroupRolloutRunner`;
     ``options`` is ``{agent_id: "random" | (model_class, saved, action_space)}``: the opponents
-    (``rlightning_ray._pz_runners.opponent_specs``).
+    as ``RayAECRolloutCollector``'s travel (``pz_aec._travelling``), loaded by
+    :meth:`recorder_options <rlightning_ray.pz_aec._OpponentLoading.recorder_options>` after
+    the replicas and before the acting seed.
 
     Raises:
         What ``GroupRolloutRunner`` raises, what the opponents' ``model_class.load`` raises,
@@ -61,21 +62,6 @@ class AECGroupRolloutRunner(GroupRolloutRunner):
     """
 
     recorder_class: Any = AECGroupRolloutRecorder
-
-    def recorder_options(self, options: Any, device: str) -> dict[str, Any]:
-        """The opponents, loaded in this process: ``{"opponents": {agent_id: opponent}}``.
-
-        Args:
-            options: ``{agent_id: "random" | (model_class, saved, action_space)}``.
-            device: The opponents' torch device (the replicas').
-
-        Returns:
-            ``{"opponents": rlightning_ray._pz_runners.load_opponents(options, device)}``.
-
-        Raises:
-            What ``model_class.load`` raises.
-        """
-        return {"opponents": load_opponents(options, device)}
 
 
 class RayAECGroupRolloutCollector(_GroupRecordingCollector):
@@ -113,9 +99,9 @@ class RayAECGroupRolloutCollector(_GroupRecordingCollector):
 
     Raises:
         TypeError: a model is not an on-policy SB3 model (named by group); ``opponents`` is
-            not a mapping, or an entry is neither ``"random"`` nor an SB3 model, or is a
-            recurrent model (named by agent); ``group_of`` is not a mapping or a callable, or
-            is not picklable; an env function is not callable or not picklable; bad seeds or
+            not a mapping, or an entry ``check_aec_model`` refuses (neither ``"random"`` nor an
+            SB3 model: named by agent); ``group_of`` is not a mapping or a callable, or is not
+            picklable; an env function is not callable or not picklable; bad seeds or
             ``timeout_s``.
         ValueError: ``models`` is empty or two groups share a model; a model uses gSDE or has
             VecEnv wrappers the collector does not apply; an opponent is a group's model, or an
@@ -126,8 +112,8 @@ class RayAECGroupRolloutCollector(_GroupRecordingCollector):
         RuntimeError: Ray is not initialised, or a runner failed to build (named, the cause
             chained: e.g. an env that is no ``AECEnv``, a trained agent without a group, a
             group without agents, an agent whose spaces do not fit its group's model, an
-            opponent's agent the env does not have, a recurrent group model), before any
-            runner steps.
+            opponent's agent the env does not have, a model ``AECGroupRolloutCollector``
+            refuses), before any runner steps.
     """
 
     def __init__(
@@ -153,7 +139,7 @@ class RayAECGroupRolloutCollector(_GroupRecordingCollector):
             AECGroupRolloutRunner,
             models,
             group_of,
-            options=opponent_specs(opponents),
+            options=_travelling(opponents),
             env_fns=env_fns,
             env_fn=env_fn,
             n_runners=n_runners,
