@@ -97,6 +97,7 @@ def test_all_is_complete() -> None:
         "pz_rollout",
         "pz_aec",
         "pz_aec_replay",
+        "pz_aec_groups",
     }
     imports = {"annotations", "PackageNotFoundError", "version"}
     assert public - modules - imports == set(rlightning_ray.__all__) - {"__version__"}

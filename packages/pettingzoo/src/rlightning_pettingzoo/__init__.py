@@ -21,7 +21,8 @@
   :class:`AECReplayRecorder`, the AEC ones; :func:`replica_noise`, the base action noise a
   replay replica carries), and the group ones
   (:class:`GroupRolloutRecorder`/:func:`fill_recorded_groups`,
-  :class:`GroupReplayRecorder`/:func:`fill_recorded_group_replay`); with the ``[sb3]`` extra,
+  :class:`GroupReplayRecorder`/:func:`fill_recorded_group_replay`, and
+  :class:`AECGroupRolloutRecorder` for the AEC group collector); with the ``[sb3]`` extra,
   imported on first use.
 * Env groups: :class:`ParallelEnvGroup` (``k`` parallel envs stepped together: observe, step,
   reset with this package's rules, copies of everything kept), its :class:`ParallelStep`,
@@ -83,12 +84,14 @@ _SB3_NAMES = {
     "replica_slots": "remote",
     "AECRolloutRecorder": "remote_aec",
     "AECReplayRecorder": "remote_aec_replay",
+    "AECGroupRolloutRecorder": "remote_aec_groups",
     "GroupRolloutRecorder": "remote_groups",
     "GroupReplayRecorder": "remote_group_replay",
     "RecordedReplay": "remote_replay",
     "ReplayRecorder": "remote_replay",
     "check_aec_model": "remote_aec",
     "check_aec_replay_model": "remote_aec_replay",
+    "check_aec_group_models": "remote_aec_groups",
     "check_group_models": "remote_groups",
     "check_group_replay_models": "remote_group_replay",
     "check_group_training": "remote_groups",
@@ -116,6 +119,7 @@ __all__ = [
     "PETTINGZOO_SUPPORTED",
     "PETTINGZOO_TESTED",
     "AECGroupRolloutCollector",
+    "AECGroupRolloutRecorder",
     "AECReplayCollector",
     "AECReplayRecorder",
     "AECRolloutCollector",
@@ -142,6 +146,7 @@ __all__ = [
     "UntestedVersionWarning",
     "__version__",
     "aec_action",
+    "check_aec_group_models",
     "check_aec_model",
     "check_aec_replay_model",
     "check_group_models",

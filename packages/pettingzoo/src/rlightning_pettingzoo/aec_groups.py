@@ -72,6 +72,35 @@ __all__ = ["AECGroupRolloutCollector"]
 _CALLER = "AECGroupRolloutCollector"
 
 
+def _check_group_opponents(
+    opponents: Mapping[Any, Any], models: Mapping[str, Any], group_of: GroupOf
+) -> None:
+    """Refuse an opponent that is a group's model, or an agent both in opponents and group_of.
+
+    ``_GroupTurns``' check before the base's; also run on the learner by
+    ``remote_aec_groups.check_aec_group_models`` (a runner gets the opponents as save bytes:
+    a group's model would arrive there as a frozen copy).
+
+    Raises:
+        ValueError: ``opponents[agent]`` is one of ``models`` (named by agent and group), or
+            ``group_of`` (a mapping) names an agent of ``opponents``.
+    """
+    for agent, opponent in opponents.items():
+        for group, model in models.items():
+            if opponent is model:
+                raise ValueError(
+                    f"opponents[{agent!r}] is the model of group {group!r}; put {agent!r} "
+                    f"in group {group!r} (its turns are then acted and stored), or pass a "
+                    "frozen copy"
+                )
+        if not callable(group_of) and agent in group_of:
+            raise ValueError(
+                f"agent {agent!r} is in opponents and in group_of (group "
+                f"{group_of[agent]!r}); an agent is either trained by its group's "
+                "model or acted by an opponent, not both"
+            )
+
+
 class _GroupTurns(AECRolloutCollector):
     """``AECRolloutCollector`` with a model per group, through its hooks.
 
@@ -134,20 +163,7 @@ class _GroupTurns(AECRolloutCollector):
 
     def _check_opponents(self) -> None:
         """The base's checks, after those of the opponents against the groups."""
-        for agent, opponent in self.opponents.items():
-            for group, model in self.models.items():
-                if opponent is model:
-                    raise ValueError(
-                        f"opponents[{agent!r}] is the model of group {group!r}; put {agent!r} "
-                        f"in group {group!r} (its turns are then acted and stored), or pass a "
-                        "frozen copy"
-                    )
-            if not callable(self._group_of) and agent in self._group_of:
-                raise ValueError(
-                    f"agent {agent!r} is in opponents and in group_of (group "
-                    f"{self._group_of[agent]!r}); an agent is either trained by its group's "
-                    "model or acted by an opponent, not both"
-                )
+        _check_group_opponents(self.opponents, self.models, self._group_of)
         super()._check_opponents()
 
     def _check_trained(self, env: Any, i: int, trained: list[Any]) -> None:
@@ -313,6 +329,9 @@ class AECGroupRolloutCollector:
             its messages naming ``AECGroupRolloutCollector``.
     """
 
+    #: The engine (a subclass's own: ``remote_aec_groups``' keeps the rows unfilled).
+    _turns_class: type[_GroupTurns] = _GroupTurns
+
     def __init__(
         self,
         models: Mapping[str, OnPolicyAlgorithm],
@@ -322,7 +341,7 @@ class AECGroupRolloutCollector:
         opponents: Mapping[Any, Opponent] | None = None,
         seeds: Sequence[int | None] | None = None,
     ) -> None:
-        self._turns = _GroupTurns(
+        self._turns = self._turns_class(
             models, env_fns, group_of=group_of, opponents=opponents, seeds=seeds
         )
 

@@ -197,23 +197,56 @@ class GroupRolloutRecorder(GroupRolloutCollector):
         """
         self._kept = {}
         self.collect(update_model=False)
-        assert self._kept.keys() == self.models.keys(), "internal: a group was not packed"
-        out: dict[str, RecordedRollout] = {}
-        for group, model in self.models.items():
-            buf: Any = model.rollout_buffer
-            out[group] = RecordedRollout(
-                rows=self._kept.pop(group),
-                n_rows=int(buf.buffer_size),
-                n_columns=int(buf.n_envs),
-                n_copies=len(self._envs),
-                dropped=self.group_dropped[group],
-                agent_returns={
-                    agent: list(r)
-                    for agent, r in self.agent_returns.items()
-                    if self._groups[agent] == group
-                },
-            )
-        return out
+        return _recorded_groups(
+            self.models,
+            self._kept,
+            len(self._envs),
+            self.group_dropped,
+            self.agent_returns,
+            self._groups,
+        )
+
+
+def _recorded_groups(
+    models: Mapping[str, Any],
+    kept: dict[str, list[list[Placed]]],
+    n_copies: int,
+    group_dropped: Mapping[str, int],
+    agent_returns: Mapping[Any, Sequence[float]],
+    groups: Mapping[Any, str],
+) -> dict[str, RecordedRollout]:
+    """Each group's :class:`RecordedRollout` after a group recorder's unfilled ``collect``.
+
+    Shared by :meth:`GroupRolloutRecorder.record` and
+    ``remote_aec_groups.AECGroupRolloutRecorder.record``.
+
+    Args:
+        models: Group name -> the replica (its buffer's ``buffer_size`` and ``n_envs`` are the
+            rollout's rows and columns), in ``models`` order.
+        kept: Group name -> its packed rows, as the fill hook kept them; emptied here.
+        n_copies: The recorder's env copies.
+        group_dropped: Per group, its agents' steps acted and not stored.
+        agent_returns: Per trained agent id, its last 100 episode returns.
+        groups: Trained agent id -> its group.
+
+    Returns:
+        Group -> its rollout, in ``models`` order.
+    """
+    assert kept.keys() == models.keys(), "internal: a group was not packed"
+    out: dict[str, RecordedRollout] = {}
+    for group, model in models.items():
+        buf: Any = model.rollout_buffer
+        out[group] = RecordedRollout(
+            rows=kept.pop(group),
+            n_rows=int(buf.buffer_size),
+            n_columns=int(buf.n_envs),
+            n_copies=n_copies,
+            dropped=group_dropped[group],
+            agent_returns={
+                agent: list(r) for agent, r in agent_returns.items() if groups[agent] == group
+            },
+        )
+    return out
 
 
 def fill_recorded_groups(

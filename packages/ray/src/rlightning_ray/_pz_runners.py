@@ -585,6 +585,7 @@ def group_runner_pool(
     num_cpus: float,
     device: str,
     timeout_s: Any,
+    options: Any = None,
 ) -> tuple[RunnerPool, RunnerPlan]:
     """Check a group collector's runner arguments, then build its runners (a model per group).
 
@@ -594,7 +595,7 @@ def group_runner_pool(
     each group's columns per runner (:func:`runner_columns`), ``group_of`` picklable, Ray
     initialised; then one ``ray.put`` of every group's replica spec and the pool, runner ``r``
     built as ``runner_class(specs, group_of, env_fns_r, seeds_r, acting_seed_r, device,
-    "pz-runner-<r>")``.
+    "pz-runner-<r>")``, and ``options`` after them where given.
 
     Args:
         name: The collector, for the messages.
@@ -611,6 +612,8 @@ def group_runner_pool(
         num_cpus: :func:`plan_runners`'s.
         device: The replicas' torch device.
         timeout_s: :func:`plan_runners`'s.
+        options: What every runner is also given, as its last argument (one ``ray.put``; the
+            AEC group collector's opponents, ``pz_aec._travelling``); None: nothing more.
 
     Returns:
         ``(pool, plan)``.
@@ -651,11 +654,12 @@ def group_runner_pool(
         raise RuntimeError(f"{name} needs Ray: call ray.init(...) first")
     specs = {group: replica(model, columns[group]) for group, model in models.items()}
     blob = ray.put(specs)  # once for all runners (a top-level argument: Ray resolves it)
+    extra = () if options is None else (ray.put(options),)
     pool = RunnerPool(
         name,
         runner_class,
         [
-            (blob, group_of, *plan.block(r), plan.runner_seeds[r], device, f"pz-runner-{r}")
+            (blob, group_of, *plan.block(r), plan.runner_seeds[r], device, f"pz-runner-{r}", *extra)
             for r in range(n_runners)
         ],
         num_cpus=num_cpus,

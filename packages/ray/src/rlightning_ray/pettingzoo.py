@@ -26,6 +26,7 @@ from rlightning.rules import flat_mask, mask_size
 from rlightning_ray._parallel import ParallelEnvRunner
 from rlightning_ray.collector import Collector
 from rlightning_ray.pz_aec import RayAECRolloutCollector
+from rlightning_ray.pz_aec_groups import RayAECGroupRolloutCollector
 from rlightning_ray.pz_aec_replay import RayAECReplayCollector
 from rlightning_ray.pz_group_replay import RayGroupReplayCollector
 from rlightning_ray.pz_groups import RayGroupRolloutCollector
@@ -52,6 +53,7 @@ __all__ = [
     "LiveAgents",
     "ParallelEnvRunner",
     "ParallelFragment",
+    "RayAECGroupRolloutCollector",
     "RayAECReplayCollector",
     "RayAECRolloutCollector",
     "RayGroupReplayCollector",

@@ -83,11 +83,16 @@ class GroupRolloutRunner:
             built (the replicas sample their actions from torch's global generator).
         device: The replicas' torch device.
         runner_id: For messages.
+        options: What the runner's kind builds its recorder with (:meth:`recorder_options`;
+            None here).
 
     Raises:
         What ``model_class.load`` and :class:`rlightning_pettingzoo.GroupRolloutRecorder`
         raise.
     """
+
+    #: The in-process recorder the runner records with (a subclass's own: an AEC recorder).
+    recorder_class: Any = GroupRolloutRecorder
 
     def __init__(
         self,
@@ -98,15 +103,38 @@ class GroupRolloutRunner:
         acting_seed: int | None,
         device: str,
         runner_id: str,
+        options: Any = None,
     ) -> None:
         self.models = {
             group: load_replica(model_class, saved, n_columns, image_spaces, device)
             for group, (model_class, saved, n_columns, image_spaces) in replicas.items()
         }
+        # before the acting seed: SB3's load seeds the global generators (set_random_seed)
+        kwargs = self.recorder_options(options, device)
         if acting_seed is not None:
             set_acting_seed(acting_seed)
-        self.recorder = GroupRolloutRecorder(self.models, env_fns, group_of=group_of, seeds=seeds)
+        self.recorder = self.recorder_class(
+            self.models, env_fns, group_of=group_of, seeds=seeds, **kwargs
+        )
         self.runner_id = runner_id
+
+    def recorder_options(self, options: Any, device: str) -> dict[str, Any]:
+        """The recorder's keyword arguments beyond ``group_of`` and ``seeds``, from ``options``.
+
+        Called once in the runner's process, after the replicas are loaded and before the
+        acting seed is set. Here: none (a subclass builds its own, e.g. loaded opponents).
+
+        Args:
+            options: The runner's ``options`` (None here).
+            device: The replicas' torch device.
+
+        Returns:
+            ``{}``.
+
+        Raises:
+            Nothing here.
+        """
+        return {}
 
     def ready(self) -> str:
         """The runner's id, once built (surfaces a failed construction to the caller)."""
@@ -123,10 +151,99 @@ class GroupRolloutRunner:
         """
         for group, model in self.models.items():
             model.policy.load_state_dict(weights[group])
-        return self.recorder.record()
+        recorded: dict[str, RecordedRollout] = self.recorder.record()
+        return recorded
 
 
-class RayGroupRolloutCollector(PooledCollector):
+class _GroupRecordingCollector(PooledCollector):
+    """What the on-policy group collectors on Ray runners share (private): the pool, collect.
+
+    :meth:`_start` checks the runner arguments and builds one ``runner_class`` actor per block
+    of copies (``group_runner_pool``); :meth:`collect` publishes every group's weights, gathers
+    the runners' rollouts and fills every group's buffer with
+    :func:`rlightning_pettingzoo.fill_recorded_groups`. The public subclasses check their
+    models (and their own arguments) and call :meth:`_start`.
+    """
+
+    def _start(
+        self,
+        name: str,
+        runner_class: type,
+        models: Mapping[str, OnPolicyAlgorithm],
+        group_of: GroupOf,
+        options: Any = None,
+        **runner_args: Any,
+    ) -> None:
+        """Build the runners (``group_runner_pool``'s checks and errors) and the counters."""
+
+        def replica(model: Any, n_columns: int) -> tuple[Any, bytes, int, Any]:
+            model_class, saved, image_spaces = replica_spec(model)
+            return model_class, saved, n_columns, image_spaces
+
+        self._pool, plan = group_runner_pool(
+            name, models, group_of, runner_class, replica, options=options, **runner_args
+        )
+        self.models: dict[str, OnPolicyAlgorithm] = dict(models)
+        self.n_runners = int(runner_args["n_runners"])
+        self.copies_per_runner = plan.copies_per_runner
+        #: Per group, the agent-steps of the last :meth:`collect` acted, not stored (all runners).
+        self.group_dropped: dict[str, int] = dict.fromkeys(self.models, 0)
+        #: The agent-steps of the last :meth:`collect` acted, not stored (all groups).
+        self.dropped = 0
+        #: Per agent id, the returns of its last 100 finished episodes, per runner together.
+        self.agent_returns: dict[Any, deque[float]] = {}
+
+    def collect(self, *, update_model: bool = True) -> dict[str, list[Segment]]:
+        """Publish the weights, record one rollout on every runner, fill every group's buffer.
+
+        Args:
+            update_model: As in the in-process group collector's ``collect``
+                (:meth:`rlightning_pettingzoo.GroupRolloutCollector.collect`,
+                :meth:`rlightning_pettingzoo.AECGroupRolloutCollector.collect`), per group
+                model, on the learner.
+
+        Returns:
+            Group -> its buffer's segments, column by column (``env_index`` is the global copy
+            index). Every group's ``model.rollout_buffer`` is filled (``reset`` first when
+            full) with its ``returns`` and ``advantages``, group by group in ``models`` order;
+            the runners' envs are stepped; :attr:`group_dropped`, :attr:`dropped` and
+            :attr:`agent_returns` are set. ``rollout/ep_rew_mean/<agent_id>`` is the mean of
+            each runner's last 100 episodes of the agent together.
+
+        Raises:
+            ValueError: ``update_model`` and a model was not given
+                :func:`rlightning_sb3.start_training` (named by group, before any runner
+                steps).
+            rlightning_sb3.StopTraining: ``update_model`` and a model's run was stopped (before
+                any runner steps), or a callback stops it while the rows are added (the groups
+                before it are filled).
+            RuntimeError: a runner failed (named; its error in the message) or timed out; the
+                collector was closed.
+        """
+        import ray
+
+        name = self._pool.name
+        if update_model:  # before any runner steps (and the same check again before the fill)
+            check_group_training(self.models, name)
+        weights = ray.put({group: policy_weights(m) for group, m in self.models.items()})
+        rollouts: list[dict[str, RecordedRollout]] = self._pool.call(
+            "record", weights, what="record a rollout"
+        )
+        self.group_dropped = {
+            group: sum(recorded[group].dropped for recorded in rollouts) for group in self.models
+        }
+        self.dropped = sum(self.group_dropped.values())
+        merged = {
+            group: merge_returns(recorded[group].agent_returns for recorded in rollouts)
+            for group in self.models
+        }
+        self.agent_returns = {a: r for returns in merged.values() for a, r in returns.items()}
+        return fill_recorded_groups(
+            self.models, rollouts, update_model=update_model, agent_returns=merged, caller=name
+        )
+
+
+class RayGroupRolloutCollector(_GroupRecordingCollector):
     """Fill one on-policy model's buffer per group of agents from env copies on Ray runners.
 
     The copies (``env_fns``, or ``env_fn`` called once per copy) are split into ``n_runners``
@@ -199,17 +316,11 @@ class RayGroupRolloutCollector(PooledCollector):
         name = "RayGroupRolloutCollector"
         refuse_group_kind(models, name, False, "RayGroupReplayCollector")
         check_group_models(models, name)
-
-        def replica(model: Any, n_columns: int) -> tuple[Any, bytes, int, Any]:
-            model_class, saved, image_spaces = replica_spec(model)
-            return model_class, saved, n_columns, image_spaces
-
-        self._pool, plan = group_runner_pool(
+        self._start(
             name,
+            GroupRolloutRunner,
             models,
             group_of,
-            GroupRolloutRunner,
-            replica,
             env_fns=env_fns,
             env_fn=env_fn,
             n_runners=n_runners,
@@ -219,59 +330,4 @@ class RayGroupRolloutCollector(PooledCollector):
             num_cpus=num_cpus,
             device=device,
             timeout_s=timeout_s,
-        )
-        self.models: dict[str, OnPolicyAlgorithm] = dict(models)
-        self.n_runners = n_runners
-        self.copies_per_runner = plan.copies_per_runner
-        #: Per group, the agent-steps of the last :meth:`collect` acted, not stored (all runners).
-        self.group_dropped: dict[str, int] = dict.fromkeys(self.models, 0)
-        #: The agent-steps of the last :meth:`collect` acted, not stored (all groups).
-        self.dropped = 0
-        #: Per agent id, the returns of its last 100 finished episodes, per runner together.
-        self.agent_returns: dict[Any, deque[float]] = {}
-
-    def collect(self, *, update_model: bool = True) -> dict[str, list[Segment]]:
-        """Publish the weights, record one rollout on every runner, fill every group's buffer.
-
-        Args:
-            update_model: As in :meth:`rlightning_pettingzoo.GroupRolloutCollector.collect`,
-                per group model, on the learner.
-
-        Returns:
-            Group -> its buffer's segments, column by column (``env_index`` is the global copy
-            index). Every group's ``model.rollout_buffer`` is filled (``reset`` first when
-            full) with its ``returns`` and ``advantages``, group by group in ``models`` order;
-            the runners' envs are stepped; :attr:`group_dropped`, :attr:`dropped` and
-            :attr:`agent_returns` are set. ``rollout/ep_rew_mean/<agent_id>`` is the mean of
-            each runner's last 100 episodes of the agent together.
-
-        Raises:
-            ValueError: ``update_model`` and a model was not given
-                :func:`rlightning_sb3.start_training` (named by group, before any runner
-                steps).
-            rlightning_sb3.StopTraining: ``update_model`` and a model's run was stopped (before
-                any runner steps), or a callback stops it while the rows are added (the groups
-                before it are filled).
-            RuntimeError: a runner failed (named; its error in the message) or timed out.
-        """
-        import ray
-
-        name = "RayGroupRolloutCollector"
-        if update_model:  # before any runner steps (and the same check again before the fill)
-            check_group_training(self.models, name)
-        weights = ray.put({group: policy_weights(m) for group, m in self.models.items()})
-        rollouts: list[dict[str, RecordedRollout]] = self._pool.call(
-            "record", weights, what="record a rollout"
-        )
-        self.group_dropped = {
-            group: sum(recorded[group].dropped for recorded in rollouts) for group in self.models
-        }
-        self.dropped = sum(self.group_dropped.values())
-        merged = {
-            group: merge_returns(recorded[group].agent_returns for recorded in rollouts)
-            for group in self.models
-        }
-        self.agent_returns = {a: r for returns in merged.values() for a, r in returns.items()}
-        return fill_recorded_groups(
-            self.models, rollouts, update_model=update_model, agent_returns=merged, caller=name
         )
