@@ -228,6 +228,43 @@ def refuse_unstorable_layout(
             )
 
 
+def refuse_sequence_buffer(model: Any, caller: str, group: str | None = None) -> None:
+    """Refuse a replay buffer that reads a column's consecutive rows as one env's trajectory.
+
+    SB3's ``NStepReplayBuffer`` (``n_steps > 1`` on an off-policy model) sums the rewards of
+    the ``n_steps`` rows below a sampled cell in its column (``_get_samples``) and
+    ``HerReplayBuffer`` tracks episodes per column (``ep_start``, ``ep_length``): both take a
+    column's rows as one env's consecutive steps. The multi-agent replay collectors fill a
+    column with whichever transitions completed (other agents, other copies), so such a buffer
+    would sample returns and goals of no agent's trajectory: refused.
+
+    Args:
+        model: An off-policy SB3 model.
+        caller: Named in the message.
+        group: The model's group, named in the message (None: not a group collector).
+
+    Returns:
+        None; nothing is mutated.
+
+    Raises:
+        ValueError: ``model.replay_buffer`` is an ``NStepReplayBuffer`` or a
+            ``HerReplayBuffer`` (or a subclass of either).
+    """
+    from stable_baselines3.common.buffers import NStepReplayBuffer
+    from stable_baselines3.her.her_replay_buffer import HerReplayBuffer
+
+    buffer = getattr(model, "replay_buffer", None)
+    if isinstance(buffer, (NStepReplayBuffer, HerReplayBuffer)):
+        whose = f" (the model of group {group!r})" if group is not None else ""
+        raise ValueError(
+            f"{caller}{whose} cannot fill a {type(buffer).__name__} (n_steps="
+            f"{getattr(model, 'n_steps', None)}, replay_buffer_class="
+            f"{type(buffer).__name__}): it reads a column's consecutive rows as one env's "
+            "trajectory, while a column here holds the transitions of different agents and "
+            "copies; build the model with n_steps=1 and a plain ReplayBuffer/DictReplayBuffer"
+        )
+
+
 def refuse_unstarted(model: Any, caller: str, group: str | None = None) -> None:
     """Refuse, before any env is stepped, a collect() that updates a model that cannot take steps.
 

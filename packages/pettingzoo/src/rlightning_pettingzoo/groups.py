@@ -39,6 +39,7 @@ from rlightning_pettingzoo._noise import SlotNoise, slot_noise
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
     observation_intake,
+    refuse_sequence_buffer,
     refuse_unapplied_wrappers,
     refuse_unstarted,
     refuse_unstorable_layout,
@@ -531,7 +532,8 @@ class GroupReplayCollector(_GroupStepper):
 
     Raises:
         TypeError: a model is not an off-policy SB3 model, or an env is not a ``ParallelEnv``.
-        ValueError: a buffer has ``optimize_memory_usage``; ``models`` or ``env_fns`` is
+        ValueError: a buffer has ``optimize_memory_usage`` or is an ``NStepReplayBuffer`` /
+            ``HerReplayBuffer``; ``models`` or ``env_fns`` is
             empty, ``seeds`` is not one per copy, a possible agent has no group (or one not in
             ``models``), a group has no possible agent, or a possible agent observes
             channel-last images its group's model acts on but cannot store. At
@@ -560,6 +562,7 @@ class GroupReplayCollector(_GroupStepper):
                     "the next row (another agent's transition here); build it with "
                     "optimize_memory_usage=False"
                 )
+            refuse_sequence_buffer(model, "GroupReplayCollector", group)
             adapter_for(model)
         super().__init__(models, env_fns, group_of, seeds, "GroupReplayCollector")
         # per group with action noise: one process per (copy, agent) slot of its agents
