@@ -58,7 +58,16 @@ GroupOf = Mapping[Any, str] | Callable[[Any], str]
 
 
 def _refuse_shared_models(models: Mapping[str, Any], caller: str) -> None:
-    """Refuse no group, or two groups with one model object (``ValueError``, both named)."""
+    """Refuse no group, or two groups with one model object (``ValueError``, both named).
+
+    Also refuses ``models`` that is not a mapping (``TypeError``: a list of models has no
+    group names).
+    """
+    if not isinstance(models, Mapping):
+        raise TypeError(
+            f"{caller} needs models: a mapping group name -> SB3 model, got "
+            f"{type(models).__name__} {models!r}"
+        )
     if not models:
         raise ValueError(f"{caller} needs at least one group in models")
     owner: dict[int, str] = {}
@@ -336,6 +345,7 @@ class GroupRolloutCollector(_GroupStepper):
         group_of: GroupOf,
         seeds: Sequence[int | None] | None = None,
     ) -> None:
+        _refuse_shared_models(models, "GroupRolloutCollector")  # a mapping, before its models
         _refuse_unfit_rollout_models(models)
         super().__init__(models, env_fns, group_of, seeds, "GroupRolloutCollector")
         #: Per group, the agent-steps of the last :meth:`collect` that were acted, not stored.
@@ -549,6 +559,7 @@ class GroupReplayCollector(_GroupStepper):
         group_of: GroupOf,
         seeds: Sequence[int | None] | None = None,
     ) -> None:
+        _refuse_shared_models(models, "GroupReplayCollector")  # a mapping, before its models
         for group, model in models.items():
             if not isinstance(model, OffPolicyAlgorithm):
                 raise TypeError(
