@@ -90,3 +90,35 @@ def test_a_plain_buffer_still_collects() -> None:
     start_training(model, 40)
     assert collector.collect() == 8  # train_freq 4 rows of 2 cells
     assert np.isfinite(model.replay_buffer.rewards[:4]).all()
+
+
+class _Goal(gym.Env[Any, Any]):
+    """A minimal goal-conditioned env, only to build a model with SB3's HerReplayBuffer."""
+
+    def __init__(self) -> None:
+        box = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.observation_space = gym.spaces.Dict(
+            {"observation": box, "achieved_goal": box, "desired_goal": box}
+        )
+        self.action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        return self.observation_space.sample(), {}
+
+    def compute_reward(self, achieved: Any, desired: Any, info: Any) -> Any:
+        return -np.linalg.norm(np.asarray(achieved) - np.asarray(desired), axis=-1)
+
+
+def test_a_her_buffer_is_refused_too() -> None:
+    from stable_baselines3 import HerReplayBuffer
+
+    model = DQN(
+        "MultiInputPolicy",
+        DummyVecEnv([_Goal]),
+        replay_buffer_class=HerReplayBuffer,
+        learning_starts=0,
+        buffer_size=100,
+        device="cpu",
+    )
+    with pytest.raises(ValueError, match=r"RayGroupReplayCollector cannot fill a HerReplayBuffer"):
+        check_replay_model(model, "RayGroupReplayCollector")
