@@ -131,6 +131,30 @@ def refuse_unapplied_wrappers(model: Any, caller: str, group: str | None = None)
         )
 
 
+def refuse_gsde(model: Any, caller: str, group: str | None = None) -> None:
+    """Refuse a model that explores with gSDE (``use_sde=True``): no collector resamples it.
+
+    SB3's ``collect_rollouts`` (on- and off-policy) calls ``policy.reset_noise(n_envs)``
+    (off-policy: ``actor.reset_noise``) at each rollout's start and before every
+    ``sde_sample_freq``-th step; the PettingZoo collectors act through
+    :meth:`rlightning_sb3.SB3PolicyAdapter.act`, which leaves that to its caller (its note), and
+    none of them makes those calls, so a gSDE model would explore with a noise matrix SB3 never
+    used there (the one ``train`` last sampled), silently. The Ray collectors refuse it too
+    (``check_rollout_model``, ``check_replay_model``).
+
+    Raises:
+        ValueError: ``model.use_sde`` is True (named, with the group if given).
+    """
+    if getattr(model, "use_sde", False):
+        whose = f" (the model of group {group!r})" if group is not None else ""
+        raise ValueError(
+            f"{caller}{whose} does not support gSDE (use_sde=True): SB3's collect_rollouts "
+            "resamples the exploration matrix (policy.reset_noise(n_envs)) at each rollout's "
+            "start and every sde_sample_freq steps, which this collector does not do, so it "
+            "would explore with another noise than SB3's; build the model with use_sde=False"
+        )
+
+
 def observation_intake(model: Any) -> Callable[[Any], Any]:
     """What a collector does to each agent observation an env returns, before acting and storing.
 

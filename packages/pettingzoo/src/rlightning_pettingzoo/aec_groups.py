@@ -48,6 +48,7 @@ from rlightning_pettingzoo._envs import describe_env
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
     observation_intake,
+    refuse_gsde,
     refuse_unapplied_wrappers,
     refuse_unstarted,
     refuse_unstorable_layout,
@@ -95,6 +96,7 @@ class _GroupTurns(AECRolloutCollector):
                     "and GroupRolloutCollector take a RecurrentPPO)"
                 )
             refuse_unapplied_wrappers(model, _CALLER, group)
+            refuse_gsde(model, _CALLER, group)
         self.models: dict[str, Any] = dict(models)
         self._group_of = group_of
         self._groups: dict[Any, str] = {}  # agent -> group, as looked up

@@ -39,6 +39,7 @@ from rlightning_pettingzoo._noise import SlotNoise, slot_noise
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
     observation_intake,
+    refuse_gsde,
     refuse_sequence_buffer,
     refuse_unapplied_wrappers,
     refuse_unstarted,
@@ -135,6 +136,7 @@ class _GroupStepper(AgentStepper):
         _refuse_shared_models(models, caller)
         for group, model in models.items():
             refuse_unapplied_wrappers(model, caller, group)
+            refuse_gsde(model, caller, group)
         self.models: dict[str, Any] = dict(models)
         self._group_of = group_of
         self._groups: dict[Any, str] = {}
