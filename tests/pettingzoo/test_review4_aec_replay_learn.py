@@ -137,3 +137,110 @@ def test_one_copy_one_column_equals_dqn_learn(game: Any, seat: str, train_freq: 
     assert model.exploration_rate == reference.exploration_rate
     for ours, theirs in zip(model.policy.parameters(), reference.policy.parameters(), strict=True):
         assert th.equal(ours, theirs)
+
+
+class _SeededSeat(_OneSeat):
+    """``_OneSeat`` of copy ``k``: first reset and random opponent seeded with its seed."""
+
+    def __init__(self, game: Any, seat: str, seed: int) -> None:
+        super().__init__(game, seat)
+        self.rng = np.random.default_rng(seed)
+        self.seed_ = seed
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        if self.first:
+            self.env.reset(seed=self.seed_)
+            self.first = False
+        return super().reset()
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "game", "seat", "copies"),
+    [
+        ("ppo", tictactoe_v3, "player_1", 2),
+        ("recurrent", tictactoe_v3, "player_1", 3),
+        ("recurrent", connect_four_v3, "player_1", 3),
+        ("dqn", tictactoe_v3, "player_2", 3),
+    ],
+    ids=["ppo-ttt", "recurrent-ttt", "recurrent-c4-second", "dqn-ttt-second"],
+)
+def test_copies_with_one_trained_seat_each_equal_learn_over_a_vec_env_of_the_seats(
+    algorithm: str, game: Any, seat: str, copies: int
+) -> None:
+    # one trained seat per copy, as many columns as copies: every round acts every copy's turn
+    # in one forward pass, exactly SB3's steps over a DummyVecEnv of the seats' envs (the
+    # RecurrentPPO's LSTM states and episode starts, the rollout's last values, DQN's rows)
+    from sb3_contrib import RecurrentPPO
+    from stable_baselines3 import PPO
+
+    from rlightning_pettingzoo import AECRolloutCollector
+
+    opponent = next(a for a in game.env().possible_agents if a != seat)
+    seeds = [10 + c for c in range(copies)]
+    seats = [lambda s=s: _SeededSeat(game, seat, s) for s in seeds]
+    slots = [lambda: _Slot(game, seat)] * copies
+    fields = ["actions", "rewards"]
+    if algorithm == "dqn":
+        kwargs: dict[str, Any] = {
+            "learning_starts": 20,
+            "train_freq": 3,
+            "gradient_steps": 2,
+            "batch_size": 8,
+            "buffer_size": 500,
+            "exploration_fraction": 0.5,
+            "target_update_interval": 10,
+            "seed": 0,
+            "device": "cpu",
+            "policy_kwargs": {"net_arch": [16]},
+        }
+        total = 126
+        reference: Any = DQN("MultiInputPolicy", DummyVecEnv(seats), **kwargs)
+        reference.learn(total)
+        model: Any = DQN("MultiInputPolicy", DummyVecEnv(slots), **kwargs)
+        replay = AECReplayCollector(
+            model, [game.env] * copies, opponents={opponent: "random"}, seeds=seeds
+        )
+        start_training(model, total)
+        while model.num_timesteps < total:
+            replay.collect()
+            if model.num_timesteps > model.learning_starts:
+                model.train(gradient_steps=2, batch_size=8)
+        ours, theirs = model.replay_buffer, reference.replay_buffer
+        fields += ["dones", "timeouts"]
+    else:
+        cls: Any = RecurrentPPO if algorithm == "recurrent" else PPO
+        policy = "MultiInputLstmPolicy" if cls is RecurrentPPO else "MultiInputPolicy"
+        net: dict[str, Any] = {"net_arch": [16]}
+        if cls is RecurrentPPO:
+            net["lstm_hidden_size"] = 8
+        kwargs = {
+            "n_steps": 8,
+            "batch_size": 8,
+            "n_epochs": 2,
+            "seed": 0,
+            "device": "cpu",
+            "policy_kwargs": net,
+        }
+        total = 8 * copies * 3
+        reference = cls(policy, DummyVecEnv(seats), **kwargs)
+        reference.learn(total)
+        model = cls(policy, DummyVecEnv(slots), **kwargs)
+        rollout = AECRolloutCollector(
+            model, [game.env] * copies, opponents={opponent: "random"}, seeds=seeds
+        )
+        start_training(model, total)
+        while model.num_timesteps < total:
+            rollout.collect()
+            model.train()
+        ours, theirs = model.rollout_buffer, reference.rollout_buffer
+        fields += ["episode_starts", "values", "log_probs", "advantages", "returns"]
+        if cls is RecurrentPPO:
+            fields += ["hidden_states_pi", "cell_states_pi", "hidden_states_vf", "cell_states_vf"]
+    finish_training(model)
+    assert model.num_timesteps == reference.num_timesteps
+    for field in fields:  # one batch shape on both sides: the same kernels, exact
+        np.testing.assert_array_equal(getattr(ours, field), getattr(theirs, field), err_msg=field)
+    for key in theirs.observations:
+        np.testing.assert_array_equal(ours.observations[key], theirs.observations[key])
+    for mine, ref in zip(model.policy.parameters(), reference.policy.parameters(), strict=True):
+        assert th.equal(mine, ref)
