@@ -130,6 +130,30 @@ def refuse_unapplied_wrappers(model: Any, caller: str, group: str | None = None)
         )
 
 
+def refuse_gsde(model: Any, caller: str, group: str | None = None) -> None:
+    """Refuse a model that explores with gSDE (``use_sde=True``): no collector resamples it.
+
+    SB3's ``collect_rollouts`` (on- and off-policy) calls ``policy.reset_noise(n_envs)``
+    (off-policy: ``actor.reset_noise``) at each rollout's start and before every
+    ``sde_sample_freq``-th step; the PettingZoo collectors act through
+    :meth:`rlightning_sb3.SB3PolicyAdapter.act`, which leaves that to its caller (its note), and
+    none of them makes those calls, so a gSDE model would explore with a noise matrix SB3 never
+    used there (the one ``train`` last sampled), silently. The Ray collectors refuse it too
+    (``check_rollout_model``, ``check_replay_model``).
+
+    Raises:
+        ValueError: ``model.use_sde`` is True (named, with the group if given).
+    """
+    if getattr(model, "use_sde", False):
+        whose = f" (the model of group {group!r})" if group is not None else ""
+        raise ValueError(
+            f"{caller}{whose} does not support gSDE (use_sde=True): SB3's collect_rollouts "
+            "resamples the exploration matrix (policy.reset_noise(n_envs)) at each rollout's "
+            "start and every sde_sample_freq steps, which this collector does not do, so it "
+            "would explore with another noise than SB3's; build the model with use_sde=False"
+        )
+
+
 def observation_intake(model: Any) -> Callable[[Any], Any]:
     """What a collector does to each agent observation an env returns, before acting and storing.
 
@@ -225,6 +249,43 @@ def refuse_unstorable_layout(
                 "channel-last images SB3 then wraps it in VecTransposeImage, which the "
                 "collector applies)"
             )
+
+
+def refuse_sequence_buffer(model: Any, caller: str, group: str | None = None) -> None:
+    """Refuse a replay buffer that reads a column's consecutive rows as one env's trajectory.
+
+    SB3's ``NStepReplayBuffer`` (``n_steps > 1`` on an off-policy model) sums the rewards of
+    the ``n_steps`` rows below a sampled cell in its column (``_get_samples``) and
+    ``HerReplayBuffer`` tracks episodes per column (``ep_start``, ``ep_length``): both take a
+    column's rows as one env's consecutive steps. The multi-agent replay collectors fill a
+    column with whichever transitions completed (other agents, other copies), so such a buffer
+    would sample returns and goals of no agent's trajectory: refused.
+
+    Args:
+        model: An off-policy SB3 model.
+        caller: Named in the message.
+        group: The model's group, named in the message (None: not a group collector).
+
+    Returns:
+        None; nothing is mutated.
+
+    Raises:
+        ValueError: ``model.replay_buffer`` is an ``NStepReplayBuffer`` or a
+            ``HerReplayBuffer`` (or a subclass of either).
+    """
+    from stable_baselines3.common.buffers import NStepReplayBuffer
+    from stable_baselines3.her.her_replay_buffer import HerReplayBuffer
+
+    buffer = getattr(model, "replay_buffer", None)
+    if isinstance(buffer, (NStepReplayBuffer, HerReplayBuffer)):
+        whose = f" (the model of group {group!r})" if group is not None else ""
+        raise ValueError(
+            f"{caller}{whose} cannot fill a {type(buffer).__name__} (n_steps="
+            f"{getattr(model, 'n_steps', None)}, replay_buffer_class="
+            f"{type(buffer).__name__}): it reads a column's consecutive rows as one env's "
+            "trajectory, while a column here holds the transitions of different agents and "
+            "copies; build the model with n_steps=1 and a plain ReplayBuffer/DictReplayBuffer"
+        )
 
 
 def refuse_unstarted(model: Any, caller: str, group: str | None = None) -> None:

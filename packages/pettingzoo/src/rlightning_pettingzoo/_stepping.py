@@ -22,6 +22,7 @@ from rlightning_pettingzoo._envs import describe_env, refuse_done_but_listed, re
 from rlightning_pettingzoo._sb3 import (
     observation_intake,
     observation_shape_mismatch,
+    refuse_gsde,
     refuse_unapplied_wrappers,
     refuse_unstorable_layout,
     sb3_rows,
@@ -75,6 +76,7 @@ class AgentStepper(CopyBookkeeping):
         self._make_envs(env_fns, caller, require_parallel, "a ParallelEnv")
         self._row_prefix = row_prefix(caller)
         refuse_unapplied_wrappers(model, caller)
+        refuse_gsde(model, caller)
         # each observation's copy, transposed where SB3 wrapped the model's env in
         # VecTransposeImage (channel-last images): what learn() acts on and stores
         self._intake = observation_intake(model)

@@ -59,6 +59,7 @@ from rlightning_pettingzoo._sb3 import (
     is_sb3_model,
     observation_intake,
     observation_shape_mismatch,
+    refuse_gsde,
     refuse_unapplied_wrappers,
     refuse_unstarted,
     refuse_unstorable_layout,
@@ -159,6 +160,7 @@ class AECRolloutCollector(CopyBookkeeping):
         self._recurrent = adapter_for(model).is_recurrent
         self._make_envs(env_fns, self._caller, require_aec, "an AECEnv")
         refuse_unapplied_wrappers(model, self._caller)
+        refuse_gsde(model, self._caller)
         # a trained agent's observation: a copy, transposed as SB3's VecTransposeImage where
         # SB3 wrapped the model's env in one (opponents' models transpose their own input)
         self._intake = observation_intake(model)

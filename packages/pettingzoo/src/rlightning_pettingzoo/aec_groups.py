@@ -57,6 +57,7 @@ from rlightning_pettingzoo._lanes import RecurrentLanes
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
     observation_intake,
+    refuse_gsde,
     refuse_unapplied_wrappers,
     refuse_unstarted,
     refuse_unstorable_layout,
@@ -128,6 +129,7 @@ class _GroupTurns(AECRolloutCollector):
                     f"{group!r}"
                 )
             refuse_unapplied_wrappers(model, _CALLER, group)
+            refuse_gsde(model, _CALLER, group)
         self.models: dict[str, Any] = dict(models)
         # per RecurrentPPO group: its columns, assigned as its agents act (AECRolloutCollector's
         # rule, _lanes.RecurrentLanes; kept across collects: a seat keeps its column and state)

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from rlightning_pettingzoo._columns import Transition
-from rlightning_pettingzoo._sb3 import adapter_for, refuse_unstarted
+from rlightning_pettingzoo._sb3 import adapter_for, refuse_sequence_buffer, refuse_unstarted
 from rlightning_pettingzoo.aec_collector import AECRolloutCollector, Opponent, _Turn
 from rlightning_pettingzoo.replay import _add_replay_row
 
@@ -96,7 +96,8 @@ class AECReplayCollector(AECRolloutCollector):
 
         Raises:
             TypeError: not an off-policy SB3 model, or a recurrent one.
-            ValueError: ``optimize_memory_usage``, or an ``action_noise``.
+            ValueError: ``optimize_memory_usage``, an ``NStepReplayBuffer`` or
+                ``HerReplayBuffer``, or an ``action_noise``.
         """
         if not isinstance(model, OffPolicyAlgorithm):
             raise TypeError(
@@ -110,6 +111,7 @@ class AECReplayCollector(AECRolloutCollector):
                 "agent's transition here; build the model with optimize_memory_usage=False"
             )
         _refuse_action_noise(model, self._caller)
+        refuse_sequence_buffer(model, self._caller)
         adapter_for(model)  # the adapter's own refusals (a recurrent policy has none here)
 
     def collect(self) -> int:  # type: ignore[override]

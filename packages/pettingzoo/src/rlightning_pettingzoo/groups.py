@@ -39,6 +39,8 @@ from rlightning_pettingzoo._noise import SlotNoise, slot_noise
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
     observation_intake,
+    refuse_gsde,
+    refuse_sequence_buffer,
     refuse_unapplied_wrappers,
     refuse_unstarted,
     refuse_unstorable_layout,
@@ -57,7 +59,16 @@ GroupOf = Mapping[Any, str] | Callable[[Any], str]
 
 
 def _refuse_shared_models(models: Mapping[str, Any], caller: str) -> None:
-    """Refuse no group, or two groups with one model object (``ValueError``, both named)."""
+    """Refuse no group, or two groups with one model object (``ValueError``, both named).
+
+    Also refuses ``models`` that is not a mapping (``TypeError``: a list of models has no
+    group names).
+    """
+    if not isinstance(models, Mapping):
+        raise TypeError(
+            f"{caller} needs models: a mapping group name -> SB3 model, got "
+            f"{type(models).__name__} {models!r}"
+        )
     if not models:
         raise ValueError(f"{caller} needs at least one group in models")
     owner: dict[int, str] = {}
@@ -125,6 +136,7 @@ class _GroupStepper(AgentStepper):
         _refuse_shared_models(models, caller)
         for group, model in models.items():
             refuse_unapplied_wrappers(model, caller, group)
+            refuse_gsde(model, caller, group)
         self.models: dict[str, Any] = dict(models)
         self._group_of = group_of
         self._groups: dict[Any, str] = {}
@@ -335,6 +347,7 @@ class GroupRolloutCollector(_GroupStepper):
         group_of: GroupOf,
         seeds: Sequence[int | None] | None = None,
     ) -> None:
+        _refuse_shared_models(models, "GroupRolloutCollector")  # a mapping, before its models
         _refuse_unfit_rollout_models(models)
         super().__init__(models, env_fns, group_of, seeds, "GroupRolloutCollector")
         #: Per group, the agent-steps of the last :meth:`collect` that were acted, not stored.
@@ -531,7 +544,8 @@ class GroupReplayCollector(_GroupStepper):
 
     Raises:
         TypeError: a model is not an off-policy SB3 model, or an env is not a ``ParallelEnv``.
-        ValueError: a buffer has ``optimize_memory_usage``; ``models`` or ``env_fns`` is
+        ValueError: a buffer has ``optimize_memory_usage`` or is an ``NStepReplayBuffer`` /
+            ``HerReplayBuffer``; ``models`` or ``env_fns`` is
             empty, ``seeds`` is not one per copy, a possible agent has no group (or one not in
             ``models``), a group has no possible agent, or a possible agent observes
             channel-last images its group's model acts on but cannot store. At
@@ -547,6 +561,7 @@ class GroupReplayCollector(_GroupStepper):
         group_of: GroupOf,
         seeds: Sequence[int | None] | None = None,
     ) -> None:
+        _refuse_shared_models(models, "GroupReplayCollector")  # a mapping, before its models
         for group, model in models.items():
             if not isinstance(model, OffPolicyAlgorithm):
                 raise TypeError(
@@ -560,6 +575,7 @@ class GroupReplayCollector(_GroupStepper):
                     "the next row (another agent's transition here); build it with "
                     "optimize_memory_usage=False"
                 )
+            refuse_sequence_buffer(model, "GroupReplayCollector", group)
             adapter_for(model)
         super().__init__(models, env_fns, group_of, seeds, "GroupReplayCollector")
         # per group with action noise: one process per (copy, agent) slot of its agents

@@ -49,7 +49,11 @@ from stable_baselines3.common.utils import should_collect_more_steps
 from rlightning.rules import check_count
 from rlightning_pettingzoo._columns import Transition
 from rlightning_pettingzoo._noise import base_noise
-from rlightning_pettingzoo._sb3 import adapter_for, refuse_unapplied_wrappers
+from rlightning_pettingzoo._sb3 import (
+    adapter_for,
+    refuse_sequence_buffer,
+    refuse_unapplied_wrappers,
+)
 from rlightning_pettingzoo.replay import SharedReplayCollector, _add_replay_row
 from rlightning_sb3 import ActingReplica, ActingState
 
@@ -103,7 +107,8 @@ def check_replay_model(model: Any, caller: str, n_runners: int = 1) -> None:
 
     Raises:
         TypeError: ``model`` is not an off-policy SB3 model.
-        ValueError: the buffer has ``optimize_memory_usage`` (as ``SharedReplayCollector``);
+        ValueError: the buffer has ``optimize_memory_usage`` or is an ``NStepReplayBuffer`` /
+            ``HerReplayBuffer`` (as ``SharedReplayCollector``);
             the model explores with gSDE (``use_sde=True``: the
             replica's noise matrix is not the learner's, which ``train`` resamples);
             ``train_freq`` counts episodes and ``n_runners > 1`` (a rollout ends at the row
@@ -121,6 +126,7 @@ def check_replay_model(model: Any, caller: str, n_runners: int = 1) -> None:
             "each cell's next observation from the next row, which holds another agent's "
             "transition here; build the model with optimize_memory_usage=False"
         )
+    refuse_sequence_buffer(model, caller)
     if getattr(model, "use_sde", False):
         raise ValueError(
             f"{caller} does not support gSDE (use_sde=True): the runners' replicas would "

@@ -28,6 +28,7 @@ from rlightning_pettingzoo._columns import Transition
 from rlightning_pettingzoo._noise import slot_noise
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
+    refuse_sequence_buffer,
     refuse_unstarted,
     stack_named,
     stack_observations,
@@ -76,7 +77,8 @@ class SharedReplayCollector(AgentStepper):
         TypeError: ``model`` is not an off-policy SB3 model, or an env is not a
             ``ParallelEnv``.
         ValueError: the buffer has ``optimize_memory_usage`` (it reads a cell's next
-            observation from the next row, which here holds another transition),
+            observation from the next row, which here holds another transition), is an
+            ``NStepReplayBuffer`` or ``HerReplayBuffer`` (``_sb3.refuse_sequence_buffer``),
             ``env_fns`` is empty or ``seeds`` is not one per copy, or a possible agent
             observes channel-last images the model acts on but cannot store (a
             channel-first model without ``VecTransposeImage``).
@@ -101,6 +103,7 @@ class SharedReplayCollector(AgentStepper):
                 "another agent's transition here; build the model with "
                 "optimize_memory_usage=False"
             )
+        refuse_sequence_buffer(model, "SharedReplayCollector")
         adapter_for(model)
         super().__init__(model, env_fns, seeds, "SharedReplayCollector")
         self._noise = slot_noise(model, self._envs, self._row_prefix)
