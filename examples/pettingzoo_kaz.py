@@ -14,7 +14,7 @@ Evaluation uses the adapter's own loop: ``SharedPolicyAdapter.act`` (sampled act
 episode return (zombies killed by the four agents, +1 each), averaged over episodes. The full
 mode exits non-zero unless trained >= ``--factor`` x random and >= random + ``--margin``.
 
-    python examples/pettingzoo_kaz.py --plot kaz.png   # about 20 min on 2 cores (README)
+    python examples/pettingzoo_kaz.py --plot kaz.png   # about 10 min on 2 cores
     python examples/pettingzoo_kaz.py --smoke          # seconds (used by the tests)
 """
 

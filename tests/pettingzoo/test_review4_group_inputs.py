@@ -69,3 +69,23 @@ def _vec(game: Any) -> DummyVecEnv:
 def test_models_given_as_a_list_are_refused_by_name(make: Any, name: str) -> None:
     with pytest.raises(TypeError, match=rf"{name} needs models: a mapping group name -> SB3 "):
         make()
+
+
+def test_an_env_instance_instead_of_its_maker_is_named() -> None:
+    """A newcomer's slip: the env itself in env_fns (it was a bare "object is not callable")."""
+    from mpe2 import simple_spread_v3
+
+    from rlightning_pettingzoo import SharedRolloutCollector
+
+    env = simple_spread_v3.parallel_env()
+
+    class Slot(gym.Env[Any, Any]):
+        observation_space = env.observation_space("agent_0")
+        action_space = env.action_space("agent_0")
+
+        def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+            return self.observation_space.sample(), {}
+
+    model = PPO("MlpPolicy", DummyVecEnv([Slot] * 6), n_steps=4, batch_size=24)
+    with pytest.raises(TypeError, match=r"SharedRolloutCollector env_fns\[1\] must be a function"):
+        SharedRolloutCollector(model, [simple_spread_v3.parallel_env, env])

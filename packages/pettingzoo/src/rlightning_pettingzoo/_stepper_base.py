@@ -71,10 +71,18 @@ class CopyBookkeeping:
 
         Raises:
             ValueError: ``env_fns`` is empty, or two functions returned the same object.
-            TypeError: what ``require`` raises.
+            TypeError: an entry is not callable (an env given instead of its maker), or what
+                ``require`` raises.
         """
         if not env_fns:
             raise ValueError(f"env_fns must hold at least one function making {kind}")
+        for i, fn in enumerate(env_fns):
+            if not callable(fn):
+                raise TypeError(
+                    f"{caller} env_fns[{i}] must be a function returning {kind} (e.g. "
+                    f"simple_spread_v3.parallel_env, or lambda: env), got the "
+                    f"{type(fn).__name__} object itself: pass its maker, one per copy"
+                )
         self._envs = [require(fn(), caller) for fn in env_fns]
         require_distinct(self._envs, caller)
 
