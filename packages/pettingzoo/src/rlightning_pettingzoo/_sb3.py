@@ -273,11 +273,14 @@ def refuse_sequence_buffer(model: Any, caller: str, group: str | None = None) ->
         ValueError: ``model.replay_buffer`` is an ``NStepReplayBuffer`` or a
             ``HerReplayBuffer`` (or a subclass of either).
     """
-    from stable_baselines3.common.buffers import NStepReplayBuffer
+    from stable_baselines3.common import buffers
     from stable_baselines3.her.her_replay_buffer import HerReplayBuffer
 
+    # NStepReplayBuffer is new in stable-baselines3 2.x (absent from the lowest supported 2.4)
+    n_step = getattr(buffers, "NStepReplayBuffer", None)
+    kinds: tuple[type, ...] = (HerReplayBuffer,) if n_step is None else (n_step, HerReplayBuffer)
     buffer = getattr(model, "replay_buffer", None)
-    if isinstance(buffer, (NStepReplayBuffer, HerReplayBuffer)):
+    if isinstance(buffer, kinds):
         whose = f" (the model of group {group!r})" if group is not None else ""
         raise ValueError(
             f"{caller}{whose} cannot fill a {type(buffer).__name__} (n_steps="
