@@ -31,7 +31,12 @@ from typing import Any, ClassVar
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from rlightning_pettingzoo._columns import Transition
-from rlightning_pettingzoo._sb3 import adapter_for, refuse_sequence_buffer, refuse_unstarted
+from rlightning_pettingzoo._sb3 import (
+    adapter_for,
+    refuse_episodic_columns,
+    refuse_sequence_buffer,
+    refuse_unstarted,
+)
 from rlightning_pettingzoo.aec_collector import AECRolloutCollector, Opponent, _Turn
 from rlightning_pettingzoo.replay import _add_replay_row
 
@@ -112,6 +117,7 @@ class AECReplayCollector(AECRolloutCollector):
             )
         _refuse_action_noise(model, self._caller)
         refuse_sequence_buffer(model, self._caller)
+        refuse_episodic_columns(model, self._caller)
         adapter_for(model)  # the adapter's own refusals (a recurrent policy has none here)
 
     def collect(self) -> int:  # type: ignore[override]

@@ -51,6 +51,7 @@ from rlightning_pettingzoo._columns import Transition
 from rlightning_pettingzoo._noise import base_noise
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
+    refuse_episodic_columns,
     refuse_sequence_buffer,
     refuse_unapplied_wrappers,
 )
@@ -143,6 +144,7 @@ def check_replay_model(model: Any, caller: str, n_runners: int = 1) -> None:
             "(and SB3 trains per episode with one env only); use one runner, or a train_freq "
             "counted in steps"
         )
+    refuse_episodic_columns(model, caller)
     refuse_unapplied_wrappers(model, caller)
     adapter_for(model)
 

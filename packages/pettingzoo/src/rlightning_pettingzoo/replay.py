@@ -28,6 +28,7 @@ from rlightning_pettingzoo._columns import Transition
 from rlightning_pettingzoo._noise import slot_noise
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
+    refuse_episodic_columns,
     refuse_sequence_buffer,
     refuse_unstarted,
     stack_named,
@@ -104,6 +105,7 @@ class SharedReplayCollector(AgentStepper):
                 "optimize_memory_usage=False"
             )
         refuse_sequence_buffer(model, "SharedReplayCollector")
+        refuse_episodic_columns(model, "SharedReplayCollector")
         adapter_for(model)
         super().__init__(model, env_fns, seeds, "SharedReplayCollector")
         self._noise = slot_noise(model, self._envs, self._row_prefix)
