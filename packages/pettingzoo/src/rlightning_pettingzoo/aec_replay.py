@@ -77,7 +77,8 @@ class AECReplayCollector(AECRolloutCollector):
         TypeError: ``model`` is not an off-policy SB3 model, or what
             ``AECRolloutCollector`` raises for the envs and opponents.
         ValueError: the buffer has ``optimize_memory_usage`` (it reads a cell's next
-            observation from the next row, which holds another transition here), the model
+            observation from the next row, which holds another transition here), its
+            ``train_freq`` counts episodes and ``n_envs > 1`` (SB3's one-env rule), the model
             has an ``action_noise`` (no AEC env of PettingZoo has the continuous actions it is
             for; not supported), or what ``AECRolloutCollector`` raises.
     """
@@ -102,7 +103,8 @@ class AECReplayCollector(AECRolloutCollector):
         Raises:
             TypeError: not an off-policy SB3 model, or a recurrent one.
             ValueError: ``optimize_memory_usage``, an ``NStepReplayBuffer`` or
-                ``HerReplayBuffer``, or an ``action_noise``.
+                ``HerReplayBuffer``, an episodic ``train_freq`` with ``n_envs > 1``, or an
+                ``action_noise``.
         """
         if not isinstance(model, OffPolicyAlgorithm):
             raise TypeError(

@@ -567,7 +567,8 @@ class GroupReplayCollector(_GroupStepper):
     Raises:
         TypeError: a model is not an off-policy SB3 model, or an env is not a ``ParallelEnv``.
         ValueError: a buffer has ``optimize_memory_usage`` or is an ``NStepReplayBuffer`` /
-            ``HerReplayBuffer``; ``models`` or ``env_fns`` is
+            ``HerReplayBuffer``; a model's ``train_freq`` counts episodes and its
+            ``n_envs > 1`` (SB3's one-env rule, named by group); ``models`` or ``env_fns`` is
             empty, ``seeds`` is not one per copy, a possible agent has no group (or one not in
             ``models``), a group has no possible agent, or a possible agent observes
             channel-last images its group's model acts on but cannot store. At

@@ -114,7 +114,8 @@ def check_replay_model(model: Any, caller: str, n_runners: int = 1) -> None:
             replica's noise matrix is not the learner's, which ``train`` resamples);
             ``train_freq`` counts episodes and ``n_runners > 1`` (a rollout ends at the row
             where the learner's buffer, all runners' cells together, completes the episodes:
-            no runner can tell that row; SB3 allows episodic training with one env only); or
+            no runner can tell that row; SB3 allows episodic training with one env only), or
+            counts episodes with ``n_envs > 1`` (one runner: SB3's one-env rule); or
             the model's env has VecEnv wrappers the collector does not apply.
     """
     if not isinstance(model, OffPolicyAlgorithm):

@@ -80,9 +80,10 @@ class SharedReplayCollector(AgentStepper):
         ValueError: the buffer has ``optimize_memory_usage`` (it reads a cell's next
             observation from the next row, which here holds another transition), is an
             ``NStepReplayBuffer`` or ``HerReplayBuffer`` (``_sb3.refuse_sequence_buffer``),
-            ``env_fns`` is empty or ``seeds`` is not one per copy, or a possible agent
-            observes channel-last images the model acts on but cannot store (a
-            channel-first model without ``VecTransposeImage``).
+            ``train_freq`` counts episodes and ``n_envs > 1`` (SB3's one-env rule,
+            ``_sb3.refuse_episodic_columns``), ``env_fns`` is empty or ``seeds`` is not one
+            per copy, or a possible agent observes channel-last images the model acts on but
+            cannot store (a channel-first model without ``VecTransposeImage``).
     """
 
     def __init__(
