@@ -132,6 +132,10 @@ def test_refusals_are_named() -> None:
     with pytest.raises(ValueError, match=r"opponents\['player_2'\] is the trained model itself"):
         check_aec_replay_model(dqn, {"player_2": dqn}, "caller")
     episodic = DQN("MultiInputPolicy", DummyVecEnv([Seat] * 2), train_freq=(1, "episode"))
-    check_aec_replay_model(episodic, None, "caller")  # one runner: SB3's episodic training
     with pytest.raises(ValueError, match=r"cannot split train_freq=\(1, 'episode'\)"):
         check_aec_replay_model(episodic, None, "caller", n_runners=2)
+    # one runner: SB3 trains per episode with one env only (one buffer column)
+    with pytest.raises(ValueError, match=r"caller: train_freq=\(1, 'episode'\) .* n_envs=2"):
+        check_aec_replay_model(episodic, None, "caller")
+    one = DQN("MultiInputPolicy", DummyVecEnv([Seat]), train_freq=(1, "episode"))
+    check_aec_replay_model(one, None, "caller")  # SB3's episodic training

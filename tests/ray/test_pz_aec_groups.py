@@ -8,8 +8,10 @@ each runner's block of every group's columns (two runners), equals the in-proces
 array for array, over three rollouts with each model's ``train()`` between (the weights
 republished): two groups (a seat each, of different ``n_steps``: one group's buffer fills
 first, its later turns are acted unstored), one group against ``"random"`` and against a
-frozen model (sent as its SB3 save bytes, loaded in the runner), and a PPO per good agent of
-mpe2's ``simple_adversary_v3`` AEC env next to a random adversary.
+frozen model (sent as its SB3 save bytes, loaded in the runner), a PPO per good agent of
+mpe2's ``simple_adversary_v3`` AEC env next to a random adversary, and (one runner) a
+RecurrentPPO group next to a MaskablePPO group on ``tictactoe_v3`` (the mask left in the
+RecurrentPPO's Dict observation; the four LSTM state arrays compared exactly too).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pettingzoo.classic import connect_four_v3, tictactoe_v3
 from rlightning_ray_test_pz_checks import (
     CLOSE,
     FIELDS,
+    STATES,
     Slot,
     assert_segments_moved,
     episodes,
@@ -33,7 +36,7 @@ from rlightning_ray_test_pz_checks import (
     rng_state,
 )
 from rlightning_ray_test_pz_checks import assert_arrays as _assert_equal
-from sb3_contrib import MaskablePPO
+from sb3_contrib import MaskablePPO, RecurrentPPO
 from stable_baselines3 import DQN, PPO
 from stable_baselines3.common.utils import set_random_seed
 from stable_baselines3.common.vec_env import DummyVecEnv
@@ -98,6 +101,26 @@ def _model(
     return model
 
 
+def _recurrent(make: Any, n_steps: int, n_envs: int, seed: int) -> Any:
+    """A tiny RecurrentPPO (an LSTM of 4) for the first seat of ``make()``'s env, started.
+
+    Its Dict observation keeps the action mask (a RecurrentPPO does not mask: it observes it),
+    as tests/pettingzoo/test_aec_groups_recurrent.py builds it.
+    """
+    model = RecurrentPPO(
+        "MultiInputLstmPolicy",
+        DummyVecEnv([partial(Slot, *_seat(make))] * n_envs),
+        n_steps=n_steps,
+        batch_size=n_steps * n_envs,
+        n_epochs=1,
+        policy_kwargs={"net_arch": [8], "lstm_hidden_size": 4},
+        seed=seed,
+        device="cpu",
+    )
+    start_training(model, total_timesteps=10_000)
+    return model
+
+
 def _buffer(model: Any, columns: slice = slice(None)) -> dict[str, np.ndarray]:
     """Copies of the buffer's arrays (each key of Dict observations; masks) of ``columns``."""
     buf = model.rollout_buffer
@@ -112,6 +135,8 @@ def _buffer(model: Any, columns: slice = slice(None)) -> dict[str, np.ndarray]:
     if hasattr(buf, "action_masks"):
         masks = buf.action_masks.reshape(buf.buffer_size, buf.n_envs, -1)
         out["action_masks"] = np.array(masks[:, columns])
+    if hasattr(buf, "hidden_states_pi"):  # a RecurrentPPO's LSTM states: columns on axis 2
+        out.update({name: np.array(getattr(buf, name)[:, :, columns]) for name in STATES})
     return out
 
 
@@ -119,7 +144,8 @@ def _setup(make: Any, kind: str, columns: int) -> tuple[Any, dict[str, str], Any
     """``(models, group_of, opponents)``: two groups (a seat each), or one vs an opponent.
 
     Two groups: "first" ``n_steps=6``, "second" ``n_steps=4`` (each ``columns`` columns), so
-    that "second"'s buffer fills first and its later turns are acted unstored. "adversary":
+    that "second"'s buffer fills first and its later turns are acted unstored; "recurrent":
+    the same with "first" a RecurrentPPO (its LSTM states kept in the runner). "adversary":
     a PPO per good agent of simple_adversary (``n_steps`` 7 and 5: a game is 5 turns of each),
     the adversary random.
     """
@@ -130,8 +156,9 @@ def _setup(make: Any, kind: str, columns: int) -> tuple[Any, dict[str, str], Any
         }
         return models, {"agent_0": "a0", "agent_1": "a1"}, {"adversary_0": "random"}
     first, second = make().possible_agents
-    if kind == "groups":
-        models = {"first": _model(make, 6, columns, 3), "second": _model(make, 4, columns, 4)}
+    if kind in ("groups", "recurrent"):
+        lead = (_model if kind == "groups" else _recurrent)(make, 6, columns, 3)
+        models = {"first": lead, "second": _model(make, 4, columns, 4)}
         return models, {first: "first", second: "second"}, None
     opponent = "random" if kind == "random" else _model(make, 4, 1, 9, started=False, ortho=False)
     return {"learner": _model(make, 8, columns, 3)}, {first: "learner"}, {second: opponent}
@@ -173,7 +200,7 @@ def _in_process(make: Any, kind: str, seeds: list[int], acting_seed: int) -> lis
 
 
 CASES = [("connect4", "groups"), ("tictactoe", "groups"), ("tictactoe", "random")]
-CASES += [("connect4", "frozen"), ("adversary", "adversary")]
+CASES += [("connect4", "frozen"), ("adversary", "adversary"), ("tictactoe", "recurrent")]
 
 
 @pytest.mark.parametrize(("game", "kind"), CASES, ids=[f"{g}-{k}" for g, k in CASES])
@@ -215,9 +242,12 @@ def test_one_runner_fills_every_groups_buffer_as_in_process(
         assert not np.array_equal(values[0], values[1])  # acted with the trained weights
     ends = {s.end for k in range(ROLLOUTS) for g in models for s in got[k]["segments"][g]}
     assert ends >= {"truncated" if kind == "adversary" else "terminated", "cut"}
-    if kind == "groups":  # "second" (4 rows) fills before "first" (6): its turns dropped
+    if kind in ("groups", "recurrent"):  # "second" (4 rows) fills before "first" (6): dropped
         assert sum(g["group_dropped"]["second"] for g in got) > 0
         assert {s.agent_id for s in got[0]["segments"]["first"]} == {_agent_of(group_of, "first")}
+        if kind == "recurrent":  # the LSTM states compared are not all zero
+            assert set(STATES) <= set(got[0]["buffers"]["first"])
+            assert any(np.abs(g["buffers"]["first"][STATES[0]]).sum() > 0 for g in got)
     elif kind == "adversary":  # "a1" (5 rows) fills before "a0" (7); the adversary not stored
         assert sum(g["group_dropped"]["a1"] for g in got) > 0
         assert {s.agent_id for s in got[0]["segments"]["a0"]} == {"agent_0"}

@@ -27,9 +27,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "adapter_for",
+    "check_update_model",
     "is_sb3_model",
     "observation_intake",
     "observation_shape_mismatch",
+    "refuse_episodic_columns",
     "refuse_unstarted",
     "refuse_unstorable_layout",
     "sb3_rows",
@@ -251,6 +253,38 @@ def refuse_unstorable_layout(
             )
 
 
+def refuse_episodic_columns(model: Any, caller: str, group: str | None = None) -> None:
+    """Refuse ``train_freq`` counted in episodes with more than one buffer column.
+
+    SB3 trains per episode with one env only: ``OffPolicyAlgorithm._setup_learn`` and
+    ``collect_rollouts`` assert "You must use only one env when doing episodic training" where
+    ``train_freq.unit`` is ``TrainFrequencyUnit.EPISODE`` and ``env.num_envs > 1``. A replay
+    collector's columns are its model's ``n_envs``; the same rule, before any env is built or
+    stepped. Nothing is mutated.
+
+    Args:
+        model: An off-policy SB3 model (``train_freq`` a ``TrainFreq`` since ``_setup_model``).
+        caller: The collector's name, for the message.
+        group: The model's group, for the message (None: the collector's one model).
+
+    Raises:
+        ValueError: ``train_freq`` counts episodes and ``model.n_envs > 1`` (the collector,
+            the group, the ``train_freq`` and the ``n_envs`` named).
+    """
+    from stable_baselines3.common.type_aliases import TrainFrequencyUnit
+
+    train_freq: Any = model.train_freq
+    n_envs = int(model.n_envs)
+    if train_freq.unit == TrainFrequencyUnit.EPISODE and n_envs > 1:
+        whose = "" if group is None else f" (group {group!r})"
+        raise ValueError(
+            f"{caller}{whose}: train_freq=({train_freq.frequency}, {train_freq.unit.value!r}) "
+            f"counts episodes, which SB3 allows with one env only ('You must use only one env "
+            f"when doing episodic training'), but the model has n_envs={n_envs} buffer "
+            "columns; build it over one env (n_envs=1), or use a train_freq counted in steps"
+        )
+
+
 def refuse_sequence_buffer(model: Any, caller: str, group: str | None = None) -> None:
     """Refuse a replay buffer that reads a column's consecutive rows as one env's trajectory.
 
@@ -288,6 +322,27 @@ def refuse_sequence_buffer(model: Any, caller: str, group: str | None = None) ->
             f"{type(buffer).__name__}): it reads a column's consecutive rows as one env's "
             "trajectory, while a column here holds the transitions of different agents and "
             "copies; build the model with n_steps=1 and a plain ReplayBuffer/DictReplayBuffer"
+        )
+
+
+def check_update_model(update_model: object, caller: str) -> None:
+    """Refuse a ``collect(update_model=...)`` that is not a bool, before any env is stepped.
+
+    The collectors branch on ``update_model`` by truthiness: a string such as ``"no"`` or
+    ``"False"`` would be taken as True (the model's counters, callback and logger advanced).
+    A Python ``bool`` or a NumPy ``bool_`` passes; nothing is mutated.
+
+    Args:
+        update_model: The argument given to ``collect``.
+        caller: The collector's name, for the message.
+
+    Raises:
+        TypeError: ``update_model`` is not a bool (its type and value named).
+    """
+    if not isinstance(update_model, bool | np.bool_):
+        raise TypeError(
+            f"{caller}.collect: update_model must be a bool (True or False), got "
+            f"{type(update_model).__name__} {update_model!r}"
         )
 
 

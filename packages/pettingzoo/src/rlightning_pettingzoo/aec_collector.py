@@ -56,6 +56,7 @@ from rlightning_pettingzoo._envs import describe_env, require_aec
 from rlightning_pettingzoo._lanes import RecurrentLanes
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
+    check_update_model,
     is_sb3_model,
     observation_intake,
     observation_shape_mismatch,
@@ -458,6 +459,8 @@ class AECRolloutCollector(CopyBookkeeping):
             ``returns`` and ``advantages`` computed; the envs are stepped.
 
         Raises:
+            TypeError: ``update_model`` is not a bool (e.g. the string ``"no"``), before
+                any step.
             ValueError: a trained agent's or opponent's mask allows no action, or is malformed;
                 what the SB3 helpers and the adapter raise (spaces, masks).
             RuntimeError: a copy gave no trained agent a turn for many steps.
@@ -465,6 +468,7 @@ class AECRolloutCollector(CopyBookkeeping):
                 were added (as :meth:`SharedRolloutCollector.collect`).
         """
         model: Any = self.model
+        check_update_model(update_model, self._caller)
         if update_model:  # before any step: add_rollout_step would refuse only at the end
             refuse_unstarted(model, self._caller)
         buf = model.rollout_buffer

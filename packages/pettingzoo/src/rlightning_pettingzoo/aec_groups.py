@@ -56,6 +56,7 @@ from rlightning_pettingzoo._envs import describe_env
 from rlightning_pettingzoo._lanes import RecurrentLanes
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
+    check_update_model,
     observation_intake,
     refuse_gsde,
     refuse_unapplied_wrappers,
@@ -153,13 +154,16 @@ class _GroupTurns(AECRolloutCollector):
         """The group of trained ``agent`` (``group_of``'s answer, remembered).
 
         Raises:
-            ValueError: ``group_of`` has no group for it, or one not in ``models``.
+            ValueError: ``group_of`` has no group for it, or one not in ``models``, or a
+                ``group_of`` function raised for it (chained).
         """
         found = self._groups.get(agent)
         if found is not None:
             return found
         where = "" if env is None else f" of {describe_env(env)} (copy {i})"
-        group = _lookup_group(self._group_of, self.models, agent, where, " or name it in opponents")
+        group = _lookup_group(
+            self._group_of, self.models, agent, where, self._caller, " or name it in opponents"
+        )
         self._groups[agent] = group
         return group
 
@@ -221,6 +225,7 @@ class _GroupTurns(AECRolloutCollector):
         for group, model in self.models.items():
             buf = model.rollout_buffer
             shapes[group] = (int(buf.buffer_size), int(buf.n_envs))
+        check_update_model(update_model, _CALLER)
         if update_model:  # before any step: add_rollout_step would refuse only at the end
             for group, model in self.models.items():
                 refuse_unstarted(model, _CALLER, group)
@@ -395,6 +400,8 @@ class AECGroupRolloutCollector:
             :attr:`dropped` are set.
 
         Raises:
+            TypeError: ``update_model`` is not a bool (e.g. the string ``"no"``), before
+                any step.
             ValueError: before any step, with ``update_model``, a model was not given
                 ``start_training`` (named by group); a turn's mask allows no action or is
                 malformed; what the SB3 helpers and the adapter raise.

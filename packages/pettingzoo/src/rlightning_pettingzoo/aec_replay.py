@@ -31,7 +31,12 @@ from typing import Any, ClassVar
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from rlightning_pettingzoo._columns import Transition
-from rlightning_pettingzoo._sb3 import adapter_for, refuse_sequence_buffer, refuse_unstarted
+from rlightning_pettingzoo._sb3 import (
+    adapter_for,
+    refuse_episodic_columns,
+    refuse_sequence_buffer,
+    refuse_unstarted,
+)
 from rlightning_pettingzoo.aec_collector import AECRolloutCollector, Opponent, _Turn
 from rlightning_pettingzoo.replay import _add_replay_row
 
@@ -72,7 +77,8 @@ class AECReplayCollector(AECRolloutCollector):
         TypeError: ``model`` is not an off-policy SB3 model, or what
             ``AECRolloutCollector`` raises for the envs and opponents.
         ValueError: the buffer has ``optimize_memory_usage`` (it reads a cell's next
-            observation from the next row, which holds another transition here), the model
+            observation from the next row, which holds another transition here), its
+            ``train_freq`` counts episodes and ``n_envs > 1`` (SB3's one-env rule), the model
             has an ``action_noise`` (no AEC env of PettingZoo has the continuous actions it is
             for; not supported), or what ``AECRolloutCollector`` raises.
     """
@@ -97,7 +103,8 @@ class AECReplayCollector(AECRolloutCollector):
         Raises:
             TypeError: not an off-policy SB3 model, or a recurrent one.
             ValueError: ``optimize_memory_usage``, an ``NStepReplayBuffer`` or
-                ``HerReplayBuffer``, or an ``action_noise``.
+                ``HerReplayBuffer``, an episodic ``train_freq`` with ``n_envs > 1``, or an
+                ``action_noise``.
         """
         if not isinstance(model, OffPolicyAlgorithm):
             raise TypeError(
@@ -112,6 +119,7 @@ class AECReplayCollector(AECRolloutCollector):
             )
         _refuse_action_noise(model, self._caller)
         refuse_sequence_buffer(model, self._caller)
+        refuse_episodic_columns(model, self._caller)
         adapter_for(model)  # the adapter's own refusals (a recurrent policy has none here)
 
     def collect(self) -> int:  # type: ignore[override]

@@ -35,7 +35,12 @@ from rlightning_pettingzoo._columns import (
     stack_rows,
 )
 from rlightning_pettingzoo._lanes import RecurrentLanes
-from rlightning_pettingzoo._sb3 import adapter_for, refuse_unstarted, stack_named
+from rlightning_pettingzoo._sb3 import (
+    adapter_for,
+    check_update_model,
+    refuse_unstarted,
+    stack_named,
+)
 from rlightning_pettingzoo._stepping import _MAX_IDLE_ROUNDS, AgentStepper
 from rlightning_sb3 import add_rollout_step, finish_rollout
 
@@ -140,6 +145,8 @@ class SharedRolloutCollector(AgentStepper):
             envs are stepped.
 
         Raises:
+            TypeError: ``update_model`` is not a bool (e.g. the string ``"no"``), before
+                any step.
             ValueError: before any step, ``update_model`` and the model was not given
                 :func:`rlightning_sb3.start_training`; an agent left without being terminated
                 or truncated, was reported terminated or truncated but left in ``env.agents``,
@@ -152,6 +159,7 @@ class SharedRolloutCollector(AgentStepper):
                 :func:`rlightning_sb3.finish_training`.
         """
         model: Any = self.model
+        check_update_model(update_model, "SharedRolloutCollector")
         if update_model:  # before any step: add_rollout_step would refuse only at the end
             refuse_unstarted(model, "SharedRolloutCollector")
         buf = model.rollout_buffer

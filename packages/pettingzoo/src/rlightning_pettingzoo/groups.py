@@ -38,7 +38,9 @@ from rlightning_pettingzoo._lanes import RecurrentLanes
 from rlightning_pettingzoo._noise import SlotNoise, slot_noise
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
+    check_update_model,
     observation_intake,
+    refuse_episodic_columns,
     refuse_gsde,
     refuse_sequence_buffer,
     refuse_unapplied_wrappers,
@@ -83,7 +85,12 @@ def _refuse_shared_models(models: Mapping[str, Any], caller: str) -> None:
 
 
 def _lookup_group(
-    group_of: GroupOf, models: Mapping[str, Any], agent: Any, where: str, otherwise: str = ""
+    group_of: GroupOf,
+    models: Mapping[str, Any],
+    agent: Any,
+    where: str,
+    caller: str,
+    otherwise: str = "",
 ) -> str:
     """``group_of``'s group for ``agent``, checked to be a key of ``models``.
 
@@ -92,16 +99,26 @@ def _lookup_group(
         models: Group name -> model.
         agent: The agent id.
         where: Where the agent lives, for the messages (`` of simple_spread_v3 (copy 0)``).
+        caller: The collector's name, for the messages.
         otherwise: Appended to the no-group message (what else the agent may be).
 
     Returns:
         The group's name; nothing is mutated.
 
     Raises:
-        ValueError: ``group_of`` has no group for the agent, or names one not in ``models``.
+        ValueError: ``group_of`` has no group for the agent, or names one not in ``models``;
+            a ``group_of`` function raised for the agent (its error chained as the cause,
+            e.g. the ``KeyError`` of an agent it does not know).
     """
     if callable(group_of):
-        group = group_of(agent)
+        try:
+            group = group_of(agent)
+        except Exception as err:
+            raise ValueError(
+                f"{caller}: the group_of function raised {err!r} for "
+                f"agent {agent!r}{where}; it must return a group of models "
+                f"({sorted(models)}) for every agent it is asked about{otherwise}"
+            ) from err
     elif agent in group_of:
         group = group_of[agent]
     else:
@@ -139,6 +156,7 @@ class _GroupStepper(AgentStepper):
             refuse_gsde(model, caller, group)
         self.models: dict[str, Any] = dict(models)
         self._group_of = group_of
+        self._group_caller = caller  # group()'s messages name the collector
         self._groups: dict[Any, str] = {}
         # per group: its model's observation intake (a CnnPolicy's VecTransposeImage)
         self._intakes = {g: observation_intake(m) for g, m in self.models.items()}
@@ -179,13 +197,14 @@ class _GroupStepper(AgentStepper):
 
         Raises:
             ValueError: ``group_of`` has no group for the agent, or names a group that is not
-                a key of ``models``.
+                a key of ``models``, or a ``group_of`` function raised for it (the collector
+                and the agent named, the function's error chained as the cause).
         """
         found = self._groups.get(agent)
         if found is not None:
             return found
         where = "" if env is None else f" of {describe_env(env)} (copy {i})"
-        group = _lookup_group(self._group_of, self.models, agent, where)
+        group = _lookup_group(self._group_of, self.models, agent, where, self._group_caller)
         self._groups[agent] = group
         return group
 
@@ -423,6 +442,8 @@ class GroupRolloutCollector(_GroupStepper):
             :attr:`group_dropped` and ``dropped`` (their total) are set.
 
         Raises:
+            TypeError: ``update_model`` is not a bool (e.g. the string ``"no"``), before
+                any step.
             ValueError: an agent left without being terminated or truncated, or has no
                 observation; an agent has no group, its spaces differ from its group's or do
                 not fit its model; what the SB3 helpers and the adapter raise.
@@ -436,6 +457,7 @@ class GroupRolloutCollector(_GroupStepper):
             buf = model.rollout_buffer
             shapes[group] = (int(buf.buffer_size), int(buf.n_envs))
         remaining = {g: rows * columns for g, (rows, columns) in shapes.items()}
+        check_update_model(update_model, "GroupRolloutCollector")
         if update_model:  # before any step: add_rollout_step would refuse only at the end
             for group, model in self.models.items():
                 refuse_unstarted(model, "GroupRolloutCollector", group)
@@ -545,7 +567,8 @@ class GroupReplayCollector(_GroupStepper):
     Raises:
         TypeError: a model is not an off-policy SB3 model, or an env is not a ``ParallelEnv``.
         ValueError: a buffer has ``optimize_memory_usage`` or is an ``NStepReplayBuffer`` /
-            ``HerReplayBuffer``; ``models`` or ``env_fns`` is
+            ``HerReplayBuffer``; a model's ``train_freq`` counts episodes and its
+            ``n_envs > 1`` (SB3's one-env rule, named by group); ``models`` or ``env_fns`` is
             empty, ``seeds`` is not one per copy, a possible agent has no group (or one not in
             ``models``), a group has no possible agent, or a possible agent observes
             channel-last images its group's model acts on but cannot store. At
@@ -576,6 +599,7 @@ class GroupReplayCollector(_GroupStepper):
                     "optimize_memory_usage=False"
                 )
             refuse_sequence_buffer(model, "GroupReplayCollector", group)
+            refuse_episodic_columns(model, "GroupReplayCollector", group)
             adapter_for(model)
         super().__init__(models, env_fns, group_of, seeds, "GroupReplayCollector")
         # per group with action noise: one process per (copy, agent) slot of its agents

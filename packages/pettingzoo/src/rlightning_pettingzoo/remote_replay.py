@@ -51,6 +51,7 @@ from rlightning_pettingzoo._columns import Transition
 from rlightning_pettingzoo._noise import base_noise
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
+    refuse_episodic_columns,
     refuse_sequence_buffer,
     refuse_unapplied_wrappers,
 )
@@ -113,7 +114,8 @@ def check_replay_model(model: Any, caller: str, n_runners: int = 1) -> None:
             replica's noise matrix is not the learner's, which ``train`` resamples);
             ``train_freq`` counts episodes and ``n_runners > 1`` (a rollout ends at the row
             where the learner's buffer, all runners' cells together, completes the episodes:
-            no runner can tell that row; SB3 allows episodic training with one env only); or
+            no runner can tell that row; SB3 allows episodic training with one env only), or
+            counts episodes with ``n_envs > 1`` (one runner: SB3's one-env rule); or
             the model's env has VecEnv wrappers the collector does not apply.
     """
     if not isinstance(model, OffPolicyAlgorithm):
@@ -143,6 +145,7 @@ def check_replay_model(model: Any, caller: str, n_runners: int = 1) -> None:
             "(and SB3 trains per episode with one env only); use one runner, or a train_freq "
             "counted in steps"
         )
+    refuse_episodic_columns(model, caller)
     refuse_unapplied_wrappers(model, caller)
     adapter_for(model)
 

@@ -28,6 +28,7 @@ from rlightning_pettingzoo._columns import Transition
 from rlightning_pettingzoo._noise import slot_noise
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
+    refuse_episodic_columns,
     refuse_sequence_buffer,
     refuse_unstarted,
     stack_named,
@@ -79,9 +80,10 @@ class SharedReplayCollector(AgentStepper):
         ValueError: the buffer has ``optimize_memory_usage`` (it reads a cell's next
             observation from the next row, which here holds another transition), is an
             ``NStepReplayBuffer`` or ``HerReplayBuffer`` (``_sb3.refuse_sequence_buffer``),
-            ``env_fns`` is empty or ``seeds`` is not one per copy, or a possible agent
-            observes channel-last images the model acts on but cannot store (a
-            channel-first model without ``VecTransposeImage``).
+            ``train_freq`` counts episodes and ``n_envs > 1`` (SB3's one-env rule,
+            ``_sb3.refuse_episodic_columns``), ``env_fns`` is empty or ``seeds`` is not one
+            per copy, or a possible agent observes channel-last images the model acts on but
+            cannot store (a channel-first model without ``VecTransposeImage``).
     """
 
     def __init__(
@@ -104,6 +106,7 @@ class SharedReplayCollector(AgentStepper):
                 "optimize_memory_usage=False"
             )
         refuse_sequence_buffer(model, "SharedReplayCollector")
+        refuse_episodic_columns(model, "SharedReplayCollector")
         adapter_for(model)
         super().__init__(model, env_fns, seeds, "SharedReplayCollector")
         self._noise = slot_noise(model, self._envs, self._row_prefix)
