@@ -189,7 +189,7 @@ def check_rollout(
                     buf.action_masks[row, seg.column], observation["action_mask"].astype(bool)
                 )
             if k < len(refs) - 1 or stored[-1] == rewards[-1]:
-                assert buf.rewards[row, seg.column] == np.float32(ref["reward"])  # SB3 stores float32
+                assert buf.rewards[row, seg.column] == np.float32(ref["reward"])
             else:
                 np.testing.assert_allclose(buf.rewards[row, seg.column], stored[-1], rtol=1e-5)
             starts = k == 0 and (row > 0 or _first_turn(log, seg.agent_id, seg.env_steps[0]))
