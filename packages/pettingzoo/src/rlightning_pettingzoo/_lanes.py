@@ -20,7 +20,7 @@ column's first sequence from the stored state). Nothing here knows SB3.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rlightning_pettingzoo._columns import Placed, Transition, pack
@@ -105,6 +105,28 @@ class RecurrentLanes:
             self._chosen[key] = (lane, start)
             out[key] = start
         return out
+
+    @staticmethod
+    def starts(
+        keys: Sequence[Slot], chosen: Mapping[Slot, bool], starting: Sequence[set[Any]]
+    ) -> list[bool]:
+        """Each acting slot's LSTM reset for the forward pass, in ``keys`` order.
+
+        A stored step's reset is the one :meth:`assign` gave it (``chosen``); a step acted but
+        not stored (not in ``chosen``) resets only where its agent's trajectory starts
+        (``starting``), so its agent's next stored step acts from the state its own trajectory
+        reached.
+
+        Args:
+            keys: Every (copy, agent) slot acting in the pass, in batch order.
+            chosen: :meth:`assign`'s answer for the stored ones (several lanes' answers merged,
+                for a group collector).
+            starting: Per copy, the agents whose episode starts at their next step (read).
+
+        Returns:
+            One bool per key.
+        """
+        return [chosen[k] if k in chosen else k[1] in starting[k[0]] for k in keys]
 
     def place(self, key: Slot, transition: Transition) -> None:
         """Put the stored step of ``key`` (its :meth:`assign`-ed one) into its column.

@@ -288,12 +288,14 @@ def refuse_episodic_columns(model: Any, caller: str, group: str | None = None) -
 def refuse_sequence_buffer(model: Any, caller: str, group: str | None = None) -> None:
     """Refuse a replay buffer that reads a column's consecutive rows as one env's trajectory.
 
-    SB3's ``NStepReplayBuffer`` (``n_steps > 1`` on an off-policy model) sums the rewards of
-    the ``n_steps`` rows below a sampled cell in its column (``_get_samples``) and
-    ``HerReplayBuffer`` tracks episodes per column (``ep_start``, ``ep_length``): both take a
-    column's rows as one env's consecutive steps. The multi-agent replay collectors fill a
-    column with whichever transitions completed (other agents, other copies), so such a buffer
-    would sample returns and goals of no agent's trajectory: refused.
+    ``optimize_memory_usage=True`` (SB3's ``ReplayBuffer`` then reads a cell's next
+    observation from the next row of its column), SB3's ``NStepReplayBuffer`` (``n_steps > 1``
+    on an off-policy model) sums the rewards of the ``n_steps`` rows below a sampled cell in its
+    column (``_get_samples``) and ``HerReplayBuffer`` tracks episodes per column
+    (``ep_start``, ``ep_length``): each takes a column's rows as one env's consecutive steps.
+    The multi-agent replay collectors fill a column with whichever transitions completed (other
+    agents, other copies), so such a buffer would sample next observations, returns and goals
+    of no agent's trajectory: refused.
 
     Args:
         model: An off-policy SB3 model.
@@ -304,9 +306,16 @@ def refuse_sequence_buffer(model: Any, caller: str, group: str | None = None) ->
         None; nothing is mutated.
 
     Raises:
-        ValueError: ``model.replay_buffer`` is an ``NStepReplayBuffer`` or a
-            ``HerReplayBuffer`` (or a subclass of either).
+        ValueError: ``model.replay_buffer`` has ``optimize_memory_usage``, or is an
+            ``NStepReplayBuffer`` or a ``HerReplayBuffer`` (or a subclass of either).
     """
+    whose = f" (the model of group {group!r})" if group is not None else ""
+    if getattr(model.replay_buffer, "optimize_memory_usage", False):
+        raise ValueError(
+            f"{caller}{whose} cannot fill a replay buffer with optimize_memory_usage=True: it "
+            "reads each cell's next observation from the next row, which holds another agent's "
+            "transition here; build the model with optimize_memory_usage=False"
+        )
     from stable_baselines3.common import buffers
     from stable_baselines3.her.her_replay_buffer import HerReplayBuffer
 
@@ -315,7 +324,6 @@ def refuse_sequence_buffer(model: Any, caller: str, group: str | None = None) ->
     kinds: tuple[type, ...] = (HerReplayBuffer,) if n_step is None else (n_step, HerReplayBuffer)
     buffer = getattr(model, "replay_buffer", None)
     if isinstance(buffer, kinds):
-        whose = f" (the model of group {group!r})" if group is not None else ""
         raise ValueError(
             f"{caller}{whose} cannot fill a {type(buffer).__name__} (n_steps="
             f"{getattr(model, 'n_steps', None)}, replay_buffer_class="

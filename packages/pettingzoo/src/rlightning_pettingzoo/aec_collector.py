@@ -379,7 +379,7 @@ class AECRolloutCollector(CopyBookkeeping):
         lanes = self._lanes_of(first.agent)  # one model (and its columns) for all ``turns``
         if lanes is not None:  # the LSTM resets: where an episode or a run in a column starts
             chosen = lanes.assign(keys if streams is not None else [], self._starting)
-            starts = [chosen[k] if k in chosen else k[1] in self._starting[k[0]] for k in keys]
+            starts = RecurrentLanes.starts(keys, chosen, self._starting)
         model = self._model_of(first.agent)
         try:
             rows = sb3_rows(

@@ -111,12 +111,6 @@ class AECReplayCollector(AECRolloutCollector):
                 f"{self._caller} needs an off-policy SB3 model (DQN, SAC, TD3), "
                 f"got {type(model).__name__}"
             )
-        if getattr(model.replay_buffer, "optimize_memory_usage", False):
-            raise ValueError(
-                f"{self._caller} cannot fill a replay buffer with optimize_memory_usage=True: "
-                "it reads each cell's next observation from the next row, which holds another "
-                "agent's transition here; build the model with optimize_memory_usage=False"
-            )
         _refuse_action_noise(model, self._caller)
         refuse_sequence_buffer(model, self._caller)
         refuse_episodic_columns(model, self._caller)

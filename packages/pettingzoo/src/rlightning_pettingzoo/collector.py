@@ -190,7 +190,7 @@ class SharedRolloutCollector(AgentStepper):
                 continue
             kept = [(copy.index, a) for copy in plan for a in copy.acting[: copy.kept]]
             chosen = self._lanes.assign(kept, self._starting)
-            starts = [chosen[k] if k in chosen else k[1] in self._starting[k[0]] for k in keys]
+            starts = RecurrentLanes.starts(keys, chosen, self._starting)
             rows = self._act(plan, keys, starts)
             for copy in plan:
                 count += self._step(copy, rows, streams, maskable)

@@ -503,8 +503,7 @@ class GroupRolloutCollector(_GroupStepper):
                     for group, lanes in recurrent.items()
                 }
                 every = {key: at for found in chosen.values() for key, at in found.items()}
-                # a stored step's reset is its column's; a dropped one's its trajectory's own
-                starts = [every[k] if k in every else k[1] in self._starting[k[0]] for k in keys]
+                starts = RecurrentLanes.starts(keys, every, self._starting)
                 rows = self._act(plan, keys, starts)
                 for copy in plan:
                     self._step(copy, rows, streams, maskable)
@@ -590,13 +589,6 @@ class GroupReplayCollector(_GroupStepper):
                 raise TypeError(
                     "GroupReplayCollector needs an off-policy SB3 model (DQN, SAC, TD3) for "
                     f"each group, got {type(model).__name__} for group {group!r}"
-                )
-            if getattr(model.replay_buffer, "optimize_memory_usage", False):
-                raise ValueError(
-                    f"the model of group {group!r} has a replay buffer with "
-                    "optimize_memory_usage=True, which reads each cell's next observation from "
-                    "the next row (another agent's transition here); build it with "
-                    "optimize_memory_usage=False"
                 )
             refuse_sequence_buffer(model, "GroupReplayCollector", group)
             refuse_episodic_columns(model, "GroupReplayCollector", group)

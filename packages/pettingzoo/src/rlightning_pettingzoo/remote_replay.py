@@ -122,12 +122,6 @@ def check_replay_model(model: Any, caller: str, n_runners: int = 1) -> None:
         raise TypeError(
             f"{caller} needs an off-policy SB3 model (DQN, SAC, TD3), got {type(model).__name__}"
         )
-    if getattr(model.replay_buffer, "optimize_memory_usage", False):
-        raise ValueError(
-            f"{caller} cannot fill a replay buffer with optimize_memory_usage=True: it reads "
-            "each cell's next observation from the next row, which holds another agent's "
-            "transition here; build the model with optimize_memory_usage=False"
-        )
     refuse_sequence_buffer(model, caller)
     if getattr(model, "use_sde", False):
         raise ValueError(

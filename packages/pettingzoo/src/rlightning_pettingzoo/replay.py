@@ -98,13 +98,6 @@ class SharedReplayCollector(AgentStepper):
                 "SharedReplayCollector needs an off-policy SB3 model (DQN, SAC, TD3), "
                 f"got {type(model).__name__}"
             )
-        if getattr(model.replay_buffer, "optimize_memory_usage", False):
-            raise ValueError(
-                "SharedReplayCollector cannot fill a replay buffer with optimize_memory_usage="
-                "True: it reads each cell's next observation from the next row, which holds "
-                "another agent's transition here; build the model with "
-                "optimize_memory_usage=False"
-            )
         refuse_sequence_buffer(model, "SharedReplayCollector")
         refuse_episodic_columns(model, "SharedReplayCollector")
         adapter_for(model)
