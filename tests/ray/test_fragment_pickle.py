@@ -9,7 +9,10 @@ real local-mode runners built in this process (the actor's class, as
 observations, DQN, a ``Dict`` observation env, MaskablePPO with masks. Each is loaded three
 ways (in band; out of band from read-only buffers, as Ray's object store gives them; through
 ``ray.put``/``ray.get``) and every value compared with the oracle's: type, dtype, shape,
-device, bits, writability, contiguity, a tensor's storage size and offset, field order. The
+device, bits, writability, contiguity, a tensor's storage size and offset, field order. With
+protocol 5 the whole state is one standard pickle (``rlightning.batch.reduce_in_band``): the
+out-of-band oracle copies buffers under ``IN_BAND_MAX_BYTES`` into the pickle (they load
+writable, with their own memory) and keeps larger ones out of band, read-only. The
 consumers' buffers over Ray are ``tests/ray/test_local.py``'s (unchanged, and green).
 """
 
@@ -26,6 +29,7 @@ import pytest
 import ray
 import torch
 
+from rlightning.batch import IN_BAND_MAX_BYTES
 from rlightning_ray.groups import Fragment
 from rlightning_ray.runner import EnvRunner
 from rlightning_ray.sb3 import SB3BatchPolicy, acting_state
@@ -148,6 +152,26 @@ def _out_of_band(obj: Any) -> tuple[Any, int]:
     return pickle.loads(blob, buffers=frozen), len(buffers)
 
 
+def _split_band(obj: Any) -> Any:
+    """The oracle of ``reduce_in_band``: small buffers in band, large ones out of band, read-only.
+
+    Pickles ``obj`` with protocol 5, copying buffers under ``IN_BAND_MAX_BYTES`` into the pickle
+    (numpy loads those writable, with their own memory) and leaving larger ones out of band,
+    loaded from read-only memory as from Ray's object store.
+    """
+    buffers: list[pickle.PickleBuffer] = []
+
+    def keep(buffer: pickle.PickleBuffer) -> bool:
+        if buffer.raw().nbytes < IN_BAND_MAX_BYTES:
+            return True
+        buffers.append(buffer)
+        return False
+
+    blob = pickle.dumps(obj, protocol=5, buffer_callback=keep)
+    frozen = [memoryview(bytes(b.raw())).toreadonly() for b in buffers]
+    return pickle.loads(blob, buffers=frozen)
+
+
 def test_fragments_have_what_the_cases_need(fragments: dict[str, Fragment]) -> None:
     """The cases hold truncations with terminal observations, dict observations and masks."""
     infos = [info for step in fragments["cartpole-ppo"].infos for info in step]
@@ -169,10 +193,10 @@ def test_a_fragment_loads_as_the_per_step_pickling_did(
         assert_same(vars(ours), pickle.loads(pickle.dumps(state, protocol=protocol)))
         assert type(ours) is Fragment
     ours, n_ours = _out_of_band(fragment)
-    oracle, n_oracle = _out_of_band(state)
+    oracle = _split_band(state)
     assert_same(vars(ours), oracle)
     assert _aliases(ours.answers) == _aliases(oracle["answers"]) == _aliases(fragment.answers)
-    assert n_ours <= n_oracle - N_STEPS + 1, (n_ours, n_oracle)  # the columns travel stacked
+    assert n_ours == 0  # every column is under IN_BAND_MAX_BYTES: one bytes object in all
     assert_same(vars(copy.deepcopy(fragment)), vars(fragment))
     shallow = copy.copy(fragment)
     assert shallow.answers is fragment.answers and shallow is not fragment
@@ -184,8 +208,43 @@ def test_a_fragment_through_ray_loads_as_the_per_step_pickling_did(
 ) -> None:
     fragment = fragments[case]
     ours = ray.get(ray.put(fragment))
-    oracle = ray.get(ray.put(_oracle_state(fragment)))
-    assert_same(vars(ours), oracle)
+    assert_same(vars(ours), _split_band(_oracle_state(fragment)))
+    big = copy.deepcopy(fragment)
+    k = len(big.env_ids)
+    big.observations = [np.full((k, 8192), t, np.float32) for t in range(N_STEPS)]
+    ours = ray.get(ray.put(big))  # each step 96 KiB: out of band, stacked too
+    assert_same(vars(ours), _split_band(_oracle_state(big)))
+    assert not ours.observations[0].flags.writeable  # a view of the object store, zero-copy
+    assert ours.answers[0].action.flags.writeable  # small: copied in, its own memory
+
+
+def test_large_columns_stay_out_of_band_and_small_ones_are_copied_in(
+    fragments: dict[str, Fragment],
+) -> None:
+    fragment = copy.deepcopy(fragments["cartpole-ppo"])
+    k = len(fragment.env_ids)
+    fragment.observations = [np.full((k, 8192), t, np.float32) for t in range(N_STEPS)]
+    ours, n_ours = _out_of_band(fragment)
+    assert n_ours == 1  # the stacked observations, not copied into the pickle
+    assert_same(vars(ours), _split_band(_oracle_state(fragment)))
+    assert not ours.observations[5].flags.writeable
+    assert ours.observations[5][0, 0] == 5.0
+    assert len(pickle.dumps(fragment, protocol=5, buffer_callback=lambda b: False)) < 2**16
+    assert len(pickle.dumps(fragment, protocol=4)) > k * 8192 * 4 * N_STEPS  # no buffers: in
+
+
+def test_a_state_the_standard_pickler_cannot_save_travels_through_the_callers_pickler(
+    local_ray: None, fragments: dict[str, Fragment]
+) -> None:
+    """A lambda in an info dict: cloudpickle (Ray's) saves it, the standard pickler cannot."""
+    fragment = copy.deepcopy(fragments["cartpole-ppo"])
+    fragment.infos[0][0]["scale"] = lambda x: 2 * x
+    with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
+        pickle.dumps(fragment, protocol=5)  # the fallback, saved by the standard pickler: fails
+    ours = ray.get(ray.put(fragment))
+    assert ours.infos[0][0]["scale"](3) == 6
+    del fragment.infos[0][0]["scale"], ours.infos[0][0]["scale"]
+    assert_same(vars(ours), ray.get(ray.put(_oracle_state(fragment))))
 
 
 def test_columns_that_cannot_stack_exactly_travel_step_by_step(
@@ -221,7 +280,7 @@ def test_columns_that_cannot_stack_exactly_travel_step_by_step(
     for fragment in cases:
         state = _oracle_state(fragment)
         assert_same(vars(pickle.loads(pickle.dumps(fragment, protocol=5))), _roundtrip(state))
-        assert_same(vars(_out_of_band(fragment)[0]), _out_of_band(state)[0])
+        assert_same(vars(_out_of_band(fragment)[0]), _split_band(state))
     ours = pickle.loads(pickle.dumps(shared, protocol=5))
     assert ours.answers[2].log_prob is ours.answers[2].value
     assert ours.observations[3] is ours.observations[1]

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import copyreg
+import pickle
 from collections import Counter
 from typing import Any
 
@@ -50,7 +51,13 @@ from rlightning._torch import (
 from rlightning._tree import ATOMIC_TYPES as _ATOMIC
 from rlightning._tree import map_leaves
 
-__all__ = ["pack_responses", "pack_steps", "reduce_response"]
+__all__ = [
+    "IN_BAND_MAX_BYTES",
+    "pack_responses",
+    "pack_steps",
+    "reduce_in_band",
+    "reduce_response",
+]
 
 
 class _TensorPickle:
@@ -503,3 +510,76 @@ def pack_steps(items: list[Any]) -> Any:
         step of the stacked array (writable as a per-step load would be).
     """
     return _Packed(items, False)
+
+
+# --- One pickle for a whole state (fragments) ----------------------------------------------------
+#
+# Ray pickles with cloudpickle, whose ``reducer_override`` is a Python function the C pickler calls
+# for every object it saves that is not a builtin atom: every list, dict, array and stand-in of a
+# fragment's ~60 steps of infos. The standard pickler (``pickle.dumps``, C, no override) saves the
+# same state in a fraction of that. So a fragment pickles its state with it, into one bytes object,
+# and hands the outer pickler (Ray's) only that bytes object and the large buffers: those stay out
+# of band, zero-copy (``pickle.PickleBuffer``: Ray's ``buffer_callback`` takes them as it takes an
+# array's). What the standard pickler cannot save (a lambda in an info dict: cloudpickle can) makes
+# the state travel as before, through the outer pickler.
+
+#: Buffers (an array's data) of at least this many bytes stay out of band, zero-copy; smaller ones
+#: are copied into the one bytes object (cheaper than one out-of-band buffer each in Ray).
+IN_BAND_MAX_BYTES = 64 * 1024
+
+
+def reduce_in_band(obj: Any, state: dict[str, Any], protocol: Any) -> tuple[Any, ...]:
+    """The reduce value of ``obj``: ``state`` pickled by the standard pickler, as one bytes object.
+
+    For ``__reduce_ex__`` of a class whose instance dict is ``state`` (``rlightning_ray``'s
+    fragments). With protocol 5, ``state`` is pickled by ``pickle.dumps(protocol=5)`` with a
+    ``buffer_callback``: buffers of at least :data:`IN_BAND_MAX_BYTES` bytes (large arrays, CPU
+    tensors' numpy views) are left out of the bytes and returned beside it as
+    ``pickle.PickleBuffer`` objects, so the caller's pickler (Ray's) may send them out of band,
+    without a copy; smaller ones are copied in. Loading calls ``pickle.loads(data,
+    buffers=...)`` and sets the loaded dict as ``obj.__dict__``.
+
+    What loads differs from a plain pickle in two ways, both documented in docs/decisions.md
+    ("Fragments cross Ray as one pickle"): small arrays load writable, with their own memory,
+    where Ray's out-of-band loads would have given read-only views of the object store (large
+    ones still do); and an object held both inside ``state`` and elsewhere in the outer pickle
+    loads as two objects (the two pickles have separate memos).
+
+    Args:
+        obj: The object being pickled (its class is rebuilt with ``cls.__new__``).
+        state: Its instance dict (or a modified copy: stand-ins such as
+            :func:`pack_responses` are pickled as they are in any pickle).
+        protocol: The protocol the caller's pickler asked for.
+
+    Returns:
+        ``(_load_in_band, (cls, data, *buffers))``; for protocol < 5, or a state the standard
+        pickler cannot save (``pickle.PicklingError``, ``TypeError``, ``AttributeError``: a
+        lambda, a local class), the plain ``(copyreg.__newobj__, (cls,), state)``, which the
+        caller's pickler saves as it saves any object. Nothing is mutated.
+    """
+    cls = type(obj)
+    if isinstance(protocol, int) and protocol >= 5:
+        buffers: list[pickle.PickleBuffer] = []
+
+        def keep_large(buffer: pickle.PickleBuffer) -> bool:
+            if buffer.raw().nbytes < IN_BAND_MAX_BYTES:
+                return True  # copied into the bytes
+            buffers.append(buffer)
+            return False
+
+        try:
+            data = pickle.dumps(state, protocol=5, buffer_callback=keep_large)
+        except (pickle.PicklingError, TypeError, AttributeError):
+            pass
+        else:
+            return (_load_in_band, (cls, data, *buffers))
+    # copyreg.__newobj__ is pickle's NEWOBJ; the state is set as the instance dict
+    return (copyreg.__newobj__, (cls,), state)  # type: ignore[attr-defined]
+
+
+def _load_in_band(cls: type[Any], data: bytes, *buffers: Any) -> Any:
+    """The object :func:`reduce_in_band` pickled: a new ``cls`` with the loaded instance dict."""
+    make: Any = cls.__new__
+    new = make(cls)
+    new.__dict__.update(pickle.loads(data, buffers=buffers))
+    return new

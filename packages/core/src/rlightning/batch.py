@@ -18,7 +18,9 @@ iteration, ``in``, ``==`` with a list, ``reversed``, ``index``, ``count`` and ``
 
 :func:`pack_responses` and :func:`pack_steps` are the same idea for a list of such answers sent
 to another process (``rlightning_ray``'s fragments): stand-ins that pickle ``n_steps`` responses,
-or arrays, as one stacked array per field and load them as the per-step pickling loads them.
+or arrays, as one stacked array per field and load them as the per-step pickling loads them;
+:func:`reduce_in_band` pickles such a holder's whole state with the standard pickler, as one
+bytes object beside its large buffers (Ray's cloudpickle is slower on many small objects).
 """
 
 from __future__ import annotations
@@ -29,11 +31,17 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar, overload
 
 from rlightning._fields import _new_namespace
-from rlightning._pickle import pack_responses, pack_steps
+from rlightning._pickle import IN_BAND_MAX_BYTES, pack_responses, pack_steps, reduce_in_band
 from rlightning._stack import ENV_IDS_FIELD
 from rlightning.types.policy_response import PolicyResponse
 
-__all__ = ["ResponseBatch", "pack_responses", "pack_steps"]
+__all__ = [
+    "IN_BAND_MAX_BYTES",
+    "ResponseBatch",
+    "pack_responses",
+    "pack_steps",
+    "reduce_in_band",
+]
 
 _R = TypeVar("_R", bound=PolicyResponse)
 

@@ -20,7 +20,6 @@ default) and ``rlightning_pettingzoo.ParallelEnvGroup`` (PettingZoo parallel env
 
 from __future__ import annotations
 
-import copyreg
 from collections.abc import Callable, Sequence
 from copy import deepcopy
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import numpy as np
 from gymnasium import spaces
 
-from rlightning.batch import pack_responses, pack_steps
+from rlightning.batch import pack_responses, pack_steps, reduce_in_band
 from rlightning_ray._contract import reset_problem, step_problem
 from rlightning_ray.latency import HOPS
 
@@ -203,15 +202,19 @@ class Fragment:
 
         One stacked array per field of the answers (and one per observation key) instead of
         one small pickled object per step: the fragment's trip through Ray costs a fraction.
-        Every value loads as before (type, dtype, shape, writability; ``rlightning._pickle``'s
-        column section says how); lists that cannot be stacked exactly travel as lists.
+        Every value loads as before (type, dtype, shape; ``rlightning._pickle``'s column section
+        says how); lists that cannot be stacked exactly travel as lists. With protocol 5 (Ray's)
+        the whole state is one standard pickle (:func:`rlightning.batch.reduce_in_band`): Ray's
+        cloudpickle calls a Python hook per object it saves, the standard pickler does not.
+        Arrays (and CPU tensors) of 64 KiB or more stay out of band, zero-copy, and load
+        read-only from Ray's object store; smaller ones are copied in and load writable, with
+        their own memory (docs/decisions.md, "Fragments cross Ray as one pickle").
         """
         state = self.__dict__.copy()
         state["answers"] = pack_responses(self.answers)
         state["observations"] = pack_steps(self.observations)
         state["action_masks"] = pack_steps(self.action_masks)
-        # copyreg.__newobj__ is pickle's NEWOBJ; the state is set as the dataclass's own was
-        return (copyreg.__newobj__, (type(self),), state)  # type: ignore[attr-defined]
+        return reduce_in_band(self, state, protocol)
 
     def __copy__(self) -> Fragment:
         """A shallow copy (the lists shared), as a dataclass's default copy."""
