@@ -7,6 +7,7 @@ subclasses as env ids and exotic tensor dtypes survive pickle, copy and deepcopy
 from __future__ import annotations
 
 import copy
+import copyreg
 import pickle
 import time
 import warnings
@@ -308,3 +309,51 @@ def test_pickle_keeps_exotic_dtypes(dtype_name: str) -> None:
     restored = pickle.loads(pickle.dumps(response, protocol=5))
     assert restored.x.dtype == dtype
     assert restored == response
+
+
+class _Holder:
+    """A class pickled through ``reduce_in_band`` (as ``rlightning_ray``'s ``Fragment``)."""
+
+    def __init__(self, **state: Any) -> None:
+        self.__dict__.update(state)
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        from rlightning.batch import reduce_in_band
+
+        return reduce_in_band(self, dict(self.__dict__), protocol)
+
+
+def test_reduce_in_band_is_one_pickle_with_large_buffers_beside_it() -> None:
+    from rlightning.batch import IN_BAND_MAX_BYTES
+
+    large = np.arange(IN_BAND_MAX_BYTES // 4, dtype=np.float32)  # exactly the threshold
+    small = np.arange(IN_BAND_MAX_BYTES // 4 - 1, dtype=np.float32)  # one item under it
+    holder = _Holder(large=large, small=small, tags=["a", {"b": 1}], shared=[small, small])
+    data, buffers = _dumps_oob(holder)
+    assert len(buffers) == 1 and buffers[0].raw().nbytes == large.nbytes
+    assert _address(buffers[0]) == large.__array_interface__["data"][0]  # not copied
+    frozen = [memoryview(bytes(b.raw())).toreadonly() for b in buffers]
+    loaded = pickle.loads(data, buffers=frozen)
+    assert type(loaded) is _Holder and list(vars(loaded)) == list(vars(holder))
+    assert np.array_equal(loaded.large, large) and not loaded.large.flags.writeable
+    assert np.array_equal(loaded.small, small) and loaded.small.flags.writeable
+    assert loaded.small.dtype == np.float32 and loaded.tags == ["a", {"b": 1}]
+    assert loaded.shared[0] is loaded.shared[1] is loaded.small  # one memo inside the state
+    for protocol in (2, 4, 5):  # without a buffer_callback everything is in band
+        again = pickle.loads(pickle.dumps(holder, protocol=protocol))
+        assert np.array_equal(again.large, large) and again.large.flags.writeable
+        assert vars(again).keys() == vars(holder).keys()
+
+
+def test_reduce_in_band_falls_back_to_the_callers_pickler() -> None:
+    from rlightning.batch import reduce_in_band
+
+    holder = _Holder(fn=lambda x: x, value=np.zeros(3))
+    reduced = reduce_in_band(holder, dict(vars(holder)), 5)
+    assert reduced[0] is copyreg.__newobj__  # type: ignore[attr-defined]
+    assert reduced[2]["fn"] is holder.fn  # the state itself: the caller's pickler saves it
+    with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
+        pickle.dumps(holder, protocol=5)  # the standard pickler cannot save a lambda anyway
+    copied = copy.deepcopy(holder)  # copy takes the fallback's (newobj, state) too
+    assert copied.fn is holder.fn and copied.value is not holder.value
+    assert reduce_in_band(holder, {"value": 1}, 4)[1] == (_Holder,)
