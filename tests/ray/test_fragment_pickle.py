@@ -24,6 +24,7 @@ from functools import partial
 from types import ModuleType
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import ray
@@ -288,3 +289,60 @@ def test_columns_that_cannot_stack_exactly_travel_step_by_step(
 
 def _roundtrip(obj: Any) -> Any:
     return pickle.loads(pickle.dumps(obj, protocol=5))
+
+
+def _recorded(kind: str) -> Any:
+    """A real recording of the PettingZoo recorders the Ray runners return (simple_spread)."""
+    from mpe2 import simple_spread_v3
+    from stable_baselines3 import DQN, PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from rlightning_pettingzoo import ReplayRecorder, RolloutRecorder
+    from rlightning_sb3 import start_training
+
+    def make_env() -> Any:
+        return simple_spread_v3.parallel_env(max_cycles=10)
+
+    probe = make_env()
+    agent = probe.possible_agents[0]
+    spaces = (probe.observation_space(agent), probe.action_space(agent))
+    slots = DummyVecEnv([partial(_Slot, *spaces)] * 2 * len(probe.possible_agents))
+    if kind == "rollout":
+        model: Any = PPO("MlpPolicy", slots, n_steps=N_STEPS, seed=0, device="cpu")
+        start_training(model, 10_000)
+        return RolloutRecorder(model, [make_env] * 2, seeds=[0, 3]).record()
+    model = DQN("MlpPolicy", slots, learning_starts=0, train_freq=N_STEPS, seed=0, device="cpu")
+    start_training(model, 10_000)
+    return ReplayRecorder(model, [make_env] * 2, seeds=[0, 3]).record(acting_state(model))
+
+
+class _Slot(gym.Env[Any, Any]):
+    """One agent's spaces for the shared model's VecEnv: sizes the buffer, never stepped."""
+
+    def __init__(self, observation_space: Any, action_space: Any) -> None:
+        self.observation_space, self.action_space = observation_space, action_space
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+
+@pytest.mark.parametrize("kind", ["rollout", "replay"])
+def test_a_pettingzoo_recording_through_ray_loads_as_its_plain_pickle(
+    local_ray: None, kind: str
+) -> None:
+    """RecordedRollout / RecordedReplay (what the Ray PettingZoo runners return): one pickle."""
+    recorded = _recorded(kind)
+    state = dict(vars(recorded))  # the oracle: the rows pickled by the caller's pickler
+    assert len(recorded.rows) >= 2 and recorded.rows[0]
+    ours = ray.get(ray.put(recorded))
+    assert type(ours) is type(recorded)
+    assert_same(vars(ours), _split_band(state))
+    ours, n_buffers = _out_of_band(recorded)
+    assert n_buffers == 0  # small rows: all in the one bytes object
+    assert_same(vars(ours), _split_band(state))
+    assert_same(vars(copy.deepcopy(recorded)), state)
+    for protocol in (2, 4, 5):
+        assert_same(
+            vars(pickle.loads(pickle.dumps(recorded, protocol=protocol))), _roundtrip(state)
+        )
