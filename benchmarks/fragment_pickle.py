@@ -92,13 +92,21 @@ def timed(repeats: int) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
         for name, obj in subjects(fragment).items():
             blob = pickle.dumps(obj, protocol=5)
+
+            def dumps(obj: Any = obj) -> bytes:
+                return pickle.dumps(obj, protocol=5)
+
+            def loads(blob: bytes = blob) -> Any:
+                return pickle.loads(blob)
+
+            def put_get(obj: Any = obj) -> Any:
+                return ray.get(ray.put(obj))
+
             out[name] = {
                 "bytes": len(blob),
-                "dumps_ms": _median_ms(lambda obj=obj: pickle.dumps(obj, protocol=5), repeats),
-                "loads_ms": _median_ms(lambda blob=blob: pickle.loads(blob), repeats),
-                "ray_put_get_ms": _median_ms(
-                    lambda obj=obj: ray.get(ray.put(obj)), max(repeats // 2, 1)
-                ),
+                "dumps_ms": _median_ms(dumps, repeats),
+                "loads_ms": _median_ms(loads, repeats),
+                "ray_put_get_ms": _median_ms(put_get, max(repeats // 2, 1)),
             }
         return out
     finally:
@@ -126,7 +134,7 @@ def _worker(out: Path) -> None:
 
                 gc.collect()
                 gc.disable()
-                operator.call(loop, obj, n)  # type: ignore[attr-defined]
+                operator.call(loop, obj, n)
                 gc.enable()
                 _dump()
                 order.append((name, n))
