@@ -164,5 +164,5 @@ def paired_ratio(a: dict[str, Any], b: dict[str, Any]) -> float:
     """
     xs, ys = a.get("samples_s"), b.get("samples_s")
     if xs and ys and len(xs) == len(ys) and a.get("process") == b.get("process"):
-        return statistics.median(x / y for x, y in zip(xs, ys, strict=True))
+        return float(statistics.median(x / y for x, y in zip(xs, ys, strict=True)))
     return float(a["median_s"]) / float(b["median_s"])

@@ -642,7 +642,7 @@ def merge(section: dict[str, Any], results_path: Path) -> dict[str, Any]:
     """Write ``section`` into the results file and re-evaluate its targets."""
     from benchmarks.targets import evaluate
 
-    results = json.loads(results_path.read_text())
+    results: dict[str, Any] = json.loads(results_path.read_text())
     results["instructions"] = section
     results["targets"] = evaluate(results["rows"], section, results.get("loop_cost"))
     results_path.write_text(json.dumps(results, indent=1) + "\n")

@@ -162,6 +162,7 @@ def _build_benches(case: str, fields: dict[str, Any], impl: str) -> Bench:
     nested = case.startswith("3.")
     cls = MultiAgentPolicyResponse if nested else PolicyResponse
     prepare = _same(fields)
+    run: Callable[[Any], object]  # each branch defines its own, typed for its items
     if impl == "floor":
         namespace = types.SimpleNamespace
 
@@ -221,6 +222,8 @@ def _convert_bench(case: str, fields: dict[str, Any], impl: str, max_n: int) -> 
 
     op = case.split(".", 1)[1]
     to_numpy = op.startswith("numpy")
+    prepare: Callable[[int], list[Any]]
+    run: Callable[[Any], object]  # each branch defines its own, typed for its items
     if impl == "floor":
         if case.startswith("3."):
             agents = fields["action"]

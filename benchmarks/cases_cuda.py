@@ -113,6 +113,8 @@ def cuda_benches(case: str, impls: tuple[str, ...]) -> list[Bench]:
     synchronize = torch.cuda.synchronize
     benches = []
     for impl in impls:
+        prepare: Callable[[int], list[Any]]
+        run: Callable[[Any], object]
         if impl == "floor":
             op = _floor_op(case)
             tensors = tuple(fields.values())

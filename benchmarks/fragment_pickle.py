@@ -203,7 +203,7 @@ def _worker(out: Path) -> None:
 
                 gc.collect()
                 gc.disable()
-                operator.call(loop, obj, n)  # type: ignore[attr-defined]
+                operator.call(loop, obj, n)
                 gc.enable()
                 _dump()
                 order.append((name, n))

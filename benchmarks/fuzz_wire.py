@@ -378,9 +378,9 @@ def in_child(
             before = _status_kb("VmRSS")
             if _status_kb("VmHWM") > before + 1024:  # the reset did not take: say so
                 raise OSError("/proc/self/clear_refs did not reset the peak RSS (VmHWM)")
-            result = fn()
-            result["rss_growth"] = (_status_kb("VmHWM") - before) * 1024
-            os.write(write, json.dumps(result).encode())
+            measured = fn()
+            measured["rss_growth"] = (_status_kb("VmHWM") - before) * 1024
+            os.write(write, json.dumps(measured).encode())
         except BaseException as exc:  # report, never run the parent's code in the child
             os.write(write, json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
             code = 1

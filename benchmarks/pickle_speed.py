@@ -81,16 +81,25 @@ def measure_pickle(quick: bool) -> dict[str, Any]:
     for name, (obj, oob) in rows.items():
         buffers: list[pickle.PickleBuffer] = []
         if oob:
-            dumps = _median_us(
-                lambda obj=obj: pickle.dumps(obj, protocol=5, buffer_callback=list().append),
-                number,
-                repeat,
-            )
+
+            def dumps_oob(obj: Any = obj) -> bytes:
+                sink: list[pickle.PickleBuffer] = []
+                return pickle.dumps(obj, protocol=5, buffer_callback=sink.append)
+
+            dumps = _median_us(dumps_oob, number, repeat)
             data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
         else:
-            dumps = _median_us(lambda obj=obj: pickle.dumps(obj, protocol=5), number, repeat)
+
+            def dumps_in_band(obj: Any = obj) -> bytes:
+                return pickle.dumps(obj, protocol=5)
+
+            dumps = _median_us(dumps_in_band, number, repeat)
             data = pickle.dumps(obj, protocol=5)
-        loads = _median_us(lambda d=data, b=buffers: pickle.loads(d, buffers=b), number, repeat)
+
+        def loads_(d: bytes = data, b: list[pickle.PickleBuffer] = buffers) -> Any:
+            return pickle.loads(d, buffers=b)
+
+        loads = _median_us(loads_, number, repeat)
         total = _median_us(_round_trip(obj, oob), number, repeat)
         result["rows"][name] = {
             "dumps_us": round(dumps, 2),
@@ -122,15 +131,25 @@ def measure_ray(quick: bool) -> dict[str, Any]:
     try:
         big = torch.randn(16 * 1024 * 1024)
         out: dict[str, Any] = {"tensor_bytes": big.numel() * big.element_size()}
-        payloads = {"dict of tensors": {"x": big}, "response": PolicyResponse("e", x=big)}
+        payloads: dict[str, Any] = {
+            "dict of tensors": {"x": big},
+            "response": PolicyResponse("e", x=big),
+        }
         for name, obj in payloads.items():
             ref = ray.put(obj)
             first, second = ray.get(ref), ray.get(ref)
             x1 = first["x"] if isinstance(first, dict) else first.x
             x2 = second["x"] if isinstance(second, dict) else second.x
             repeat = 3 if quick else 10
-            get_ms = _median_us(lambda ref=ref: ray.get(ref), 1, repeat) / 1e3
-            put_get_ms = _median_us(lambda obj=obj: ray.get(ray.put(obj)), 1, repeat) / 1e3
+
+            def get(ref: Any = ref) -> Any:
+                return ray.get(ref)
+
+            def put_get(obj: Any = obj) -> Any:
+                return ray.get(ray.put(obj))
+
+            get_ms = _median_us(get, 1, repeat) / 1e3
+            put_get_ms = _median_us(put_get, 1, repeat) / 1e3
             out[name] = {
                 "get_ms": round(get_ms, 3),
                 "put_get_ms": round(put_get_ms, 2),

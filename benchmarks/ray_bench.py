@@ -37,6 +37,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import ray
+from ray.actor import ActorHandle
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
@@ -86,8 +87,9 @@ def bench_vecenv(vec_cls: type, env_fn: Callable[[], Any], n_envs: int, seconds:
 
     def step() -> None:
         nonlocal obs, starts
-        answer = adapter.act(obs, ids, episode_start=starts)
-        obs, _, starts, _ = venv.step(answer.stacked.action)
+        stacked = adapter.act(obs, ids, episode_start=starts).stacked
+        assert stacked is not None  # act's batch, not yet split
+        obs, _, starts, _ = venv.step(stacked.action)
 
     for _ in range(20):
         step()
@@ -186,12 +188,18 @@ class FloorRunner:
         self.ids = [f"env-{i}" for i in range(k)]
         self.obs, self.starts = self.venv.reset(), np.ones(k, dtype=bool)
 
-    def run(self, n_steps: int) -> int:
+    def steps(self, n_steps: int) -> int:
         """Step every env ``n_steps`` times; return the steps (``n_steps * k``)."""
         for _ in range(n_steps):
-            answer = self.adapter.act(self.obs, self.ids, episode_start=self.starts)
-            self.obs, _, self.starts, _ = self.venv.step(answer.stacked.action)
+            stacked = self.adapter.act(self.obs, self.ids, episode_start=self.starts).stacked
+            assert stacked is not None  # act's batch, not yet split
+            self.obs, _, self.starts, _ = self.venv.step(stacked.action)
         return n_steps * len(self.ids)
+
+    @ray.method
+    def run(self, n_steps: int) -> int:
+        """:meth:`steps`, called on the actor (``runner.run.remote(n_steps)``)."""
+        return self.steps(n_steps)
 
 
 def bench_floor(
@@ -206,6 +214,7 @@ def bench_floor(
         steps += sum(ray.get([r.run.remote(chunk) for r in runners]))
     rate = steps / (time.perf_counter() - start)
     for r in runners:
+        assert isinstance(r, ActorHandle)  # (ActorClass.remote's stub also admits the class)
         ray.kill(r)
     return rate
 
@@ -223,7 +232,9 @@ def bench_rllib(env_name: str, n_runners: int, k: int, seconds: float, chunk: in
         .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[64, 64], fcnet_activation="tanh"))
     )
     actor = ray.remote(num_cpus=0)(SingleAgentEnvRunner)
-    runners = [actor.remote(config=config, worker_index=i + 1) for i in range(n_runners)]
+    # RLlib's methods are not @ray.method-decorated, so Ray's stub types a handle's `sample` as
+    # the plain method (no `.remote`): the handles are ActorHandles, typed as such by nothing
+    runners: list[Any] = [actor.remote(config=config, worker_index=i + 1) for i in range(n_runners)]
     ray.get([r.sample.remote(num_timesteps=8 * k) for r in runners])
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -283,7 +294,7 @@ def main() -> None:
             rllib_reason = f"ray[rllib] is not installed ({exc})"
     else:
         rllib_reason = "--no-rllib"
-    envs = {
+    envs: dict[str, tuple[Callable[[], gym.Env[Any, Any]], str, int]] = {
         "CartPole-v1": (cartpole, "bench-cartpole", 64),
         f"CartPole-v1 + {args.busy_ms:g} ms CPU/step": (
             partial(costly, args.busy_ms / 1e3),

@@ -32,6 +32,7 @@ import numpy as np
 import ray
 from ray.dag import InputNode, MultiOutputNode
 from stable_baselines3.common.vec_env import DummyVecEnv
+from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs
 
 from benchmarks.ray_bench import bench_ours, cartpole, costly, make_model
 from rlightning_sb3 import SB3PolicyAdapter
@@ -52,9 +53,11 @@ class GraphRunner:
         self.venv.seed(seed)
         self.obs = self.venv.reset()
 
-    def observe(self, _: Any) -> np.ndarray:
+    @ray.method
+    def observe(self, _: Any) -> VecEnvObs:
         return self.obs
 
+    @ray.method
     def step(self, actions: list[np.ndarray], index: int) -> int:
         self.obs, _, _, _ = self.venv.step(actions[index])
         return len(actions[index])
@@ -71,7 +74,9 @@ class GraphPolicy:
 
     def act(self, *observations: np.ndarray) -> list[np.ndarray]:
         batch = np.concatenate(observations)
-        actions = self.adapter.act(batch, self.ids, episode_start=self.starts).stacked.action
+        stacked = self.adapter.act(batch, self.ids, episode_start=self.starts).stacked
+        assert stacked is not None  # act's batch, not yet split
+        actions = stacked.action
         return [actions[r * self.k : (r + 1) * self.k] for r in range(len(observations))]
 
 

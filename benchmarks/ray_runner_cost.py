@@ -7,7 +7,7 @@ checks. On a noisy shared machine those times move with other people's load; ins
 counts do not. This driver counts, with valgrind's callgrind, the per-step cost of the two
 loops in one process, on the same envs and model:
 
-* ``floor``: ``benchmarks.ray_bench.FloorRunner.run(n_steps)`` (the bench's floor row, the
+* ``floor``: ``benchmarks.ray_bench.FloorRunner.steps(n_steps)`` (the bench's floor row, the
   same code), its ``DummyVecEnv`` of ``k`` CartPole-v1 envs seeded ``0..k-1``;
 * ``runner``: ``EnvRunner.sample(n_steps)`` of a local-mode runner (``policy=partial(
   SB3BatchPolicy, make_model)``, the bench's factory; the weights loaded as a publish loads
@@ -98,7 +98,7 @@ def iterations(k: int, n_steps: int) -> dict[str, Callable[[], None]]:
     local.policy.set_weights(policy_weights(floor.adapter.model))  # the same weights
 
     def floor_loop() -> None:
-        floor.run(n_steps)
+        floor.steps(n_steps)
 
     def runner_loop() -> None:
         runner.sample(n_steps)

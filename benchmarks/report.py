@@ -46,7 +46,8 @@ def _fmt_ratio(value: float | None) -> str:
 
 
 def _label(row: dict[str, Any]) -> str:
-    label = IMPL_LABELS.get(row["impl"], row["impl"])
+    impl: str = row["impl"]
+    label = IMPL_LABELS.get(impl, impl)
     if row.get("process") == "anchors":
         label += " (anchor interpreter)"
     return label

@@ -237,7 +237,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cases = [c for c in specs if not args.cases or c in args.cases.split(",")]
     impls = set(args.impls.split(",")) if args.impls else None
     process = "anchors" if args.rows_json else "main"
-    anchor_python = args.anchor_python or os.environ.get("RLIGHTNING_BENCH_ANCHOR_PYTHON")
+    anchor_python: str | None = args.anchor_python or os.environ.get(
+        "RLIGHTNING_BENCH_ANCHOR_PYTHON"
+    )
 
     delegated: dict[str, set[str]] = {}  # case -> impls measured by the anchor interpreter
     if anchor_python and not args.rows_json:
@@ -265,7 +267,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(pz_collect_cost.table(pz_collect))
     rows = measure_cases(cases, impls, repeats, target_s, process)
     anchor_meta: dict[str, Any] | None = None
-    if delegated:
+    if delegated and anchor_python:  # (delegated is only filled with an anchor interpreter)
         anchor_cases = list(delegated)
         anchor_impls = set().union(*delegated.values())
         anchor_rows, anchor_meta = _run_anchors(

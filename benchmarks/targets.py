@@ -192,8 +192,8 @@ def evaluate(
     out.extend(instruction_targets(instructions))
     per_agent: dict[int, float] = {}
     for n in cases_adapters.N_AGENTS:
-        row = find(rows, f"7.pz_n{n}", "rlightning")
-        value = None if row is None else float(row["median_s"]) * 1e6
+        pz_row = find(rows, f"7.pz_n{n}", "rlightning")
+        value = None if pz_row is None else float(pz_row["median_s"]) * 1e6
         if value is not None:
             per_agent[n] = value
         out.append(_check(7, f"7.pz_n{n}", "<= 2 us per agent", value, 2.0, "us/agent"))

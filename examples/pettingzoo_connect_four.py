@@ -73,8 +73,12 @@ class BoardCNN(BaseFeaturesExtractor):
         self, observation_space: gym.spaces.Dict, features_dim: int = 256, channels: int = 32
     ) -> None:
         super().__init__(observation_space, features_dim)
-        rows, cols, planes = observation_space["observation"].shape
-        n_mask = int(np.prod(observation_space["action_mask"].shape))
+        board_shape = observation_space["observation"].shape
+        mask_shape = observation_space["action_mask"].shape
+        assert board_shape is not None  # connect_four_v3's Boxes have shapes
+        assert mask_shape is not None
+        rows, cols, planes = board_shape
+        n_mask = int(np.prod(mask_shape))
         self.conv = nn.Sequential(
             nn.Conv2d(planes, channels, 3, padding=1),
             nn.ReLU(),
@@ -90,7 +94,8 @@ class BoardCNN(BaseFeaturesExtractor):
         """Features of a batch of boards: ``(batch, features_dim)``."""
         board = observations["observation"].permute(0, 3, 1, 2)
         mask = observations["action_mask"].flatten(1)
-        return self.linear(torch.cat([self.conv(board), mask], dim=1))
+        features: torch.Tensor = self.linear(torch.cat([self.conv(board), mask], dim=1))
+        return features
 
 
 def evaluate(model: MaskablePPO, games: int, seed: int) -> dict[str, int]:

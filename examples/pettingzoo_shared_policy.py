@@ -57,7 +57,10 @@ class AgentSlot(gym.Env[Any, Any]):
 
     def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
         super().reset(seed=seed)
-        return np.zeros(self.observation_space.shape, self.observation_space.dtype), {}
+        shape, dtype = self.observation_space.shape, self.observation_space.dtype
+        assert shape is not None  # an agent's Box observation space
+        assert dtype is not None
+        return np.zeros(shape, dtype), {}
 
     def step(self, action: Any) -> Any:
         raise RuntimeError("AgentSlot only sizes the shared model's buffer; it is never stepped")

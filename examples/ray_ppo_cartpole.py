@@ -151,6 +151,7 @@ def main() -> None:
         collect_rollout(model, collector, current_version=version)
         model.train()
         version += 1
+        assert model.ep_info_buffer is not None  # start_training made it, as learn() does
         returns = [ep["r"] for ep in model.ep_info_buffer]
         mean = float(np.mean(returns)) if returns else float("nan")
         if returns:

@@ -27,7 +27,7 @@ import argparse
 import statistics
 import time
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -35,6 +35,9 @@ import ray
 import torch
 
 from rlightning import PolicyResponse
+
+if TYPE_CHECKING:
+    from ray.actor import ActorProxy  # what ActorClass.remote() returns, as Ray types it
 
 #: Elements of the large fields (float32 features: 256 KiB; bfloat16 hidden: 128 KiB).
 LARGE = 64 * 1024
@@ -46,9 +49,13 @@ def _quiet_read_only_tensor_warning() -> None:
     warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
 
 
-@ray.remote(num_cpus=0.5)
 class PolicyActor:
-    """A categorical MLP policy answering one observation at a time."""
+    """A categorical MLP policy answering one observation at a time.
+
+    A Ray actor (``ray.remote(num_cpus=0.5)(PolicyActor)`` in :func:`rollout`; a class
+    decorator would hide ``.remote`` from type checkers); ``@ray.method`` types its handle's
+    ``act.remote(...)`` as an ``ObjectRef[PolicyResponse]``.
+    """
 
     def __init__(self, obs_dim: int, n_actions: int, seed: int = 0) -> None:
         _quiet_read_only_tensor_warning()
@@ -57,6 +64,7 @@ class PolicyActor:
             torch.nn.Linear(obs_dim, 64), torch.nn.Tanh(), torch.nn.Linear(64, n_actions + 1)
         )
 
+    @ray.method
     def act(self, env_id: str, obs: np.ndarray, ts_env_sent_ns: int) -> PolicyResponse:
         response = PolicyResponse(env_id, ts_env_sent_ns=ts_env_sent_ns)
         env_to_policy_s = response.compute_sent_latency()  # seconds, observation in transit
@@ -89,17 +97,18 @@ def zero_copy_evidence(ref: Any, response: PolicyResponse) -> dict[str, Any]:
     }
 
 
-@ray.remote(num_cpus=0.5)
 class EnvActor:
-    """One CartPole env stepping with the policy actor's responses."""
+    """One CartPole env stepping with the policy actor's responses (a Ray actor, as
+    :class:`PolicyActor`)."""
 
-    def __init__(self, env_id: str, policy: Any, seed: int) -> None:
+    def __init__(self, env_id: str, policy: ActorProxy[PolicyActor], seed: int) -> None:
         _quiet_read_only_tensor_warning()
         self.env_id = env_id
         self.policy = policy
         self.env = gym.make("CartPole-v1")
         self.obs, _ = self.env.reset(seed=seed)
 
+    @ray.method
     def run(self, n_steps: int) -> dict[str, Any]:
         env_to_policy: list[float] = []
         policy_to_env: list[float] = []
@@ -130,8 +139,12 @@ class EnvActor:
 def rollout(n_envs: int, n_steps: int) -> list[dict[str, Any]]:
     """Run ``n_envs`` env actors for ``n_steps`` each against one policy actor (Ray must be up)."""
     probe = gym.make("CartPole-v1")
-    policy = PolicyActor.remote(probe.observation_space.shape[0], int(probe.action_space.n))
-    envs = [EnvActor.remote(f"env-{i}", policy, seed=i) for i in range(n_envs)]
+    obs_space, action_space = probe.observation_space, probe.action_space
+    assert isinstance(obs_space, gym.spaces.Box)
+    assert isinstance(action_space, gym.spaces.Discrete)
+    policy = ray.remote(num_cpus=0.5)(PolicyActor).remote(obs_space.shape[0], int(action_space.n))
+    env_actor = ray.remote(num_cpus=0.5)(EnvActor)
+    envs = [env_actor.remote(f"env-{i}", policy, seed=i) for i in range(n_envs)]
     pending = [env.run.remote(n_steps) for env in envs]
     order = {ref: i for i, ref in enumerate(pending)}
     reports: list[dict[str, Any] | None] = [None] * n_envs

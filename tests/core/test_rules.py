@@ -22,6 +22,7 @@ from rlightning.rules import (
     action_allowed,
     as_bools,
     check_action_mask,
+    check_flag,
     check_stamp,
     contains,
     describe,
@@ -803,6 +804,60 @@ def test_as_bools_accepts_exactly_zero_and_one(values: list[Any], dtype: Any) ->
     else:
         with pytest.raises(ValueError, match=re.escape("[rule boolean]")):
             as_bools(array, "flags")
+
+
+# ---------------------------------------------------------------------------- flag arguments
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(True, True), (False, False), (np.bool_(True), True), (np.bool_(False), False)],
+    ids=repr,
+)
+def test_check_flag_accepts_bools_and_numpy_bools(value: Any, expected: bool) -> None:
+    result = check_flag(value, "update_model", "fill_recorded")
+    assert result is expected  # a Python bool, never the numpy scalar
+
+
+class _Truthy:
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "<truthy>"
+
+
+@pytest.mark.parametrize(
+    ("value", "given"),
+    [
+        ("False", "str; got 'False'"),
+        ("", "str; got ''"),
+        (0, "int; got 0"),
+        (1, "int; got 1"),
+        (None, "NoneType; got None"),
+        (1.0, "float; got 1.0"),
+        (np.int64(1), "int64; got np.int64(1)" if np.__version__ >= "2" else "int64; got 1"),
+        (np.array(True), "ndarray; got array(True, dtype=bool)"),
+        (np.array([True]), "ndarray; got array([ True], dtype=bool)"),
+        (_Truthy(), "_Truthy; got <truthy>"),
+    ],
+    ids=repr,
+)
+def test_check_flag_refuses_everything_else(value: Any, given: str) -> None:
+    with pytest.raises(TypeError) as caught:
+        check_flag(value, "update_model", "SharedRolloutCollector.collect")
+    message = str(caught.value)
+    assert message.startswith(
+        f"SharedRolloutCollector.collect: update_model must be a bool, not {given}; expected a "
+        "bool (True or False; a numpy.bool_ is one too)"
+    ), message
+    assert message.endswith("never read by its truthiness [rule flag]")
+
+
+@pytest.mark.torch
+def test_check_flag_refuses_a_tensor() -> None:
+    import torch
+
+    with pytest.raises(TypeError, match=r"^c: deterministic must be a bool, not Tensor; "):
+        check_flag(torch.tensor(True), "deterministic", "c")
 
 
 @pytest.mark.torch

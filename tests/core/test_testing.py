@@ -563,6 +563,7 @@ def test_every_rule_is_documented() -> None:
         "per-agent-keys",
         "framework-version",
         "count",
+        "flag",
     }
     assert all(isinstance(text, str) and text for text in RULES.values())
 

@@ -4,7 +4,8 @@
   bare error through: now a ``ValueError`` naming the collector and the agent, the function's
   error chained as the cause;
 * ``collect(update_model="no")`` was taken as True (truthiness) by the on-policy collectors:
-  now a ``TypeError`` before any env step;
+  now a ``TypeError`` before any env step (rule ``flag``, ``rlightning.rules.check_flag``; the
+  env step counts are held in tests/pettingzoo/test_flag_arguments.py);
 * ``train_freq`` counted in episodes with ``n_envs > 1`` was accepted by the replay collectors,
   where SB3 asserts one env ("You must use only one env when doing episodic training",
   ``OffPolicyAlgorithm._setup_learn``): now a ``ValueError`` naming the collector and
@@ -125,7 +126,8 @@ def test_update_model_must_be_a_bool(make: Any, name: str, value: Any) -> None:
         start_training(model, 100)
     collector = make(models)
     with pytest.raises(
-        TypeError, match=rf"{name}.collect: update_model must be a bool \(True or False\), got"
+        TypeError,
+        match=rf"{name}.collect: update_model must be a bool, not {type(value).__name__}; got",
     ):
         collector.collect(update_model=value)
     for model in models.values():  # refused before any step

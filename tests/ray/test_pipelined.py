@@ -149,7 +149,10 @@ def test_pipeline_arguments_are_checked(local_ray: None, helpers: ModuleType) ->
             envs_per_runner=2,
             pipeline=True,
         )
-    with pytest.raises(TypeError, match="pipeline must be a bool, got str"):
+    with pytest.raises(
+        TypeError,
+        match=r"start_runners: pipeline must be a bool, not str; got 'yes'; .*\[rule flag\]",
+    ):
         rlightning_ray.start_runners(
             env_fn, object(), n_runners=1, envs_per_runner=2, pipeline="yes"
         )

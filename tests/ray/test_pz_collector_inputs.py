@@ -9,6 +9,8 @@ in-process collector's (which transposes as ``VecTransposeImage``), array for ar
 Unstarted: ``collect()`` on a model not given ``start_training`` stepped every runner for a whole
 rollout and only then refused (the in-process collector refuses before any step); the rollout
 was lost and the envs had moved on. Now it refuses first: the next rollout is the in-process one.
+So does ``collect(update_model=...)`` with no bool (rule ``flag``): ``0`` or ``None`` had
+stepped every runner, ``"False"`` been taken as True.
 
 Seeds and timeouts:
 Before: ``seeds=5`` or ``acting_seeds=5`` failed with Python's bare ``'int' object is not
@@ -175,6 +177,13 @@ def test_an_unstarted_model_is_refused_before_any_runner_steps(local_ray: None) 
     model = build()
     collector = RaySharedRolloutCollector(model, env_fns, seeds=[3], acting_seeds=[7], num_cpus=0.5)
     try:
+        for value in ("False", 0, None):  # rule flag: never read by truthiness
+            with pytest.raises(
+                TypeError,
+                match=rf"^RaySharedRolloutCollector\.collect: update_model must be a bool, not "
+                rf"{type(value).__name__}; .*\[rule flag\]$",
+            ):
+                collector.collect(update_model=value)
         with pytest.raises(ValueError, match="start_training"):
             collector.collect()
         start_training(model, 10_000)

@@ -308,6 +308,13 @@ def test_arguments_are_refused_before_any_runner_starts(local_ray: None) -> None
         unstarted, fns, group_of=ODD_EVEN, seeds=[1, 2], acting_seeds=[5], num_cpus=0
     )
     try:
+        for value in ("False", 0, None):  # rule flag: refused before any runner steps
+            with pytest.raises(
+                TypeError,
+                match=rf"^RayGroupRolloutCollector\.collect: update_model must be a bool, not "
+                rf"{type(value).__name__}; .*\[rule flag\]$",
+            ):
+                collector.collect(update_model=value)
         with pytest.raises(ValueError, match=r"\(the model of group 'odd'\).*start_training"):
             collector.collect()
         collector.collect(update_model=False)

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "adapter_for",
-    "check_update_model",
     "is_sb3_model",
     "observation_intake",
     "observation_shape_mismatch",
@@ -330,27 +329,6 @@ def refuse_sequence_buffer(model: Any, caller: str, group: str | None = None) ->
             f"{type(buffer).__name__}): it reads a column's consecutive rows as one env's "
             "trajectory, while a column here holds the transitions of different agents and "
             "copies; build the model with n_steps=1 and a plain ReplayBuffer/DictReplayBuffer"
-        )
-
-
-def check_update_model(update_model: object, caller: str) -> None:
-    """Refuse a ``collect(update_model=...)`` that is not a bool, before any env is stepped.
-
-    The collectors branch on ``update_model`` by truthiness: a string such as ``"no"`` or
-    ``"False"`` would be taken as True (the model's counters, callback and logger advanced).
-    A Python ``bool`` or a NumPy ``bool_`` passes; nothing is mutated.
-
-    Args:
-        update_model: The argument given to ``collect``.
-        caller: The collector's name, for the message.
-
-    Raises:
-        TypeError: ``update_model`` is not a bool (its type and value named).
-    """
-    if not isinstance(update_model, bool | np.bool_):
-        raise TypeError(
-            f"{caller}.collect: update_model must be a bool (True or False), got "
-            f"{type(update_model).__name__} {update_model!r}"
         )
 
 

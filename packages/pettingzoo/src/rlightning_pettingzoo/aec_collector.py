@@ -56,7 +56,6 @@ from rlightning_pettingzoo._envs import describe_env, require_aec
 from rlightning_pettingzoo._lanes import RecurrentLanes
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
-    check_update_model,
     is_sb3_model,
     observation_intake,
     observation_shape_mismatch,
@@ -468,7 +467,7 @@ class AECRolloutCollector(CopyBookkeeping):
                 were added (as :meth:`SharedRolloutCollector.collect`).
         """
         model: Any = self.model
-        check_update_model(update_model, self._caller)
+        update_model = rules.check_flag(update_model, "update_model", f"{self._caller}.collect")
         if update_model:  # before any step: add_rollout_step would refuse only at the end
             refuse_unstarted(model, self._caller)
         buf = model.rollout_buffer

@@ -51,12 +51,12 @@ from typing import Any
 
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
+from rlightning.rules import check_flag
 from rlightning_pettingzoo._columns import Placed, Transition, pack
 from rlightning_pettingzoo._envs import describe_env
 from rlightning_pettingzoo._lanes import RecurrentLanes
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
-    check_update_model,
     observation_intake,
     refuse_gsde,
     refuse_unapplied_wrappers,
@@ -225,7 +225,7 @@ class _GroupTurns(AECRolloutCollector):
         for group, model in self.models.items():
             buf = model.rollout_buffer
             shapes[group] = (int(buf.buffer_size), int(buf.n_envs))
-        check_update_model(update_model, _CALLER)
+        update_model = check_flag(update_model, "update_model", f"{_CALLER}.collect")
         if update_model:  # before any step: add_rollout_step would refuse only at the end
             for group, model in self.models.items():
                 refuse_unstarted(model, _CALLER, group)

@@ -27,6 +27,7 @@ import torch as th
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
 from rlightning import PolicyResponse, ResponseBatch
+from rlightning.rules import check_flag
 from rlightning_pettingzoo._columns import (
     Placed,
     Transition,
@@ -37,7 +38,6 @@ from rlightning_pettingzoo._columns import (
 from rlightning_pettingzoo._lanes import RecurrentLanes
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
-    check_update_model,
     refuse_unstarted,
     stack_named,
 )
@@ -159,7 +159,7 @@ class SharedRolloutCollector(AgentStepper):
                 :func:`rlightning_sb3.finish_training`.
         """
         model: Any = self.model
-        check_update_model(update_model, "SharedRolloutCollector")
+        update_model = check_flag(update_model, "update_model", "SharedRolloutCollector.collect")
         if update_model:  # before any step: add_rollout_step would refuse only at the end
             refuse_unstarted(model, "SharedRolloutCollector")
         buf = model.rollout_buffer

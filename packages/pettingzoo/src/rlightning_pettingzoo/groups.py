@@ -32,13 +32,13 @@ from stable_baselines3.common.noise import VectorizedActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
+from rlightning.rules import check_flag
 from rlightning_pettingzoo._columns import Placed, Transition, pack
 from rlightning_pettingzoo._envs import describe_env
 from rlightning_pettingzoo._lanes import RecurrentLanes
 from rlightning_pettingzoo._noise import SlotNoise, slot_noise
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
-    check_update_model,
     observation_intake,
     refuse_episodic_columns,
     refuse_gsde,
@@ -457,7 +457,7 @@ class GroupRolloutCollector(_GroupStepper):
             buf = model.rollout_buffer
             shapes[group] = (int(buf.buffer_size), int(buf.n_envs))
         remaining = {g: rows * columns for g, (rows, columns) in shapes.items()}
-        check_update_model(update_model, "GroupRolloutCollector")
+        update_model = check_flag(update_model, "update_model", "GroupRolloutCollector.collect")
         if update_model:  # before any step: add_rollout_step would refuse only at the end
             for group, model in self.models.items():
                 refuse_unstarted(model, "GroupRolloutCollector", group)

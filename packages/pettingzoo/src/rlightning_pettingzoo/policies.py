@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rlightning import MultiAgentPolicyResponse, PolicyResponse
-from rlightning.rules import check_env_id, check_env_id_matches, check_has_action
+from rlightning.rules import check_env_id, check_env_id_matches, check_flag, check_has_action
 from rlightning_pettingzoo._envs import aec_acting_agent, describe_env, is_aec, require_parallel
 from rlightning_pettingzoo._sb3 import (
     is_sb3_model,
@@ -288,10 +288,12 @@ def respond(
             an SB3 model's batch fails because an agent's observation does not fit
             ``env.observation_space(agent)`` (names the agent); or a returned response has
             another ``env_id`` (rule ``env-id``) or no action (rule ``has-action``).
-        TypeError: also ``env_id`` is neither a str nor None (rule ``env-id``), raised before
-            any policy is asked.
+        TypeError: also ``env_id`` is neither a str nor None (rule ``env-id``), or
+            ``deterministic`` is not a bool (rule ``flag``: a ``numpy.bool_`` is one), raised
+            before any policy is asked.
     """
     check_env_id(env_id)  # before any policy runs (an SB3 model's act advances its state)
+    deterministic = check_flag(deterministic, "deterministic", "respond")
     agents = _acting_agents(env)
     _require_entries(observations, agents, "observations", env)
     _require_entries(policies, agents, "policies", env)
@@ -475,8 +477,9 @@ class SharedPolicyAdapter:
             agent is live (no forward pass then). Split it with ``for_agent``.
 
         Raises:
-            TypeError: ``env`` is not a ``ParallelEnv``, ``observations`` is not a mapping, or
-                the model's policy is recurrent.
+            TypeError: ``env`` is not a ``ParallelEnv``, ``observations`` is not a mapping,
+                ``deterministic`` is not a bool (rule ``flag``), or the model's policy is
+                recurrent.
             ValueError: the model has ``action_noise`` and ``deterministic`` is False (the
                 adapter keys noise processes by agent only, not by (env, agent) slot, and
                 never resets them at an episode end as SB3 does), a live agent has no
@@ -487,6 +490,7 @@ class SharedPolicyAdapter:
                 (names the agent).
         """
         env = require_parallel(env, "SharedPolicyAdapter.act()")
+        deterministic = check_flag(deterministic, "deterministic", "SharedPolicyAdapter.act()")
         if not deterministic and getattr(self.model, "action_noise", None) is not None:
             raise ValueError(
                 f"SharedPolicyAdapter.act() cannot draw {type(self.model).__name__}'s action "

@@ -39,6 +39,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from rlightning.batch import reduce_in_band
+from rlightning.rules import check_flag
 from rlightning_pettingzoo._columns import Placed
 from rlightning_pettingzoo._sb3 import refuse_unapplied_wrappers
 from rlightning_pettingzoo.collector import (
@@ -218,10 +219,13 @@ def fill_recorded(
         rollouts before: rollout ``r``'s copy ``i`` is ``sum(n_copies before) + i``).
 
     Raises:
+        TypeError: ``update_model`` is not a bool (:func:`rlightning.rules.check_flag`; a
+            ``numpy.bool_`` is one), before the buffer or the model is touched.
         ValueError: no rollouts, a rollout's rows are not the model's ``n_steps``, or the
             rollouts' columns are not the model's ``n_envs`` (each named).
         What ``add_rollout_step`` and ``finish_rollout`` raise.
     """
+    update_model = check_flag(update_model, "update_model", "fill_recorded")  # before any fill
     if not rollouts:
         raise ValueError("fill_recorded needs at least one recorded rollout")
     buf: Any = model.rollout_buffer

@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
+from rlightning.rules import check_flag
 from rlightning_pettingzoo._columns import Placed
 from rlightning_pettingzoo._sb3 import refuse_unstarted
 from rlightning_pettingzoo.collector import Segment
@@ -281,18 +282,21 @@ def fill_recorded_groups(
         over the recorders: recorder ``r``'s copy ``i`` is ``sum(n_copies before) + i``).
 
     Raises:
+        TypeError: ``update_model`` is not a bool (:func:`rlightning.rules.check_flag`, named
+            with ``caller``), before any group is filled.
         ValueError: a recorder's rollouts are not one per group of ``models`` (named), a model
             was not started (with ``update_model``, named by group), or what
             :func:`fill_recorded` raises, named by group.
         rlightning_sb3.StopTraining: a group's callback stopped training (the groups before it
             in ``models`` are filled, as in-process).
     """
+    flag = check_flag(update_model, "update_model", caller)  # before any group is filled
 
     def fill(group: str, model: Any, recorded: list[RecordedRollout]) -> list[Segment]:
         returns = None if agent_returns is None else agent_returns[group]
-        return fill_recorded(model, recorded, update_model=update_model, agent_returns=returns)
+        return fill_recorded(model, recorded, update_model=flag, agent_returns=returns)
 
-    return _fill_groups(models, rollouts, caller, fill, check_started=update_model)
+    return _fill_groups(models, rollouts, caller, fill, check_started=flag)
 
 
 _Out = TypeVar("_Out")

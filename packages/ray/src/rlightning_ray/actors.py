@@ -168,7 +168,9 @@ def start_runners(
             "start_runners needs a server (server mode) or a policy factory (local mode), "
             f"exactly one; got server={server!r} and policy={policy!r}"
         )
-    check_pipeline(pipeline, envs_per_runner, local=policy is not None, subject="start_runners")
+    pipeline = check_pipeline(
+        pipeline, envs_per_runner, local=policy is not None, subject="start_runners"
+    )
     if pipeline and runner_class is not EnvRunner:
         raise ValueError(
             f"start_runners: pipeline=True is for gymnasium runners (runner_class=EnvRunner), "

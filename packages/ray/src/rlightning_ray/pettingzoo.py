@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlightning import MultiAgentPolicyResponse, PolicyResponse
-from rlightning.rules import flat_mask, mask_size
+from rlightning.rules import check_flag, flat_mask, mask_size
 from rlightning_ray._parallel import ParallelEnvRunner
 from rlightning_ray.collector import Collector
 from rlightning_ray.pz_aec import RayAECRolloutCollector
@@ -101,6 +101,10 @@ class SharedBatchPolicy:
         make_env: Builds a parallel env of the runners' kind (the template, reset once).
         seed: When given, ``set_random_seed(seed)`` after the model is built.
         deterministic: ``SharedPolicyAdapter.act``'s ``deterministic``.
+
+    Raises:
+        TypeError: ``deterministic`` is not a bool (rule ``flag``; a ``numpy.bool_`` is one),
+            before the model is built.
     """
 
     def __init__(
@@ -111,11 +115,11 @@ class SharedBatchPolicy:
         seed: int | None = None,
         deterministic: bool = False,
     ) -> None:
+        self.deterministic = check_flag(deterministic, "deterministic", "SharedBatchPolicy")
         self.model = make_model()
         self.adapter = SharedPolicyAdapter(self.model)
         self.template = make_env()
         self.template.reset(seed=0)
-        self.deterministic = deterministic
         if seed is not None:
             set_acting_seed(seed)
 

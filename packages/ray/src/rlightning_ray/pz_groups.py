@@ -35,6 +35,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from rlightning.rules import check_flag
 from rlightning_ray._pz_runners import (
     PooledCollector,
     group_runner_pool,
@@ -211,6 +212,8 @@ class _GroupRecordingCollector(PooledCollector):
             each runner's last 100 episodes of the agent together.
 
         Raises:
+            TypeError: ``update_model`` is not a bool (rule ``flag``; a ``numpy.bool_`` is
+                one), before any runner steps.
             ValueError: ``update_model`` and a model was not given
                 :func:`rlightning_sb3.start_training` (named by group, before any runner
                 steps).
@@ -223,6 +226,7 @@ class _GroupRecordingCollector(PooledCollector):
         import ray
 
         name = self._pool.name
+        update_model = check_flag(update_model, "update_model", f"{name}.collect")
         if update_model:  # before any runner steps (and the same check again before the fill)
             check_group_training(self.models, name)
         weights = ray.put({group: policy_weights(m) for group, m in self.models.items()})

@@ -35,6 +35,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from rlightning.rules import check_flag
 from rlightning_ray._pz_runners import (
     PooledCollector,
     RunnerPool,
@@ -256,6 +257,8 @@ class _RecordingCollector(PooledCollector):
             100, as in-process).
 
         Raises:
+            TypeError: ``update_model`` is not a bool (rule ``flag``; a ``numpy.bool_`` is
+                one), before any runner steps.
             ValueError: ``update_model`` and the model was not given
                 :func:`rlightning_sb3.start_training` (before any runner steps).
             rlightning_sb3.StopTraining: ``update_model`` and a callback stopped the run
@@ -266,7 +269,9 @@ class _RecordingCollector(PooledCollector):
         """
         import ray
 
-        if update_model:  # before any runner steps (fill_recorded would refuse only at the end)
+        # before any runner steps (fill_recorded would refuse only after the rollout)
+        update_model = check_flag(update_model, "update_model", f"{self._pool.name}.collect")
+        if update_model:
             check_training(self.model)
         weights = ray.put(policy_weights(self.model))
         rollouts: list[RecordedRollout] = self._pool.call(

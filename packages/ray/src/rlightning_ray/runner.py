@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from rlightning.rules import check_env_ids, check_stamp
+from rlightning.rules import check_env_ids, check_flag, check_stamp
 from rlightning_ray.checks import check_answer
 from rlightning_ray.groups import (
     EnvContractError,
@@ -127,7 +127,7 @@ class EnvRunner:
                 f"to act with in its own process (local mode), exactly one; got server={server!r}"
                 f" and policy={policy!r}"
             )
-        check_pipeline(
+        pipeline = check_pipeline(
             pipeline, len(ids), local=policy is not None, subject=f"runner {runner_id!r}"
         )
         self.runner_id = runner_id
@@ -540,7 +540,7 @@ def pipeline_halves(k: int) -> list[slice]:
     return [slice(0, first), slice(first, k)]
 
 
-def check_pipeline(pipeline: Any, k: int, *, local: bool, subject: str) -> None:
+def check_pipeline(pipeline: Any, k: int, *, local: bool, subject: str) -> bool:
     """Refuse a ``pipeline`` argument that cannot be honoured (docs/ray.md, "Pipelined ...").
 
     Args:
@@ -549,16 +549,19 @@ def check_pipeline(pipeline: Any, k: int, *, local: bool, subject: str) -> None:
         local: Whether the runners act with their own policy (the local mode).
         subject: Who got it, for the message (``"start_runners"``, ``"runner 'runner-0'"``).
 
+    Returns:
+        ``pipeline`` as a Python bool (a ``numpy.bool_`` converted). Nothing is mutated.
+
     Raises:
-        TypeError: ``pipeline`` is not a bool.
+        TypeError: ``pipeline`` is not a bool (:func:`rlightning.rules.check_flag`, rule
+            ``flag``).
         ValueError: ``pipeline=True`` with fewer than 2 envs per runner (nothing to split), or
             in the local mode (there is no server whose inference the other half could overlap:
             the runner's own process infers).
     """
-    if not isinstance(pipeline, bool):
-        raise TypeError(f"{subject}: pipeline must be a bool, got {type(pipeline).__name__}")
+    pipeline = check_flag(pipeline, "pipeline", subject)
     if not pipeline:
-        return
+        return False
     if k < 2:
         raise ValueError(
             f"{subject}: pipeline=True splits each runner's envs in two halves that alternate, "
@@ -571,6 +574,7 @@ def check_pipeline(pipeline: Any, k: int, *, local: bool, subject: str) -> None:
             "in its own process, so there is nothing to overlap: pass pipeline=False, or a "
             "server instead of policy"
         )
+    return True
 
 
 class _Stream:

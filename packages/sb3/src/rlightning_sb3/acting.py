@@ -42,7 +42,7 @@ from stable_baselines3.common.type_aliases import TrainFrequencyUnit
 from stable_baselines3.common.utils import set_random_seed
 
 from rlightning import PolicyResponse, ResponseBatch
-from rlightning.rules import as_bools
+from rlightning.rules import as_bools, check_flag
 from rlightning_sb3._noise import bound_env_ids, noise_indices
 from rlightning_sb3.adapter import SB3PolicyAdapter
 
@@ -226,6 +226,8 @@ class ActingReplica:
         seed: When given, :func:`set_acting_seed` runs after the adapter is built.
 
     Raises:
+        TypeError: ``explore`` or ``use_masking`` is not a bool (rule ``flag``, checked by
+            :func:`rlightning.rules.check_flag`; a ``numpy.bool_`` is one).
         ValueError: ``model`` uses gSDE (``use_sde=True``) and ``explore`` is True.
         TypeError, ValueError: what :class:`SB3PolicyAdapter` raises for ``model``.
     """
@@ -238,6 +240,8 @@ class ActingReplica:
         use_masking: bool = True,
         seed: int | None = None,
     ) -> None:
+        explore = check_flag(explore, "explore", "ActingReplica")
+        use_masking = check_flag(use_masking, "use_masking", "ActingReplica")
         self._adapter = SB3PolicyAdapter(model)
         if explore and getattr(model, "use_sde", False):
             raise ValueError(
@@ -248,8 +252,8 @@ class ActingReplica:
                 "or act with explore=False"
             )
         self._model = model
-        self._explore = bool(explore)
-        self._use_masking = bool(use_masking)
+        self._explore = explore
+        self._use_masking = use_masking
         self._off_policy = isinstance(model, OffPolicyAlgorithm)
         self._total_timesteps: int | None = None
         #: Whether an exploring call drew action noise (the first resets none, as SB3's first

@@ -30,6 +30,7 @@ import torch as th
 from stable_baselines3.common.base_class import BaseAlgorithm
 
 from rlightning import PolicyResponse, ResponseBatch
+from rlightning.rules import check_flag
 from rlightning_sb3._actions import ACTION_KINDS, refuse_action_dtypes
 from rlightning_sb3._answer import answer
 from rlightning_sb3._batch import (
@@ -296,8 +297,9 @@ class SB3PolicyAdapter:
         Raises:
             TypeError: an argument after ``observation`` is passed by position (SB3's
                 ``predict(observation, state, episode_start, deterministic)`` order does not
-                apply); ``env_ids`` is missing or of the wrong kind, ``observation`` is of the
-                wrong kind, or a
+                apply); ``deterministic`` is not a bool (rule ``flag``: a ``numpy.bool_`` is
+                one; an int or a str is refused); ``env_ids`` is missing or of the wrong kind,
+                ``observation`` is of the wrong kind, or a
                 ``ts_env_sent_ns`` stamp is not an int (the env named).
             ValueError: ``env_ids`` does not match the batch (lengths named) or repeats an id;
                 the observation's shape does not fit the model's space or it holds NaN (the envs
@@ -309,6 +311,7 @@ class SB3PolicyAdapter:
         """
         if args:
             raise TypeError(_positional_predict_message(len(args)))
+        deterministic = check_flag(deterministic, "deterministic", "SB3PolicyAdapter.predict()")
         if env_ids is None:
             raise TypeError(
                 "SB3PolicyAdapter.predict() missing env_ids: pass one str id per row of the "
@@ -481,7 +484,8 @@ class SB3PolicyAdapter:
         Raises:
             TypeError: the model is neither on- nor off-policy (e.g. sb3-contrib's ARS), or an
                 argument is of the wrong kind (``env_ids``, ``observation``, a
-                ``ts_env_sent_ns`` stamp that is not an int).
+                ``ts_env_sent_ns`` stamp that is not an int, an ``explore`` that is not a bool:
+                rule ``flag``, a ``numpy.bool_`` is one).
             ValueError: ``env_ids``, ``episode_start``, ``action_masks``, ``ts_env_sent_ns`` or
                 the observation does not fit the batch or the model (the message names the ids
                 and shapes); ``action_masks`` are given to a model other than MaskablePPO, hold
@@ -499,6 +503,7 @@ class SB3PolicyAdapter:
             call ``model.policy.reset_noise(n_envs)`` (off-policy: ``model.actor.reset_noise``)
             where ``collect_rollouts`` would.
         """
+        explore = check_flag(explore, "explore", "SB3PolicyAdapter.act()")
         facts = self._facts
         state = self._state
         call = read_call(facts, state, observation, env_ids, ts_env_sent_ns, action_masks)

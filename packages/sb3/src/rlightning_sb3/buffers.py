@@ -53,7 +53,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.utils import should_collect_more_steps
 
 from rlightning import PolicyResponse
-from rlightning.rules import as_bools
+from rlightning.rules import as_bools, check_flag
 from rlightning_sb3._actions import check_action_masks
 from rlightning_sb3._batch import per_env_bools
 from rlightning_sb3._buffer_checks import (
@@ -194,10 +194,11 @@ def add_rollout_step(
         not.
 
     Raises:
-        TypeError: ``responses`` is not a sequence of PolicyResponse, ``env_ids`` is not a
-            sequence of str, an info is not a dict, the rewards are not real numbers (bool,
-            complex, str or object dtype), or ``observation`` is a dict for a buffer of arrays
-            (or the reverse).
+        TypeError: ``update_model`` is not a bool (rule ``flag``; a ``numpy.bool_`` is one;
+            before anything is read or changed); ``responses`` is not a sequence of
+            PolicyResponse, ``env_ids`` is not a sequence of str, an info is not a dict, the
+            rewards are not real numbers (bool, complex, str or object dtype), or
+            ``observation`` is a dict for a buffer of arrays (or the reverse).
         ValueError: ``update_model`` is set before :func:`start_training`; the responses
             (empty, a stacked batch, repeated or unmatched env ids), rewards, dones, infos or
             ``observation`` do not match the buffer's envs (counts, shapes ``(n_envs,)`` and
@@ -214,6 +215,7 @@ def add_rollout_step(
             step, nothing is stored, as ``collect_rollouts`` returns early), or returned False
             at an earlier step of this run (then nothing is changed).
     """
+    update_model = check_flag(update_model, "update_model", "add_rollout_step")
     run = None
     if update_model:
         require_started(model)
@@ -352,7 +354,8 @@ def finish_rollout(
         training state above; the logger's values are written out when it dumps).
 
     Raises:
-        TypeError: ``responses`` or ``env_ids`` is not a sequence of the right kind, or
+        TypeError: ``update_model`` is not a bool (rule ``flag``; before anything is changed);
+            ``responses`` or ``env_ids`` is not a sequence of the right kind, or
             ``new_observation`` is a dict for a buffer of arrays (or the reverse).
         ValueError: ``update_model`` is set before :func:`start_training`; the buffer is not
             full; ``dones`` is not ``(n_envs,)`` booleans; ``new_observation`` is not
@@ -361,6 +364,7 @@ def finish_rollout(
             a ``state`` field.
         StopTraining: a callback stopped this run (nothing is changed).
     """
+    update_model = check_flag(update_model, "update_model", "finish_rollout")
     if update_model:
         require_started(model)
         refuse_stopped(run_of(model))
@@ -496,10 +500,11 @@ def add_replay_step(
         ``new_observation``, ``rewards`` and ``responses`` are not.
 
     Raises:
-        TypeError: ``responses`` is not a sequence of PolicyResponse, ``env_ids`` is not a
-            sequence of str, an info is not a dict, the rewards are not real numbers, an
-            observation is a dict for a buffer of arrays (or the reverse), or for a Box action
-            space the buffer actions are not floats.
+        TypeError: ``update_model`` is not a bool (rule ``flag``; a ``numpy.bool_`` is one;
+            before anything is read or changed); ``responses`` is not a sequence of
+            PolicyResponse, ``env_ids`` is not a sequence of str, an info is not a dict, the
+            rewards are not real numbers, an observation is a dict for a buffer of arrays (or
+            the reverse), or for a Box action space the buffer actions are not floats.
         ValueError: ``update_model`` is set before :func:`start_training`; the responses
             (empty, a stacked batch, repeated or unmatched env ids), rewards, dones, infos or
             observations do not match the buffer's envs (counts, shapes ``(n_envs,)`` and
@@ -519,6 +524,7 @@ def add_replay_step(
             step, nothing is stored, as ``collect_rollouts`` returns early), or returned False
             at an earlier step of this run (then nothing is changed).
     """
+    update_model = check_flag(update_model, "update_model", "add_replay_step")
     run = None
     if update_model:
         require_started(model)

@@ -29,6 +29,7 @@ rule                              owner
                                   :data:`STAMP_EPOCH_FLOOR_NS`; :data:`SHARED_FIELDS`
                                   (with :data:`POLICY_VERSION_FIELD`)
 ``boolean``                       :func:`as_bools`
+``flag``                          :func:`check_flag`
 ``count``                         :func:`check_count`, :func:`check_seeds`
 ``known-agent``                   :func:`check_known_agents`
 ``live-agents``                   :func:`check_live_agents`
@@ -61,6 +62,7 @@ from rlightning.rules._agents import (
 )
 from rlightning.rules._counts import check_count, check_seeds
 from rlightning.rules._errors import RULES, describe, rule_error, rule_message
+from rlightning.rules._flags import check_flag
 from rlightning.rules._mask_actions import action_allowed, mask_violation
 from rlightning.rules._masks import (
     MaskLayout,
@@ -125,6 +127,7 @@ __all__ = [
     "check_env_id",
     "check_env_id_matches",
     "check_env_ids",
+    "check_flag",
     "check_framework_version",
     "check_has_action",
     "check_known_agents",
@@ -162,6 +165,7 @@ for _function in (
     check_env_id,
     check_env_id_matches,
     check_env_ids,
+    check_flag,
     check_framework_version,
     check_has_action,
     check_known_agents,

@@ -76,6 +76,12 @@ RULES: dict[str, str] = {
         "or 1 (SB3's dones may be 0/1 floats); 0.5, 2, NaN, strings and objects are refused, "
         "never read by truthiness"
     ),
+    "flag": (
+        "a boolean argument that picks a branch (update_model, deterministic, explore, "
+        "use_masking, pipeline) is a bool: a Python bool or a numpy.bool_ (what numpy "
+        "comparisons return); an int 0/1, a str ('False' is truthy), None and other objects "
+        "are refused before anything is stepped or mutated, never read by truthiness"
+    ),
     "count": (
         "a count given as an argument (runners, envs per runner, max_batch rows, max_wait_us "
         "microseconds) is an int (a Python int or numpy integer), never a bool, a float (4.0 "
