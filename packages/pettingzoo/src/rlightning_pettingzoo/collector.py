@@ -162,6 +162,7 @@ class SharedRolloutCollector(AgentStepper):
         check_update_model(update_model, "SharedRolloutCollector")
         if update_model:  # before any step: add_rollout_step would refuse only at the end
             refuse_unstarted(model, "SharedRolloutCollector")
+        self._start_run()  # a run that reset the model's env resets the copies (_stepper_base)
         buf = model.rollout_buffer
         n_rows, n_columns = int(buf.buffer_size), int(buf.n_envs)
         capacity = n_rows * n_columns
