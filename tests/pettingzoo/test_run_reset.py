@@ -316,3 +316,55 @@ def test_reset_run_id_of_runs_begun_by_learn() -> None:
     assert training_reset_run_id(model) not in (None, training_run_id(model))
     start_training(model, 16)
     assert training_reset_run_id(model) == training_run_id(model)
+
+
+def test_group_collector_resets_once_every_group_began_a_resetting_run() -> None:
+    """The groups' models share the copies: reset once each began a resetting run since."""
+    from rlightning_pettingzoo import GroupRolloutCollector
+
+    def make() -> Any:
+        return simple_spread_v3.parallel_env(max_cycles=5)
+
+    copies, n_steps = 2, 4
+    groups = {"agent_0": "a", "agent_1": "b", "agent_2": "b"}
+    spaces = make()
+    space = (spaces.observation_space("agent_0"), spaces.action_space("agent_0"))
+    models = {
+        g: PPO(
+            "MlpPolicy",
+            DummyVecEnv([lambda: _Slot(*space)] * (copies * n)),
+            n_steps=n_steps,
+            batch_size=n_steps * copies * n,
+            seed=k,
+            device="cpu",
+            policy_kwargs={"net_arch": [8]},
+        )
+        for k, (g, n) in enumerate([("a", 1), ("b", 2)])
+    }
+    collector = GroupRolloutCollector(models, [make] * copies, group_of=groups, seeds=[0, 1])
+
+    def run(resets: dict[str, bool]) -> dict[str, np.ndarray]:
+        for g, model in models.items():
+            start_training(model, n_steps * model.n_envs, reset_num_timesteps=resets[g])
+        segments = collector.collect()
+        for model in models.values():
+            finish_training(model)
+        steps = {
+            g: np.array([s.env_steps[0] for s in segments[g] if s.start_row == 0]) for g in models
+        }
+        return {g: models[g].rollout_buffer.episode_starts[0] for g in models} | {
+            f"{g}-steps": steps[g] for g in models
+        }
+
+    first = run({"a": True, "b": True})
+    assert all(first[g].all() for g in models)
+    # only a's run reset: the copies continue (copy step 4 of episodes of 5), a's reset waits
+    second = run({"a": True, "b": False})
+    assert not any(second[g].any() for g in models)
+    assert (second["a-steps"] == n_steps).all()
+    # now b's run resets too: every group's model began a resetting run since the last reset
+    third = run({"a": False, "b": True})
+    assert all(third[g].all() for g in models)
+    # a continuing run of both continues
+    fourth = run({"a": False, "b": False})
+    assert not any(fourth[g].any() for g in models)
