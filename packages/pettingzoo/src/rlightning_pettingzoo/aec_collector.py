@@ -101,6 +101,9 @@ class AECRolloutCollector(CopyBookkeeping):
     Each (copy, agent) is one stream of the layout of :class:`SharedRolloutCollector`: the
     agent's transitions in time order, cut into segments in the buffer's columns. A copy whose
     game is over (``env.agents`` empty) is reset (``seeds`` at its first reset, then no seed).
+    At the first :meth:`collect` of a training run that reset the model's env
+    (:func:`rlightning_sb3.training_reset_run_id`) every copy is reset, after the dead steps a
+    finished game still owes (``docs/pettingzoo.md``, "A new training run").
 
     Build the model with a VecEnv of ``n_envs`` slots of one agent's spaces (it sizes the
     buffer; it is never stepped here), call :func:`rlightning_sb3.start_training` first (its
