@@ -17,6 +17,7 @@ SB3's VecEnv reset the envs there already, then ``_setup_learn`` resets them aga
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
@@ -368,3 +369,32 @@ def test_group_collector_resets_once_every_group_began_a_resetting_run() -> None
     # a continuing run of both continues
     fourth = run({"a": False, "b": False})
     assert not any(fourth[g].any() for g in models)
+
+
+def test_rollout_recorders_refuse_reset_runs_that_do_not_fit() -> None:
+    """A recorder's ``record(reset_runs)`` (what a Ray runner is sent) is checked, named."""
+    from rlightning_pettingzoo import GroupRolloutRecorder, RolloutRecorder
+
+    make = partial(simple_spread_v3.parallel_env, max_cycles=5)
+    spaces = make()
+    space = (spaces.observation_space("agent_0"), spaces.action_space("agent_0"))
+
+    def ppo(n_envs: int) -> PPO:
+        slots = DummyVecEnv([lambda: _Slot(*space)] * n_envs)
+        return PPO("MlpPolicy", slots, n_steps=2, batch_size=2 * n_envs, seed=0, device="cpu")
+
+    recorder = RolloutRecorder(ppo(3), [make], seeds=[0])
+    with pytest.raises(ValueError, match=r"RolloutRecorder.record: reset_runs must hold one"):
+        recorder.record([1, 2])
+    with pytest.raises(TypeError, match=r"reset_runs\[0\] must be None or an int.*bool"):
+        recorder.record([True])
+    assert recorder.record([None]).n_rows == 2  # None: the learner never began a resetting run
+    groups = {"agent_0": "a", "agent_1": "b", "agent_2": "b"}
+    group_recorder = GroupRolloutRecorder(
+        {"a": ppo(1), "b": ppo(2)}, [make], group_of=groups, seeds=[0]
+    )
+    with pytest.raises(ValueError, match=r"must map every group \['a', 'b'\].*\['a'\]"):
+        group_recorder.record({"a": 1})
+    with pytest.raises(TypeError, match=r"reset_runs\['b'\] must be None or an int.*str"):
+        group_recorder.record({"a": 1, "b": "2"})
+    assert set(group_recorder.record({"a": 1, "b": 2})) == {"a", "b"}
