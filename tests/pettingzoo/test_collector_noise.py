@@ -114,29 +114,6 @@ def test_replay_buffer_with_noise_equals_learn(
             np.testing.assert_array_equal(a.noise_prev, b.noise_prev)
 
 
-class ContinuingAgentsVecEnv(AgentsVecEnv):  # type: ignore[misc, valid-type]
-    """``AgentsVecEnv`` whose resets after the first return the observations the copies are at.
-
-    SB3's ``learn(reset_num_timesteps=True)`` resets its VecEnv (``_setup_learn``); a collector's
-    envs are its own and continue across ``start_training`` calls. Over this VecEnv SB3 acts on
-    where the copies are, so two ``learn()`` calls compare with two runs of a collector.
-    """
-
-    def __init__(self, make_env: Any, n_copies: int) -> None:
-        super().__init__(make_env, n_copies)
-        self._current: Any = None
-
-    def reset(self) -> np.ndarray:
-        if self._current is None:
-            self._current = super().reset()
-        return np.array(self._current)
-
-    def step_wait(self) -> Any:
-        out = super().step_wait()
-        self._current = out[0]
-        return out
-
-
 def _two_runs(
     kind: str, make: Any, n_copies: int, kwargs: dict[str, Any], runs: list[tuple[int, bool]]
 ) -> tuple[Any, Any]:
@@ -183,7 +160,9 @@ def test_a_new_start_training_resets_the_noise_as_a_new_learn_does(
         "device": "cpu",
         "policy_kwargs": {"net_arch": [16]},
     }
-    venv = ContinuingAgentsVecEnv(make, n_copies)
+    # SB3's own VecEnv of the agents: the second learn(reset_num_timesteps=True) resets it
+    # (unseeded), as the collectors reset their copies at a resetting run (test_run_reset.py)
+    venv = AgentsVecEnv(make, n_copies)
     reference = TD3("MlpPolicy", venv, action_noise=NOISES["ou"](5), **kwargs)
     reference.learn(total_timesteps=first)
     theirs_noise: Any = reference.action_noise

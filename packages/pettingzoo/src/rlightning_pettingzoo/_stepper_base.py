@@ -16,6 +16,7 @@ from typing import Any
 from rlightning.rules import check_seeds
 from rlightning_pettingzoo._columns import Transition
 from rlightning_pettingzoo._envs import require_distinct
+from rlightning_sb3 import training_reset_run_id
 
 __all__ = ["CopyBookkeeping", "row_prefix"]
 
@@ -42,7 +43,8 @@ def row_prefix(caller: str) -> str:
 class CopyBookkeeping:
     """A collector's env copies and, per (copy, agent) slot, its open transition and episode.
 
-    Subclasses call :meth:`_make_envs`, then :meth:`_start_bookkeeping`, in their constructor.
+    Subclasses call :meth:`_make_envs`, then :meth:`_start_bookkeeping`, in their constructor,
+    and :meth:`_start_run` at each ``collect()`` before any step.
 
     Attributes:
         dropped: What the last ``collect()`` acted but did not store (agent-steps; for the AEC
@@ -51,6 +53,7 @@ class CopyBookkeeping:
             copies).
     """
 
+    model: Any
     _envs: list[Any]
     _seeds: list[int | None]
 
@@ -114,6 +117,75 @@ class CopyBookkeeping:
         self._start_time = time.time()
         self.dropped = 0
         self.agent_returns: dict[Any, deque[float]] = {}
+        #: Per model of :meth:`_run_models`, the resetting run (``training_reset_run_id``) the
+        #: copies were last reset for; None: none yet (the copies start fresh anyway).
+        self._reset_runs: list[int | None] | None = None
+
+    def _run_models(self) -> list[Any]:
+        """The models whose training runs reset the copies: ``[model]`` (a hook: one per group).
+
+        Returns:
+            The collector's trained models (read, not changed).
+        """
+        return [self.model]
+
+    def _reset_run_of(self, model: Any) -> int | None:
+        """``model``'s latest resetting run (a hook: a recorder reads its learner's publish).
+
+        Returns:
+            :func:`rlightning_sb3.training_reset_run_id` of ``model``.
+        """
+        return training_reset_run_id(model)
+
+    def _start_run(self) -> bool:
+        """At a ``collect()``: reset every copy where a new training run reset the model's env.
+
+        SB3's ``BaseAlgorithm._setup_learn`` resets the model's VecEnv when a run begins with
+        ``reset_num_timesteps`` (or without a last observation): ``DummyVecEnv.reset`` resets
+        every env (with the seeds given to ``VecEnv.seed``, which are used once: a second reset
+        has none), ``VecMonitor.reset`` forgets the episodes' returns and lengths so far, and the
+        first step starts every episode (``_last_episode_starts`` all True). The collector's
+        copies are its own, so it does the same here, once per such run: when every model of
+        :meth:`_run_models` began a resetting run (:meth:`_reset_run_of`, i.e.
+        :func:`rlightning_sb3.training_reset_run_id`) that the copies were not reset for yet (a
+        group collector's models share the copies: they are reset once all of them asked for
+        it, see ``docs/decisions.md``), each copy is reset at its next round, as a fresh
+        collector resets it (its seed where it was never reset, else none), after
+        :meth:`_restart_copies` has taken what was due before its next live step (an AEC
+        game's dead steps: episodes that ended, which ``VecMonitor`` recorded). The transitions
+        still open (acted, not yet complete: SB3's buffer never holds them, as the episode is
+        cut where it never stored a step) and the episodes' returns so far are dropped; the
+        complete transitions a replay collector keeps for its next row stay (SB3 stored them
+        in the run that collected them). Continuing runs (``reset_num_timesteps=False``), and
+        models that never began a run, change nothing. Noise processes are reset by their own
+        rule (every new run, ``_noise.SlotNoise.start_run``).
+
+        Returns:
+            Whether the copies were reset (mutated: the per-slot records, the copies' state).
+        """
+        current = [self._reset_run_of(model) for model in self._run_models()]
+        known = self._reset_runs
+        if known is None or len(known) != len(current):
+            known = [None] * len(current)
+        if not all(run is not None and run != old for run, old in zip(current, known, strict=True)):
+            return False
+        self._reset_runs = current
+        self._restart_copies()
+        self._open.clear()
+        self._episode.clear()
+        self._starting = [set() for _ in self._envs]
+        return True
+
+    def _restart_copies(self) -> None:
+        """Take what is due before each copy's next live step, then mark every copy for a reset.
+
+        A hook: the parallel collectors clear their copies' observations (a copy without
+        them is reset at the next round); the AEC collectors step the dead steps due first.
+
+        Raises:
+            NotImplementedError: a collector that does not implement it.
+        """
+        raise NotImplementedError
 
     @property
     def envs(self) -> list[Any]:

@@ -106,6 +106,21 @@ class AgentStepper(CopyBookkeeping):
         for agent in env.agents:
             self._episode[(i, agent)] = [0.0, 0]
 
+    def _restart_copies(self) -> None:
+        """Mark every copy for a reset at its next round (``CopyBookkeeping._start_run``).
+
+        A copy whose agents are all gone is reset first, as the collector would at its next
+        round: SB3's VecEnv reset the env at the step that ended its episode, before
+        ``_setup_learn`` resets it again (an env's own generator moves on as it does in SB3).
+        Nothing else is due: the episodes that ended were recorded at the step that ended them.
+        """
+        n = len(self._envs)
+        for i in range(n):
+            if self._observations[i] is None and self._steps[i]:
+                self._reset(i)
+        self._observations = [None] * n
+        self._infos = [{} for _ in range(n)]
+
     def _refuse_unstorable(self, caller: str) -> None:
         """Refuse possible agents the model acts on but cannot store (``_sb3``), at construction."""
         for i, env in enumerate(self._envs):

@@ -100,6 +100,9 @@ class AECRolloutCollector(CopyBookkeeping):
     Each (copy, agent) is one stream of the layout of :class:`SharedRolloutCollector`: the
     agent's transitions in time order, cut into segments in the buffer's columns. A copy whose
     game is over (``env.agents`` empty) is reset (``seeds`` at its first reset, then no seed).
+    At the first :meth:`collect` of a training run that reset the model's env
+    (:func:`rlightning_sb3.training_reset_run_id`) every copy is reset, after the dead steps a
+    finished game still owes (``docs/pettingzoo.md``, "A new training run").
 
     Build the model with a VecEnv of ``n_envs`` slots of one agent's spaces (it sizes the
     buffer; it is never stepped here), call :func:`rlightning_sb3.start_training` first (its
@@ -276,31 +279,9 @@ class AECRolloutCollector(CopyBookkeeping):
             trained = agent not in self.opponents
             # observe() may return the env's own arrays: a copy (transposed for an image model)
             observation = self._intake_of(agent)(observation) if trained else owned(observation)
-            slot = (i, agent)
             done = bool(terminated or truncated)
-            if trained and slot in self._acted:  # its reward since it acted: its transition's
-                self._acted.discard(slot)
-                episode = self._episode.setdefault(slot, [0.0, 0])
-                episode[0] += float(reward)
-                open_ = self._open.pop(slot, None)
-                if open_ is not None:
-                    open_.reward = float(reward)
-                    open_.next_observation = observation
-                if done:
-                    ended = {
-                        "r": episode[0],
-                        "l": episode[1],
-                        "t": round(time.time() - self._start_time, 6),
-                    }
-                    self.agent_returns.setdefault(agent, deque(maxlen=100)).append(episode[0])
-                    del self._episode[slot]
-                    if open_ is not None:
-                        open_.end = "terminated" if terminated else "truncated"
-                        open_.episode = ended
-                    elif streams.get(slot) and streams[slot][-1].end is None:
-                        # it ended after a dropped turn: its last stored row (cut there)
-                        # carries the episode for rollout/ep_rew_mean
-                        streams[slot][-1].episode = ended
+            if trained:
+                self._close(i, agent, observation, reward, terminated, truncated, streams)
             if finishing and not any(k[0] == i and t is not None for k, t in self._open.items()):
                 return None
             if done:
@@ -320,6 +301,80 @@ class AECRolloutCollector(CopyBookkeeping):
             f"{describe_env(env)} (copy {i}) gave no trained agent a turn in "
             f"{_MAX_STEPS_WITHOUT_TURN} steps"
         )
+
+    def _close(
+        self,
+        i: int,
+        agent: Any,
+        observation: Any,
+        reward: Any,
+        terminated: Any,
+        truncated: Any,
+        streams: dict[tuple[int, Any], list[Transition]],
+    ) -> None:
+        """Trained ``agent``'s selection in copy ``i``: its reward since it acted, its episode.
+
+        What ``env.last()`` reported closes the agent's open transition (reward, next
+        observation, and the end where it is done) and adds to its episode; a done agent's
+        episode is recorded (``agent_returns``, the transition's or its last stored row's
+        ``episode``). Nothing when it has not acted since its last selection.
+        """
+        slot = (i, agent)
+        if slot not in self._acted:
+            return
+        self._acted.discard(slot)
+        episode = self._episode.setdefault(slot, [0.0, 0])
+        episode[0] += float(reward)
+        open_ = self._open.pop(slot, None)
+        if open_ is not None:
+            open_.reward = float(reward)
+            open_.next_observation = observation
+        if terminated or truncated:
+            ended = {
+                "r": episode[0],
+                "l": episode[1],
+                "t": round(time.time() - self._start_time, 6),
+            }
+            self.agent_returns.setdefault(agent, deque(maxlen=100)).append(episode[0])
+            del self._episode[slot]
+            if open_ is not None:
+                open_.end = "terminated" if terminated else "truncated"
+                open_.episode = ended
+            elif streams.get(slot) and streams[slot][-1].end is None:
+                # it ended after a dropped turn: its last stored row (cut there) carries the
+                # episode for rollout/ep_rew_mean
+                streams[slot][-1].episode = ended
+
+    def _restart_copies(self) -> None:
+        """Take each copy's due steps, then mark it for a reset (``_start_run``).
+
+        A game that is over (or an agent that is done) still owes the done agents' dead steps
+        (PettingZoo's ``_was_dead_step``), where their last rewards and episodes are taken:
+        those episodes ended (SB3's ``VecMonitor`` recorded them at the step that ended them),
+        so they are taken here (:meth:`_close`, into ``agent_returns`` and the transitions they
+        close); a live turn stops it (the episodes still running are cut, as
+        ``VecMonitor.reset`` cuts them). A game found over is then reset and stepped to a
+        trained agent's turn first, as the collector would at its next round: SB3's VecEnv
+        reset the env at the step that ended its episode, before ``_setup_learn`` resets it
+        again (the env's and the random opponents' generators move on as they do in SB3).
+        """
+        for i, env in enumerate(self._envs):
+            while self._live[i] and env.agents:
+                agent = env.agent_selection
+                observation, reward, terminated, truncated, _ = env.last()
+                if not (terminated or truncated):
+                    break
+                if agent not in self.opponents:
+                    observation = self._intake_of(agent)(observation)
+                    self._close(i, agent, observation, reward, terminated, truncated, {})
+                env.step(None)  # PettingZoo's dead step
+                self._steps[i] += 1
+            if self._live[i] and not env.agents:
+                self._live[i] = False
+            if not self._live[i] and self._steps[i]:  # over: the reset SB3 made at its end
+                self._turn(i, {}, finishing=False)
+            self._live[i] = False
+        self._acted.clear()
 
     def _mask(self, i: int, agent: Any, observation: Any, info: Any) -> Any:
         env = self._envs[i]
@@ -470,6 +525,7 @@ class AECRolloutCollector(CopyBookkeeping):
         update_model = rules.check_flag(update_model, "update_model", f"{self._caller}.collect")
         if update_model:  # before any step: add_rollout_step would refuse only at the end
             refuse_unstarted(model, self._caller)
+        self._start_run()  # a run that reset the model's env resets the copies (_stepper_base)
         buf = model.rollout_buffer
         n_rows, n_columns = int(buf.buffer_size), int(buf.n_envs)
         capacity = n_rows * n_columns

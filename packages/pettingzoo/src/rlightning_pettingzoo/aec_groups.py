@@ -150,6 +150,14 @@ class _GroupTurns(AECRolloutCollector):
             next(iter(self.models.values())), env_fns, opponents=opponents, seeds=seeds
         )
 
+    def _run_models(self) -> list[Any]:
+        """Every group's model, in ``models`` order (``CopyBookkeeping._start_run``'s models).
+
+        The shared copies are reset for a new run only once each of them began one that reset
+        its env (``docs/decisions.md``).
+        """
+        return list(self.models.values())
+
     def _group(self, agent: Any, env: Any = None, i: int | None = None) -> str:
         """The group of trained ``agent`` (``group_of``'s answer, remembered).
 
@@ -229,6 +237,7 @@ class _GroupTurns(AECRolloutCollector):
         if update_model:  # before any step: add_rollout_step would refuse only at the end
             for group, model in self.models.items():
                 refuse_unstarted(model, _CALLER, group)
+        self._start_run()  # every group's run reset its env: reset the copies (_stepper_base)
         for group, lanes in self._group_lanes.items():
             lanes.begin(shapes[group][0])
         remaining = {g: rows * columns for g, (rows, columns) in shapes.items()}

@@ -134,6 +134,7 @@ class AECReplayCollector(AECRolloutCollector):
         """
         model: Any = self.model
         refuse_unstarted(model, self._caller)  # before any step
+        self._start_run()  # a run that reset the model's env resets the copies (_stepper_base)
         n_columns = int(model.replay_buffer.n_envs)
         stored = 0
         while True:
@@ -157,6 +158,20 @@ class AECReplayCollector(AECRolloutCollector):
                 opened = self._open[(turn.index, turn.agent)]
                 assert opened is not None
                 self._pending.append(opened)
+
+    def _restart_copies(self) -> None:
+        """The base's, then: transitions its dead steps closed are complete, the rest dropped.
+
+        A transition a due dead step closed (its agent's game ended) is complete, as SB3 stored
+        it at the step that ended the episode: it joins the rows still to be added (copy order,
+        then ``possible_agents`` order); the transitions still open are cut by the reset
+        (``_start_run`` drops them).
+        """
+        super()._restart_copies()
+        closed = [t for t in self._pending if not self._is_open(t)]
+        closed.sort(key=lambda t: (t.env_index, self._agent_rank(t.env_index, t.agent_id)))
+        self._ready.extend(closed)
+        self._pending = []
 
     def _add(self, row: list[Transition]) -> bool:
         """Hand one complete row over; True: the rollout of ``train_freq`` ended at it.

@@ -84,6 +84,10 @@ class SharedRolloutCollector(AgentStepper):
     (the others wait, untouched, for the next rollout); when none fits, one is stepped and the
     agent-steps that do not fit are dropped (:attr:`dropped`): acted and stepped, never stored.
     A copy whose agents are all gone is reset (``seeds`` at its first reset, then no seed).
+    At the first :meth:`collect` of a training run that reset the model's env
+    (:func:`rlightning_sb3.training_reset_run_id`: ``start_training(...,
+    reset_num_timesteps=True)``) every copy is reset, as ``_setup_learn`` resets SB3's VecEnv
+    (``docs/pettingzoo.md``, "A new training run"); a continuing run continues the episodes.
 
     Build the model with a VecEnv of ``n_envs`` slots of one agent's spaces (it sizes the
     buffer; it is never stepped here), call :func:`rlightning_sb3.start_training` first (its
@@ -162,6 +166,7 @@ class SharedRolloutCollector(AgentStepper):
         update_model = check_flag(update_model, "update_model", "SharedRolloutCollector.collect")
         if update_model:  # before any step: add_rollout_step would refuse only at the end
             refuse_unstarted(model, "SharedRolloutCollector")
+        self._start_run()  # a run that reset the model's env resets the copies (_stepper_base)
         buf = model.rollout_buffer
         n_rows, n_columns = int(buf.buffer_size), int(buf.n_envs)
         capacity = n_rows * n_columns

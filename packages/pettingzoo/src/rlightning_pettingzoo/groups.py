@@ -184,6 +184,14 @@ class _GroupStepper(AgentStepper):
                         "never be filled"
                     )
 
+    def _run_models(self) -> list[Any]:
+        """Every group's model, in ``models`` order (``CopyBookkeeping._start_run``'s models).
+
+        The shared copies are reset for a new run only once each of them began one that reset
+        its env (``docs/decisions.md``).
+        """
+        return list(self.models.values())
+
     def group(self, agent: Any, env: Any = None, i: int | None = None) -> str:
         """The group of ``agent`` (``group_of``'s answer, remembered).
 
@@ -461,6 +469,7 @@ class GroupRolloutCollector(_GroupStepper):
         if update_model:  # before any step: add_rollout_step would refuse only at the end
             for group, model in self.models.items():
                 refuse_unstarted(model, "GroupRolloutCollector", group)
+        self._start_run()  # every group's run reset its env: reset the copies (_stepper_base)
         # a row's mask is stored only for the agents of a MaskablePPO group (MaskableRolloutBuffer)
         masked = {g for g, m in self.models.items() if hasattr(m.rollout_buffer, "action_masks")}
         groups = self._groups
@@ -646,6 +655,7 @@ class GroupReplayCollector(_GroupStepper):
             refuse_unstarted(model, "GroupReplayCollector", group)
         for group, noise in self._noises.items():  # a new run: _setup_learn's noise reset
             noise.start_run(self._noise_run(self.models[group]))
+        self._start_run()  # every group's run reset its env: reset the copies (_stepper_base)
         stored = dict.fromkeys(self.models, 0)
         done = dict.fromkeys(self.models, False)
         idle = 0

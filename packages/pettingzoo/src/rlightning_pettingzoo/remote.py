@@ -42,6 +42,7 @@ from rlightning.batch import reduce_in_band
 from rlightning.rules import check_flag
 from rlightning_pettingzoo._columns import Placed
 from rlightning_pettingzoo._sb3 import refuse_unapplied_wrappers
+from rlightning_pettingzoo._stepper_base import CopyBookkeeping
 from rlightning_pettingzoo.collector import (
     Segment,
     SharedRolloutCollector,
@@ -129,7 +130,72 @@ def check_rollout_model(model: Any, caller: str) -> None:
     refuse_unapplied_wrappers(model, caller)
 
 
-class _Recording:
+class _LearnerResetRuns(CopyBookkeeping):
+    """A recorder whose copies reset on its learner's resetting runs (mixed in first).
+
+    The learner's side knows :func:`rlightning_sb3.training_reset_run_id` of each model (its
+    ``start_training(..., reset_num_timesteps=...)``); a runner's replica does not (it never
+    begins the learner's runs). Each ``record`` is given them (:meth:`_take_reset_runs`) and
+    ``CopyBookkeeping._start_run`` reads them through :meth:`_reset_run_of`, so the recorder's
+    copies are reset where the in-process collector's are, by the very same rule (a group
+    recorder's: once every group's model began a resetting run). Mixed into the on-policy
+    recorders (:class:`RolloutRecorder`, ``remote_aec.AECRolloutRecorder``,
+    ``remote_groups.GroupRolloutRecorder``, ``remote_aec_groups``' engine).
+    """
+
+    #: The learner's latest resetting run of each model of :meth:`_run_models` (in its order),
+    #: as the last ``record`` gave them; None: none given (the replicas' own are read).
+    _learner_reset_runs: list[int | None] | None = None
+
+    def _take_reset_runs(self, reset_runs: Sequence[int | None] | None, caller: str) -> None:
+        """Keep the learner's resetting runs for this ``record`` (mutates the recorder only).
+
+        Args:
+            reset_runs: One :func:`rlightning_sb3.training_reset_run_id` of the learner's model
+                per model of :meth:`_run_models` (one; one per group in ``models`` order), each
+                an int or None (that model never began a run that reset its env); None: read
+                the replicas' own (a recorder used by hand, in one process).
+            caller: Named in the messages.
+
+        Raises:
+            ValueError: ``reset_runs`` is not one per model.
+            TypeError: an entry is neither None nor an int (a bool), named by index.
+        """
+        if reset_runs is None:
+            self._learner_reset_runs = None
+            return
+        runs = list(reset_runs)
+        n = len(self._run_models())
+        if len(runs) != n:
+            raise ValueError(
+                f"{caller}.record: reset_runs must hold one learner reset run id per model "
+                f"({n}), got {len(runs)}: {runs!r}"
+            )
+        for k, run in enumerate(runs):
+            if run is not None and (isinstance(run, bool) or not isinstance(run, int)):
+                raise TypeError(
+                    f"{caller}.record: reset_runs[{k}] must be None or an int (a "
+                    f"training_reset_run_id), got {type(run).__name__} {run!r}"
+                )
+        self._learner_reset_runs = runs
+
+    def _reset_run_of(self, model: Any) -> int | None:
+        """The learner's latest resetting run of ``model`` (as the last ``record`` was given).
+
+        Returns:
+            The run id given for ``model`` (None included: the learner's model began no
+            resetting run, so the copies are not reset, as in process); without any given,
+            the replica's own :func:`rlightning_sb3.training_reset_run_id`.
+        """
+        runs = self._learner_reset_runs
+        if runs is not None:
+            for replica, run in zip(self._run_models(), runs, strict=True):
+                if replica is model:
+                    return run
+        return super()._reset_run_of(model)
+
+
+class _Recording(_LearnerResetRuns):
     """A collector whose fill keeps the packed rows for :meth:`record` (mixed in first).
 
     Mixed into an in-process collector (:class:`RolloutRecorder`, ``remote_aec.
@@ -143,8 +209,14 @@ class _Recording:
             self._kept = []
         self._kept.append(placed)  # kept for record(): the learner fills
 
-    def record(self) -> RecordedRollout:
+    def record(self, reset_runs: Sequence[int | None] | None = None) -> RecordedRollout:
         """Act and step one rollout as the collector's ``collect`` does; fill nothing.
+
+        Args:
+            reset_runs: ``[training_reset_run_id(learner)]``: the learner's latest run that
+                reset its env (:func:`rlightning_sb3.training_reset_run_id`), so the copies
+                reset at a new one as the in-process collector's do (``collect``'s
+                ``CopyBookkeeping._start_run``); None: the replica's own (used by hand).
 
         Returns:
             The packed rows and the episodes (:class:`RecordedRollout`). The envs are stepped
@@ -152,9 +224,12 @@ class _Recording:
             ``num_timesteps`` and logger are untouched.
 
         Raises:
+            ValueError, TypeError: ``reset_runs`` is not one int or None
+                (:meth:`_take_reset_runs`).
             What the collector's ``collect`` raises.
         """
         collector: Any = self
+        self._take_reset_runs(reset_runs, type(self).__name__)
         self._kept = []
         collector.collect(update_model=False)
         assert len(self._kept) == 1, "internal: collect() did not pack once"

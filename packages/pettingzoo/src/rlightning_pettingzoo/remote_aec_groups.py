@@ -33,15 +33,19 @@ from rlightning_pettingzoo.aec_groups import (
     _GroupTurns,
 )
 from rlightning_pettingzoo.groups import GroupOf
-from rlightning_pettingzoo.remote import RecordedRollout
+from rlightning_pettingzoo.remote import RecordedRollout, _LearnerResetRuns
 from rlightning_pettingzoo.remote_aec import check_aec_model
-from rlightning_pettingzoo.remote_groups import _recorded_groups, check_group_models
+from rlightning_pettingzoo.remote_groups import _per_model, _recorded_groups, check_group_models
 
 __all__ = ["AECGroupRolloutRecorder", "check_aec_group_models"]
 
 
-class _KeptTurns(_GroupTurns):
-    """The AEC group engine whose per-group fill keeps the packed rows (for ``record``)."""
+class _KeptTurns(_LearnerResetRuns, _GroupTurns):
+    """The AEC group engine whose per-group fill keeps the packed rows (for ``record``).
+
+    Its copies reset on the learner's resetting runs given to ``record``
+    (``remote._LearnerResetRuns``: once every group's model began one, as in process).
+    """
 
     _kept: dict[str, list[list[Placed]]]
 
@@ -70,8 +74,17 @@ class AECGroupRolloutRecorder(AECGroupRolloutCollector):
 
     _turns_class = _KeptTurns
 
-    def record(self) -> dict[str, RecordedRollout]:
+    def record(
+        self, reset_runs: Mapping[str, int | None] | None = None
+    ) -> dict[str, RecordedRollout]:
         """Act and step one rollout as ``AECGroupRolloutCollector.collect`` does; fill nothing.
+
+        Args:
+            reset_runs: Group -> its learner's latest run that reset its env
+                (:func:`rlightning_sb3.training_reset_run_id`), every group of ``models``: the
+                copies reset as the in-process collector's do (``CopyBookkeeping._start_run``:
+                once every group's model began a resetting run, after the dead steps due);
+                None: the replicas' own (used by hand).
 
         Returns:
             Group -> its rollout (:class:`~rlightning_pettingzoo.RecordedRollout`: the group's
@@ -82,9 +95,13 @@ class AECGroupRolloutRecorder(AECGroupRolloutCollector):
             buffers, ``num_timesteps`` and loggers are untouched.
 
         Raises:
-            What ``AECGroupRolloutCollector.collect`` raises (with ``update_model=False``).
+            ValueError: ``reset_runs`` does not name every group of ``models``; what
+                ``AECGroupRolloutCollector.collect`` raises (with ``update_model=False``).
+            TypeError: a run id is neither None nor an int.
         """
         turns: Any = self._turns
+        name = "AECGroupRolloutRecorder"
+        turns._take_reset_runs(_per_model(reset_runs, turns.models, name), name)
         turns._kept = {}
         self.collect(update_model=False)
         return _recorded_groups(

@@ -227,6 +227,23 @@ class GroupReplayRecorder(GroupReplayCollector):
                     return run
         return super()._noise_run(model)
 
+    def _reset_run_of(self, model: Any) -> int | None:
+        """A group's learner's latest resetting run (its last record's ``reset_run_id``).
+
+        So the copies reset where every group's learner reset its env
+        (``CopyBookkeeping._start_run``), as the in-process collector's do.
+
+        Returns:
+            The run id; before any :meth:`record` of that group that carried one, the
+            replica's own :func:`rlightning_sb3.training_reset_run_id`.
+        """
+        for group, replica in self.models.items():
+            if replica is model:
+                run = self._rollouts[group].learner_reset_run
+                if run is not None:
+                    return run
+        return super()._reset_run_of(model)
+
     def record(self, states: Mapping[str, ActingState]) -> dict[str, RecordedReplay]:
         """Load every group's learner state, act and step one rollout of every group; add nothing.
 

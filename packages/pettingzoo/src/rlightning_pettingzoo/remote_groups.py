@@ -48,7 +48,12 @@ from rlightning_pettingzoo.groups import (
     _refuse_shared_models,
     _refuse_unfit_rollout_models,
 )
-from rlightning_pettingzoo.remote import RecordedRollout, check_rollout_model, fill_recorded
+from rlightning_pettingzoo.remote import (
+    RecordedRollout,
+    _LearnerResetRuns,
+    check_rollout_model,
+    fill_recorded,
+)
 
 __all__ = [
     "GroupRolloutRecorder",
@@ -163,7 +168,7 @@ def check_group_training(models: Mapping[str, Any], caller: str) -> None:
         refuse_unstarted(model, caller, group)
 
 
-class GroupRolloutRecorder(GroupRolloutCollector):
+class GroupRolloutRecorder(_LearnerResetRuns, GroupRolloutCollector):
     """A :class:`~rlightning_pettingzoo.GroupRolloutCollector` that keeps each group's rows.
 
     Built with ``GroupRolloutCollector``'s arguments (``models``: group name -> the replica
@@ -182,8 +187,17 @@ class GroupRolloutRecorder(GroupRolloutCollector):
     ) -> None:
         self._kept[group] = placed  # kept for record(): the learner fills
 
-    def record(self) -> dict[str, RecordedRollout]:
+    def record(
+        self, reset_runs: Mapping[str, int | None] | None = None
+    ) -> dict[str, RecordedRollout]:
         """Act and step one rollout as ``GroupRolloutCollector.collect`` does; fill nothing.
+
+        Args:
+            reset_runs: Group -> its learner's latest run that reset its env
+                (:func:`rlightning_sb3.training_reset_run_id`), every group of ``models``: the
+                copies reset as the in-process collector's do (``CopyBookkeeping._start_run``:
+                once every group's model began a resetting run); None: the replicas' own
+                (used by hand).
 
         Returns:
             Group -> its rollout (:class:`~rlightning_pettingzoo.RecordedRollout`: the group's
@@ -194,8 +208,12 @@ class GroupRolloutRecorder(GroupRolloutCollector):
             loggers are untouched.
 
         Raises:
-            What ``GroupRolloutCollector.collect`` raises.
+            ValueError: ``reset_runs`` does not name every group of ``models``; what
+                ``GroupRolloutCollector.collect`` raises.
+            TypeError: a run id is neither None nor an int.
         """
+        name = "GroupRolloutRecorder"
+        self._take_reset_runs(_per_model(reset_runs, self.models, name), name)
         self._kept = {}
         self.collect(update_model=False)
         return _recorded_groups(
@@ -206,6 +224,35 @@ class GroupRolloutRecorder(GroupRolloutCollector):
             self.agent_returns,
             self._groups,
         )
+
+
+def _per_model(
+    reset_runs: Mapping[str, int | None] | None, models: Mapping[str, Any], caller: str
+) -> list[int | None] | None:
+    """``reset_runs`` in ``models`` order (``_LearnerResetRuns._take_reset_runs``'s list).
+
+    Shared by :meth:`GroupRolloutRecorder.record` and
+    ``remote_aec_groups.AECGroupRolloutRecorder.record``.
+
+    Raises:
+        ValueError: ``reset_runs`` is not a mapping holding exactly the groups of ``models``.
+        TypeError: a group's run id is neither None nor an int (named by group).
+    """
+    if reset_runs is None:
+        return None
+    if not isinstance(reset_runs, Mapping) or set(reset_runs) != set(models):
+        given = list(reset_runs) if isinstance(reset_runs, Mapping) else reset_runs
+        raise ValueError(
+            f"{caller}.record: reset_runs must map every group {list(models)} to its learner's "
+            f"training_reset_run_id, got {given!r}"
+        )
+    for group, run in reset_runs.items():
+        if run is not None and (isinstance(run, bool) or not isinstance(run, int)):
+            raise TypeError(
+                f"{caller}.record: reset_runs[{group!r}] must be None or an int (the group "
+                f"learner's training_reset_run_id), got {type(run).__name__} {run!r}"
+            )
+    return [reset_runs[group] for group in models]
 
 
 def _recorded_groups(

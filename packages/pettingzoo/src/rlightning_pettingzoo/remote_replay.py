@@ -211,6 +211,9 @@ class _ReplicaRollout:
         #: The learner's run of the last :meth:`start` (``ActingState.run_id``; None before one
         #: with a run id): the run the replica's action-noise processes reset on.
         self.learner_run: int | None = None
+        #: The learner's latest resetting run of the last :meth:`start` (``ActingState
+        #: .reset_run_id``; None before one with it): the run the recorder's copies reset on.
+        self.learner_reset_run: int | None = None
 
     def start(self, state: ActingState) -> None:
         """Load the learner's ``state`` (weights, counters, run) and start an empty rollout.
@@ -221,6 +224,8 @@ class _ReplicaRollout:
         self._acting.load(state)
         if state.run_id is not None:
             self.learner_run = state.run_id
+        if state.reset_run_id is not None:
+            self.learner_reset_run = state.reset_run_id
         self._rows, self._episodes = [], 0
 
     def keep(self, row: list[Transition]) -> bool:
@@ -268,6 +273,19 @@ class _KeptRows:
 
     def _add(self, row: list[Transition]) -> bool:
         return self._rollout.keep(row)  # kept for record(): the learner adds it
+
+    def _reset_run_of(self, model: Any) -> int | None:
+        """The learner's latest resetting run (the last record's ``ActingState.reset_run_id``).
+
+        So the recorder's copies reset where the learner's ``start_training`` reset its env
+        (``CopyBookkeeping._start_run``), as the in-process collector's do.
+
+        Returns:
+            The run id; before any :meth:`record` that carried one, the replica's own
+            :func:`rlightning_sb3.training_reset_run_id`.
+        """
+        run = self._rollout.learner_reset_run
+        return super()._reset_run_of(model) if run is None else run  # type: ignore[misc]
 
     def record(self, state: ActingState) -> RecordedReplay:
         """Load the learner's state, act and step one rollout as ``collect`` does; add nothing.

@@ -64,7 +64,11 @@ class SharedReplayCollector(AgentStepper):
     :func:`rlightning_sb3.start_training`, or ``learn()``: :func:`rlightning_sb3.training_run_id`
     changed since the last :meth:`collect`), as ``_setup_learn`` resets SB3's at every
     ``learn()``, whatever ``reset_num_timesteps``. The envs are the collector's too: a new run
-    does not reset them (they continue where the last rollout left them).
+    that reset the model's env (:func:`rlightning_sb3.training_reset_run_id`: a
+    ``start_training`` with ``reset_num_timesteps``) resets every copy at its first
+    :meth:`collect`, as ``_setup_learn`` resets SB3's VecEnv (open transitions and episode
+    returns dropped, complete transitions kept for the next rows); a continuing run continues
+    them where the last rollout left them.
 
     Build the model with a VecEnv of ``n_envs`` slots of one agent's spaces (it sizes the
     buffer; never stepped here) and call :func:`rlightning_sb3.start_training` first.
@@ -130,6 +134,7 @@ class SharedReplayCollector(AgentStepper):
         refuse_unstarted(model, "SharedReplayCollector")  # before any step
         if self._noise is not None:  # a new run: _setup_learn's action_noise.reset()
             self._noise.start_run(self._noise_run(model))
+        self._start_run()  # a run that reset the model's env resets the copies (_stepper_base)
         n_columns = int(model.replay_buffer.n_envs)
         stored, idle = 0, 0
         while True:

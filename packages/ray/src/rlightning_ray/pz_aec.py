@@ -7,10 +7,11 @@ _RecordingCollector``): each runner holds a replica of the learner's model (SB3'
 ``save``/``load``, ``n_envs`` set to the runner's share of the buffer columns) and an
 :class:`rlightning_pettingzoo.AECRolloutRecorder` (the in-process AEC collector, its fill
 replaced by keeping the packed rows) over its copies; each :meth:`collect
-<RayAECRolloutCollector.collect>` publishes the learner's weights, every runner records one
-rollout (the turns, PettingZoo's dead steps, the opponents and the rollout's end as
-``AECRolloutCollector.collect`` takes them) and the learner fills its buffer from them with
-:func:`rlightning_pettingzoo.fill_recorded` (``AECRolloutCollector``'s own fill).
+<RayAECRolloutCollector.collect>` publishes the learner's weights and its latest resetting run
+(``rlightning_sb3.training_reset_run_id``), every runner records one rollout (the turns,
+PettingZoo's dead steps, the opponents, the rollout's end and the copies' reset at a new
+resetting run as ``AECRolloutCollector.collect`` takes them) and the learner fills its buffer
+from them with :func:`rlightning_pettingzoo.fill_recorded` (``AECRolloutCollector``'s own fill).
 
 Opponents travel as what builds them in the runner: ``"random"`` as is (drawn from a generator
 per copy seeded with the copy's seed, as in process), a frozen SB3 model as its ``save`` bytes

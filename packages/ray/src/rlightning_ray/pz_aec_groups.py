@@ -9,7 +9,9 @@ written here again:
 * the learner's side is :class:`~rlightning_ray.pettingzoo.RayGroupRolloutCollector`'s
   (``pz_groups._GroupRecordingCollector``): every group's replica spec sent once, every
   group's policy weights published at each :meth:`collect
-  <RayAECGroupRolloutCollector.collect>` (one ``ray.put``), and each group's buffer filled from
+  <RayAECGroupRolloutCollector.collect>` (one ``ray.put``) with each group's latest resetting
+  run (``rlightning_sb3.training_reset_run_id``: the copies reset once every group's model
+  began one, as in process), and each group's buffer filled from
   the runners' rollouts of the group with :func:`rlightning_pettingzoo.fill_recorded_groups`
   (the in-process collectors' own fill), group by group in ``models`` order;
 * each runner holds one replica per group model (SB3's ``save``/``load``, ``n_envs`` the

@@ -10,9 +10,10 @@ SB3's rules is written here again:
   and one replica per group model, each with the runner's share of that group's buffer columns
   (SB3's own ``save``/``load`` of the group's learner model, ``n_envs`` set to the share);
 * each :meth:`RayGroupRolloutCollector.collect` publishes every group's policy weights
-  (``rlightning_sb3.policy_weights``, one ``ray.put`` of them all) to every runner, which loads
+  (``rlightning_sb3.policy_weights``, one ``ray.put`` of them all) and each group's latest run
+  that reset its env (``rlightning_sb3.training_reset_run_id``) to every runner, which loads
   them and records one rollout of every group (``GroupRolloutCollector.collect``'s acting,
-  stepping, per-group plan and column layout, unchanged);
+  stepping, per-group plan, column layout and copy resets at a new run, unchanged);
 * the learner fills each group's buffer from the runners' rollouts of the group side by side
   (:func:`rlightning_pettingzoo.fill_recorded_groups`: the in-process collectors' own fill), so
   each group's callback, logger, ``num_timesteps`` and ``ep_info_buffer`` are its learner's.
@@ -56,7 +57,7 @@ from rlightning_pettingzoo.remote_groups import (
     fill_recorded_groups,
     refuse_group_kind,
 )
-from rlightning_sb3 import policy_weights, set_acting_seed
+from rlightning_sb3 import policy_weights, set_acting_seed, training_reset_run_id
 
 if TYPE_CHECKING:
     from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
@@ -141,8 +142,16 @@ class GroupRolloutRunner:
         """The runner's id, once built (surfaces a failed construction to the caller)."""
         return self.runner_id
 
-    def record(self, weights: Mapping[str, Any]) -> dict[str, RecordedRollout]:
+    def record(
+        self, weights: Mapping[str, Any], reset_runs: Mapping[str, int | None]
+    ) -> dict[str, RecordedRollout]:
         """Load each group's ``weights`` (its ``policy.state_dict()``) and record one rollout.
+
+        Args:
+            weights: Group -> its learner's ``policy.state_dict()``.
+            reset_runs: Group -> its learner's :func:`rlightning_sb3.training_reset_run_id`:
+                the recorder's copies reset once every group's model began a new resetting
+                run, as the in-process collector's (``CopyBookkeeping._start_run``).
 
         Returns:
             Group -> its rollout (:meth:`rlightning_pettingzoo.GroupRolloutRecorder.record`).
@@ -152,7 +161,7 @@ class GroupRolloutRunner:
         """
         for group, model in self.models.items():
             model.policy.load_state_dict(weights[group])
-        recorded: dict[str, RecordedRollout] = self.recorder.record()
+        recorded: dict[str, RecordedRollout] = self.recorder.record(reset_runs)
         return recorded
 
 
@@ -230,8 +239,10 @@ class _GroupRecordingCollector(PooledCollector):
         if update_model:  # before any runner steps (and the same check again before the fill)
             check_group_training(self.models, name)
         weights = ray.put({group: policy_weights(m) for group, m in self.models.items()})
+        # each group's latest resetting run: the runners' copies reset as in process
+        reset_runs = {group: training_reset_run_id(m) for group, m in self.models.items()}
         rollouts: list[dict[str, RecordedRollout]] = self._pool.call(
-            "record", weights, what="record a rollout"
+            "record", weights, reset_runs, what="record a rollout"
         )
         self.group_dropped = {
             group: sum(recorded[group].dropped for recorded in rollouts) for group in self.models

@@ -10,9 +10,11 @@ model in its own process). Nothing of PettingZoo's or SB3's rules is written her
   learner's model, ``n_envs`` set to the share: the same class, hyper-parameters, spaces and
   weights);
 * each :meth:`RaySharedRolloutCollector.collect` publishes the learner's policy weights
-  (``rlightning_sb3.policy_weights``, one ``ray.put``) to every runner, which loads them and
-  records one rollout (``SharedRolloutCollector.collect``'s acting, stepping, transition rules
-  and column layout, unchanged) and returns it (:class:`rlightning_pettingzoo.RecordedRollout`);
+  (``rlightning_sb3.policy_weights``, one ``ray.put``) and its latest run that reset its env
+  (``rlightning_sb3.training_reset_run_id``) to every runner, which loads them and records one
+  rollout (``SharedRolloutCollector.collect``'s acting, stepping, transition rules, column
+  layout and copy resets at a new resetting run, unchanged) and returns it
+  (:class:`rlightning_pettingzoo.RecordedRollout`);
 * the learner fills its buffer from the runners' rollouts side by side
   (:func:`rlightning_pettingzoo.fill_recorded`: ``SharedRolloutCollector``'s own fill, through
   ``rlightning_sb3.add_rollout_step`` and ``finish_rollout``), so callbacks, the logger,
@@ -54,7 +56,12 @@ try:
         check_rollout_model,
         fill_recorded,
     )
-    from rlightning_sb3 import check_training, policy_weights, set_acting_seed
+    from rlightning_sb3 import (
+        check_training,
+        policy_weights,
+        set_acting_seed,
+        training_reset_run_id,
+    )
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "rlightning_ray.pettingzoo needs the [pettingzoo] extra: "
@@ -147,8 +154,14 @@ class SharedRolloutRunner:
         """The runner's id, once built (surfaces a failed construction to the caller)."""
         return self.runner_id
 
-    def record(self, weights: Any) -> RecordedRollout:
+    def record(self, weights: Any, reset_run: int | None) -> RecordedRollout:
         """Load ``weights`` (a ``policy.state_dict()``) and record one rollout.
+
+        Args:
+            weights: The learner's ``policy.state_dict()``.
+            reset_run: The learner's :func:`rlightning_sb3.training_reset_run_id`: the
+                recorder's copies reset at its first rollout of a new resetting run, as the
+                in-process collector's (``CopyBookkeeping._start_run``).
 
         Returns:
             The rollout (:meth:`RolloutRecorder.record`).
@@ -157,7 +170,7 @@ class SharedRolloutRunner:
             What ``load_state_dict`` and :meth:`RolloutRecorder.record` raise.
         """
         self.model.policy.load_state_dict(weights)
-        rollout: RecordedRollout = self.recorder.record()
+        rollout: RecordedRollout = self.recorder.record([reset_run])
         return rollout
 
 
@@ -274,8 +287,9 @@ class _RecordingCollector(PooledCollector):
         if update_model:
             check_training(self.model)
         weights = ray.put(policy_weights(self.model))
+        reset_run = training_reset_run_id(self.model)  # the runners reset as in process
         rollouts: list[RecordedRollout] = self._pool.call(
-            "record", weights, what="record a rollout"
+            "record", weights, reset_run, what="record a rollout"
         )
         self.dropped = sum(rollout.dropped for rollout in rollouts)
         merged = merge_returns(rollout.agent_returns for rollout in rollouts)

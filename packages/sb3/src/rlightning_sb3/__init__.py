@@ -14,7 +14,8 @@ Public names:
   calling SB3 callbacks and dumping SB3's logger where ``learn()`` does (:class:`StopTraining`
   when a callback stops the loop; ``check_training`` applies their refusals before any step);
 * :class:`ActingReplica`, :class:`ActingState`, :func:`acting_state`, :func:`policy_weights`,
-  :func:`rollout_steps`, :func:`set_acting_seed`, :func:`training_run_id` -- the acting side
+  :func:`rollout_steps`, :func:`set_acting_seed`, :func:`training_run_id`,
+  :func:`training_reset_run_id` -- the acting side
   of ``collect_rollouts`` for a replica of the model that acts away from its learner
   (:mod:`rlightning_sb3.acting`);
 * :func:`transposes_images`, :class:`ImageTranspose`, :func:`image_transpose` -- SB3's
@@ -56,6 +57,7 @@ from rlightning_sb3.acting import (  # noqa: E402
     policy_weights,
     rollout_steps,
     set_acting_seed,
+    training_reset_run_id,
     training_run_id,
 )
 from rlightning_sb3.adapter import SB3PolicyAdapter  # noqa: E402  # only after the version check
@@ -105,6 +107,7 @@ __all__ = [
     "rollout_steps",
     "set_acting_seed",
     "start_training",
+    "training_reset_run_id",
     "training_run_id",
     "transposes_images",
     "unapplied_wrappers",

@@ -36,6 +36,7 @@ __all__ = [
     "StopTraining",
     "finish_training",
     "replay_step_locals",
+    "reset_run_of",
     "rollout_step_locals",
     "run_of",
     "start_training",
@@ -92,6 +93,35 @@ class Run:
 
 
 _RUNS: weakref.WeakKeyDictionary[BaseAlgorithm, Run] = weakref.WeakKeyDictionary()
+
+#: Per model, ``(run_id, reset_run_id)`` of its latest :func:`start_training`: that run's
+#: ``start_time`` and the ``start_time`` of the latest run begun with an env reset (None: none).
+_RESET_RUNS: weakref.WeakKeyDictionary[BaseAlgorithm, tuple[int, int | None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def reset_run_of(model: BaseAlgorithm) -> int | None:
+    """The ``start_time`` of the model's latest run that began with an env reset, or None.
+
+    See :func:`rlightning_sb3.training_reset_run_id` (its public form) for the rule, also for
+    runs begun by ``learn()`` itself.
+    """
+    start = int(getattr(model, "start_time", 0) or 0)
+    if not start:
+        return None
+    recorded = _RESET_RUNS.get(model)
+    if recorded is not None and recorded[0] == start:
+        return recorded[1]
+    # a run start_training did not begin (learn() itself, or a model loaded or copied with its
+    # start_time): _setup_learn reset the env iff reset_num_timesteps (num_timesteps zeroed)
+    # or the model had no _last_obs; both start the run at step 0 but for a model that kept
+    # its _last_obs with num_timesteps 0, which never stepped
+    found = start if int(getattr(model, "_num_timesteps_at_start", 0) or 0) == 0 else None
+    if found is None and recorded is not None:
+        found = recorded[1]  # continued: the latest resetting run known is still the latest
+    _RESET_RUNS[model] = (start, found)  # kept, so that the runs after it continue from it
+    return found
 
 
 def run_of(model: BaseAlgorithm) -> Run:
@@ -173,6 +203,11 @@ def start_training(
     past that one, so each run has its own): noise processes kept outside
     ``model.action_noise`` (an :class:`~rlightning_sb3.ActingReplica`'s, the PettingZoo replay
     collectors' per-slot ones) reset when it changes, as ``_setup_learn`` resets the model's.
+    Whether this run reset the env (``reset_num_timesteps``, or ``model._last_obs`` None, read
+    before ``_setup_learn``) is recorded with it: :func:`rlightning_sb3.training_reset_run_id`
+    (an :class:`~rlightning_sb3.ActingState`'s ``reset_run_id``), which envs stepped outside
+    ``model.get_env()`` (the PettingZoo collectors' copies) reset on, as ``_setup_learn``
+    resets the model's.
 
     An on-policy model's rollout buffer is emptied (``RolloutBuffer.reset``), as
     ``collect_rollouts`` empties it when a rollout begins: steps of an earlier run stopped
@@ -241,6 +276,10 @@ def start_training(
         # of a run a callback stopped mid-rollout must not be finished with this run's.
         model.rollout_buffer.reset()
     previous_start = getattr(model, "start_time", 0)
+    # read before _setup_learn, whose rule it is: reset the env when reset_num_timesteps or
+    # the model has no last observation
+    resets = bool(reset_num_timesteps) or model._last_obs is None
+    previous_reset = reset_run_of(model)
     total, built = model._setup_learn(
         total_timesteps,
         callback=callback,
@@ -252,6 +291,8 @@ def start_training(
         # time.time_ns() of a coarse clock (Windows before Python 3.13: ~1-16 ms) may repeat:
         # each run gets its own start_time (training_run_id), 1 ns later (SB3's fps only)
         model.start_time = int(previous_start) + 1
+    run_id = int(model.start_time)
+    _RESET_RUNS[model] = (run_id, run_id if resets else previous_reset)
     active = built if callback is not None or progress_bar else None
     _RUNS[model] = Run(active, log_interval)
     if active is not None:

@@ -44,6 +44,7 @@ from stable_baselines3.common.utils import set_random_seed
 from rlightning import PolicyResponse, ResponseBatch
 from rlightning.rules import as_bools, check_flag
 from rlightning_sb3._noise import bound_env_ids, noise_indices
+from rlightning_sb3._training import reset_run_of
 from rlightning_sb3.adapter import SB3PolicyAdapter
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "policy_weights",
     "rollout_steps",
     "set_acting_seed",
+    "training_reset_run_id",
     "training_run_id",
 ]
 
@@ -83,6 +85,11 @@ class ActingState:
             ``_setup_learn`` also resets the action noise (``action_noise.reset()``, every
             process, whatever ``reset_num_timesteps``): a replica that loads a new ``run_id``
             resets its own noise (:meth:`ActingReplica.load`).
+        reset_run_id: The learner's latest run that began with an env reset
+            (:func:`training_reset_run_id`), or None (none known; also what a state published
+            before this field existed unpickles with). Envs stepped away from the learner
+            (a Ray runner's PettingZoo copies) reset where it changes, as ``_setup_learn``
+            resets the learner's env.
     """
 
     policy: dict[str, th.Tensor]
@@ -90,6 +97,7 @@ class ActingState:
     exploration_rate: float | None = None
     total_timesteps: int | None = None
     run_id: int | None = None
+    reset_run_id: int | None = None
 
 
 def policy_weights(model: BaseAlgorithm) -> dict[str, th.Tensor]:
@@ -123,13 +131,46 @@ def training_run_id(model: BaseAlgorithm) -> int | None:
     return int(start) if start else None
 
 
+def training_reset_run_id(model: BaseAlgorithm) -> int | None:
+    """The model's latest training run that began with an env reset, or None.
+
+    SB3's ``BaseAlgorithm._setup_learn`` (stable_baselines3 2.x ``common/base_class.py``) resets
+    the model's env (``_last_obs = env.reset()``, ``_last_episode_starts`` all True) when
+    ``reset_num_timesteps`` is True or ``_last_obs`` is None; otherwise ``learn()`` continues the
+    episodes where the last run left them. Envs stepped outside ``model.get_env()`` (the
+    PettingZoo collectors' env copies, a Ray runner's) reset at the first rollout of a run whose
+    id this returns and that they have not acted on yet, so that a new run's buffer holds what
+    ``learn()`` would collect.
+
+    :func:`rlightning_sb3.start_training` records the rule's outcome, read before it calls
+    ``_setup_learn``. For a run it did not begin (``model.learn()`` itself, or a model loaded or
+    copied with its ``start_time``), the run counts as resetting when it began at step 0
+    (``model._num_timesteps_at_start == 0``: ``reset_num_timesteps`` zeroed the counter, or the
+    model had never stepped, hence had no ``_last_obs``); a ``learn(reset_num_timesteps=False)``
+    of a model that kept a last observation at step 0 is then counted as resetting too (no
+    env state is lost by that: nothing was collected). Otherwise the latest resetting run
+    known before it is kept.
+
+    Args:
+        model: An SB3 model. Not mutated (the outcome for a run begun by ``learn()`` is
+            remembered, in a registry held weakly by the model, for the runs after it).
+
+    Returns:
+        The ``start_time`` (:func:`training_run_id`) of that run: this run's own where it
+        reset, an earlier one's where it continued; None when the model never began a run,
+        or no run known to it reset.
+    """
+    return reset_run_of(model)
+
+
 def acting_state(model: BaseAlgorithm) -> ActingState:
     """The weights and exploration counters of ``model`` now, to publish (:class:`ActingState`).
 
     Returns:
         An :class:`ActingState` (CPU copies of the weights; the learner may train on):
         ``num_timesteps``, DQN's ``exploration_rate`` (None for a model without one) and
-        ``_total_timesteps`` and the run's ``start_time`` (both None before
+        ``_total_timesteps``, the run's ``start_time`` and the latest resetting run's
+        (:func:`training_reset_run_id`; all three None before
         :func:`rlightning_sb3.start_training` or ``learn``).
     """
     rate = getattr(model, "exploration_rate", None)
@@ -140,6 +181,7 @@ def acting_state(model: BaseAlgorithm) -> ActingState:
         None if rate is None else float(rate),
         int(total) if total else None,
         training_run_id(model),
+        training_reset_run_id(model),
     )
 
 
