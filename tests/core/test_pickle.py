@@ -357,3 +357,40 @@ def test_reduce_in_band_falls_back_to_the_callers_pickler() -> None:
     copied = copy.deepcopy(holder)  # copy takes the fallback's (newobj, state) too
     assert copied.fn is holder.fn and copied.value is not holder.value
     assert reduce_in_band(holder, {"value": 1}, 4)[1] == (_Holder,)
+
+
+def test_reduce_in_band_keeps_what_a_plain_pickle_keeps() -> None:
+    """A state holding its object, a class's ``__setstate__``, a ``__main__`` class."""
+    import sys
+    import types
+
+    from rlightning.batch import reduce_in_band
+
+    cyclic = _Holder(value=np.zeros(3))
+    cyclic.me = [cyclic]
+    assert reduce_in_band(cyclic, dict(vars(cyclic)), 5)[0] is copyreg.__newobj__  # type: ignore[attr-defined]
+    loaded = pickle.loads(pickle.dumps(cyclic, protocol=5))
+    assert loaded.me[0] is loaded and np.array_equal(loaded.value, cyclic.value)
+
+    class Restoring(_Holder):
+        def __setstate__(self, state: dict[str, Any]) -> None:
+            self.__dict__.update(state, restored=True)
+
+    Restoring.__qualname__ = "Restoring"
+    globals()["Restoring"] = Restoring  # importable by name, as a module-level class
+    try:
+        for protocol in (2, 4, 5):
+            assert pickle.loads(pickle.dumps(Restoring(a=1), protocol=protocol)).restored
+    finally:
+        del globals()["Restoring"]
+
+    main = sys.modules["__main__"]
+    info = types.new_class("MainInfo")
+    info.__module__ = "__main__"
+    main.MainInfo = info  # type: ignore[attr-defined]  # the standard pickler saves it by name
+    try:
+        holder = _Holder(info=info())
+        reduced = reduce_in_band(holder, dict(vars(holder)), 5)
+        assert reduced[0] is copyreg.__newobj__  # type: ignore[attr-defined]
+    finally:
+        delattr(main, "MainInfo")

@@ -302,21 +302,38 @@ def test_two_runs_equal_two_learn_calls(name: str, n_steps: int, reset: bool) ->
 
 
 def test_reset_run_id_of_runs_begun_by_learn() -> None:
-    """``learn()`` itself: a run at step 0 reset the env; one that continued keeps the last."""
+    """``learn()`` itself is not seen; the id depends only on ``start_training``'s records."""
     env = DummyVecEnv([lambda: gym.make("CartPole-v1")])
     model = PPO("MlpPolicy", env, n_steps=16, batch_size=16, n_epochs=1, device="cpu")
+    twin = PPO("MlpPolicy", env, n_steps=16, batch_size=16, n_epochs=1, device="cpu")
     assert training_reset_run_id(model) is None
     model.learn(16)
+    assert training_reset_run_id(model) is None  # no start_training run yet
+    start_training(model, 16, reset_num_timesteps=False)  # learn() left a _last_obs: continues
+    assert training_reset_run_id(model) is None
+    start_training(model, 16)
     first = training_reset_run_id(model)
     assert first == training_run_id(model)
-    model.learn(16, reset_num_timesteps=False)
-    assert training_reset_run_id(model) == first != training_run_id(model)
-    model.learn(16)
-    assert training_reset_run_id(model) == training_run_id(model) != first
-    start_training(model, 16, reset_num_timesteps=False)
-    assert training_reset_run_id(model) not in (None, training_run_id(model))
-    start_training(model, 16)
-    assert training_reset_run_id(model) == training_run_id(model)
+    # the same history on two models, one queried in between and one not: the same answers
+    for queried in (model, twin):
+        if queried is twin:
+            twin.learn(16)
+            start_training(twin, 16)
+            first = training_reset_run_id(twin)
+        queried.learn(16)  # resets, unseen
+        if queried is model:
+            assert training_reset_run_id(model) == first
+        queried.learn(16, reset_num_timesteps=False)
+        assert training_reset_run_id(queried) == first != training_run_id(queried)
+        start_training(queried, 16, reset_num_timesteps=False)
+        assert training_reset_run_id(queried) == first != training_run_id(queried)
+    collected = PPO("MlpPolicy", env, n_steps=16, batch_size=16, n_epochs=1, device="cpu")
+    start_training(collected, 16)
+    # steps collected without counting them leave num_timesteps at 0: a learn() that continues
+    # from there is not taken for a reset
+    collected.learn(16, reset_num_timesteps=False)
+    start_training(collected, 16, reset_num_timesteps=False)
+    assert training_reset_run_id(collected) not in (None, training_run_id(collected))
 
 
 def test_group_collector_resets_once_every_group_began_a_resetting_run() -> None:

@@ -346,3 +346,26 @@ def test_a_pettingzoo_recording_through_ray_loads_as_its_plain_pickle(
         assert_same(
             vars(pickle.loads(pickle.dumps(recorded, protocol=protocol))), _roundtrip(state)
         )
+
+
+def test_values_rays_serializer_owns_travel_through_it(
+    local_ray: None, fragments: dict[str, Fragment]
+) -> None:
+    """An ObjectRef and a type given to ``ray.util.register_serializer``: Ray's way, not ours."""
+    from fractions import Fraction
+
+    fragment = copy.deepcopy(fragments["cartpole-ppo"])
+    payload = ray.put(np.arange(5))
+    fragment.infos[0][0]["ref"] = payload
+    fragment.infos[0][1]["ratio"] = Fraction(1, 3)
+    ray.util.register_serializer(
+        Fraction, serializer=lambda f: str(f), deserializer=lambda s: ("custom", s)
+    )
+    try:
+        ours = ray.get(ray.put(fragment))
+        oracle = ray.get(ray.put(_oracle_state(fragment)))
+    finally:
+        ray.util.deregister_serializer(Fraction)
+    del payload  # the loaded ref keeps the object alive, as Ray counts it
+    assert ours.infos[0][1]["ratio"] == oracle["infos"][0][1]["ratio"] == ("custom", "1/3")
+    assert np.array_equal(ray.get(ours.infos[0][0]["ref"], timeout=30), np.arange(5))

@@ -36,7 +36,10 @@ from __future__ import annotations
 
 import copy
 import copyreg
+import io
 import pickle
+import sys
+import threading
 from collections import Counter
 from typing import Any
 
@@ -528,6 +531,43 @@ def pack_steps(items: list[Any]) -> Any:
 IN_BAND_MAX_BYTES = 64 * 1024
 
 
+#: Per thread, the ids of the objects :func:`reduce_in_band` is pickling now (a state that holds
+#: its object: the inner pickle is refused, the caller's pickler keeps the cycle).
+_IN_BAND = threading.local()
+
+
+class _CallersOwn(pickle.PicklingError):
+    """A state holds a value the standard pickler would save otherwise than the caller's."""
+
+
+def _refuse(value: Any) -> tuple[Any, ...]:
+    raise _CallersOwn(type(value).__name__)
+
+
+def _callers_dispatch() -> dict[type, Any]:
+    """The dispatch table for the inner pickle, copyreg's and a refusal per type of the caller.
+
+    The caller's cloudpickle reduces those types its own way (Ray's ``ObjectRef``,
+    ``ActorHandle``, serializers registered with ``ray.util.register_serializer``,
+    cloudpickle's by-value types).
+    """
+    table: dict[type, Any] = dict(copyreg.dispatch_table)
+    for name in ("ray.cloudpickle", "cloudpickle"):
+        module = sys.modules.get(name)
+        dispatch = getattr(getattr(module, "CloudPickler", None), "dispatch", None)
+        if dispatch is not None:
+            table.update(dict.fromkeys([t for t in dispatch if t not in table], _refuse))
+    return table
+
+
+def _by_value_names() -> list[bytes]:
+    """Module names whose classes cloudpickle saves by value (``__main__``, registered ones)."""
+    names = {"__main__"}
+    for name in ("ray.cloudpickle.cloudpickle", "cloudpickle.cloudpickle"):
+        names.update(getattr(sys.modules.get(name), "_PICKLE_BY_VALUE_MODULES", ()))
+    return [name.encode() for name in names]
+
+
 def reduce_in_band(obj: Any, state: dict[str, Any], protocol: Any) -> tuple[Any, ...]:
     """The reduce value of ``obj``: ``state`` pickled by the standard pickler, as one bytes object.
 
@@ -552,12 +592,25 @@ def reduce_in_band(obj: Any, state: dict[str, Any], protocol: Any) -> tuple[Any,
         protocol: The protocol the caller's pickler asked for.
 
     Returns:
-        ``(_load_in_band, (cls, data, *buffers))``; for protocol < 5, or a state the standard
-        pickler cannot save (``pickle.PicklingError``, ``TypeError``, ``AttributeError``: a
-        lambda, a local class), the plain ``(copyreg.__newobj__, (cls,), state)``, which the
-        caller's pickler saves as it saves any object. Nothing is mutated.
+        ``(_load_in_band, (cls, data, *buffers))`` (loading calls the class's
+        ``__setstate__`` where it has one, as pickle does); otherwise the plain
+        ``(copyreg.__newobj__, (cls,), state)``, which the caller's pickler saves as it saves
+        any object. Otherwise means: protocol < 5; a state the standard pickler cannot save
+        (``pickle.PicklingError``, ``TypeError``, ``AttributeError``, ``RecursionError``: a
+        lambda, a local class); a state that holds ``obj`` itself (the caller's memo keeps the
+        cycle); a value of a type the caller's cloudpickle reduces its own way (its
+        ``CloudPickler.dispatch``: Ray's ``ObjectRef`` and ``ActorHandle``, which must be
+        counted by Ray's serializer, and types given to ``ray.util.register_serializer``); and
+        a pickle that names ``__main__`` or a module registered with cloudpickle's
+        ``register_pickle_by_value`` (cloudpickle ships those classes by value; the standard
+        pickler by name, which another process cannot import). Nothing is mutated.
     """
     cls = type(obj)
+    active: set[int] | None = getattr(_IN_BAND, "ids", None)
+    if active is None:
+        active = _IN_BAND.ids = set()
+    if id(obj) in active:
+        raise _CallersOwn(f"{cls.__name__} holds itself")  # the outer call falls back
     if isinstance(protocol, int) and protocol >= 5:
         buffers: list[pickle.PickleBuffer] = []
 
@@ -567,12 +620,20 @@ def reduce_in_band(obj: Any, state: dict[str, Any], protocol: Any) -> tuple[Any,
             buffers.append(buffer)
             return False
 
+        out = io.BytesIO()
+        pickler = pickle.Pickler(out, protocol=5, buffer_callback=keep_large)
+        pickler.dispatch_table = _callers_dispatch()
+        active.add(id(obj))
         try:
-            data = pickle.dumps(state, protocol=5, buffer_callback=keep_large)
-        except (pickle.PicklingError, TypeError, AttributeError):
+            pickler.dump(state)
+        except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
             pass
         else:
-            return (_load_in_band, (cls, data, *buffers))
+            data = out.getvalue()
+            if not any(name in data for name in _by_value_names()):
+                return (_load_in_band, (cls, data, *buffers))
+        finally:
+            active.discard(id(obj))
     # copyreg.__newobj__ is pickle's NEWOBJ; the state is set as the instance dict
     return (copyreg.__newobj__, (cls,), state)  # type: ignore[attr-defined]
 
@@ -581,5 +642,10 @@ def _load_in_band(cls: type[Any], data: bytes, *buffers: Any) -> Any:
     """The object :func:`reduce_in_band` pickled: a new ``cls`` with the loaded instance dict."""
     make: Any = cls.__new__
     new = make(cls)
-    new.__dict__.update(pickle.loads(data, buffers=buffers))
+    state = pickle.loads(data, buffers=buffers)
+    setstate = getattr(new, "__setstate__", None)
+    if setstate is not None:
+        setstate(state)  # as pickle's BUILD does for the fallback's state
+    else:
+        new.__dict__.update(state)
     return new

@@ -102,26 +102,14 @@ _RESET_RUNS: weakref.WeakKeyDictionary[BaseAlgorithm, tuple[int, int | None]] = 
 
 
 def reset_run_of(model: BaseAlgorithm) -> int | None:
-    """The ``start_time`` of the model's latest run that began with an env reset, or None.
+    """The ``start_time`` of the model's latest :func:`start_training` run that reset its env.
 
     See :func:`rlightning_sb3.training_reset_run_id` (its public form) for the rule, also for
-    runs begun by ``learn()`` itself.
+    runs begun by ``learn()`` itself. A pure read of the records :func:`start_training` keeps:
+    nothing is recorded here, so no query changes a later answer.
     """
-    start = int(getattr(model, "start_time", 0) or 0)
-    if not start:
-        return None
     recorded = _RESET_RUNS.get(model)
-    if recorded is not None and recorded[0] == start:
-        return recorded[1]
-    # a run start_training did not begin (learn() itself, or a model loaded or copied with its
-    # start_time): _setup_learn reset the env iff reset_num_timesteps (num_timesteps zeroed)
-    # or the model had no _last_obs; both start the run at step 0 but for a model that kept
-    # its _last_obs with num_timesteps 0, which never stepped
-    found = start if int(getattr(model, "_num_timesteps_at_start", 0) or 0) == 0 else None
-    if found is None and recorded is not None:
-        found = recorded[1]  # continued: the latest resetting run known is still the latest
-    _RESET_RUNS[model] = (start, found)  # kept, so that the runs after it continue from it
-    return found
+    return None if recorded is None else recorded[1]
 
 
 def run_of(model: BaseAlgorithm) -> Run:

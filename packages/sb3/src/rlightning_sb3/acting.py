@@ -143,22 +143,22 @@ def training_reset_run_id(model: BaseAlgorithm) -> int | None:
     ``learn()`` would collect.
 
     :func:`rlightning_sb3.start_training` records the rule's outcome, read before it calls
-    ``_setup_learn``. For a run it did not begin (``model.learn()`` itself, or a model loaded or
-    copied with its ``start_time``), the run counts as resetting when it began at step 0
-    (``model._num_timesteps_at_start == 0``: ``reset_num_timesteps`` zeroed the counter, or the
-    model had never stepped, hence had no ``_last_obs``); a ``learn(reset_num_timesteps=False)``
-    of a model that kept a last observation at step 0 is then counted as resetting too (no
-    env state is lost by that: nothing was collected). Otherwise the latest resetting run
-    known before it is kept.
+    ``_setup_learn``. Runs begun by ``model.learn()`` itself are not seen: ``learn()`` steps the
+    model's own env and never the collectors' copies, and a run that is over leaves no sure
+    sign of whether it reset (``_num_timesteps_at_start == 0`` is also true of a continuing
+    run of a model whose steps were collected with ``update_model=False``). Through such runs
+    the id stays the latest :func:`~rlightning_sb3.start_training` run's that reset; a
+    following ``start_training`` applies SB3's rule to the model as ``learn()`` left it
+    (``reset_num_timesteps``, or no ``_last_obs``). The answer depends only on those records,
+    never on earlier calls of this function.
 
     Args:
-        model: An SB3 model. Not mutated (the outcome for a run begun by ``learn()`` is
-            remembered, in a registry held weakly by the model, for the runs after it).
+        model: An SB3 model. Not mutated.
 
     Returns:
-        The ``start_time`` (:func:`training_run_id`) of that run: this run's own where it
-        reset, an earlier one's where it continued; None when the model never began a run,
-        or no run known to it reset.
+        The ``start_time`` (:func:`training_run_id`) of that run: the current run's own where
+        it reset, an earlier one's where it continued (or was begun by ``learn()``); None when
+        no :func:`~rlightning_sb3.start_training` run of the model reset its env.
     """
     return reset_run_of(model)
 
