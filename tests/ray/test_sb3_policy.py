@@ -90,3 +90,17 @@ def test_the_server_policy_refuses_to_act_before_the_first_publish() -> None:
     start_training(learner, 100)
     policy.set_weights(acting_state(learner))
     assert len(policy(observation, ["e0", "e1"], start, [0, 0])) == 2
+
+
+@pytest.mark.parametrize("flag", ["explore", "use_masking"])
+@pytest.mark.parametrize("value", ["no", 0, None])
+def test_flags_are_refused_by_name_before_the_model_is_built(flag: str, value: object) -> None:
+    built: list[DQN] = []
+
+    def factory() -> DQN:
+        built.append(make_dqn())
+        return built[-1]
+
+    with pytest.raises(TypeError, match=f"SB3BatchPolicy: {flag} must be a bool"):
+        SB3BatchPolicy(factory, **{flag: value})  # type: ignore[arg-type]
+    assert built == []

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlightning import PolicyResponse, ResponseBatch
+from rlightning.rules import check_flag
 from rlightning_ray._rows import concat_observations
 from rlightning_ray.collector import Collector
 from rlightning_ray.runner import Fragment
@@ -86,6 +87,8 @@ class SB3BatchPolicy:
         replica: The :class:`rlightning_sb3.ActingReplica` that acts.
 
     Raises:
+        TypeError: ``explore`` or ``use_masking`` is not a bool (``numpy.bool_`` accepted;
+            rule ``flag``), checked before ``make_model`` is called.
         ValueError: the model's env has VecEnv wrappers the runners do not apply
             (``VecNormalize``, ``VecFrameStack``, ...: :func:`rlightning_sb3.vec_env
             .unapplied_wrappers`); wrap each env inside the runners' ``env_fn`` instead.
@@ -99,6 +102,8 @@ class SB3BatchPolicy:
         explore: bool = True,
         use_masking: bool = True,
     ) -> None:
+        explore = check_flag(explore, "explore", "SB3BatchPolicy")  # before the model is built
+        use_masking = check_flag(use_masking, "use_masking", "SB3BatchPolicy")
         model = make_model()
         _refuse_unapplied_wrappers(model, "the SB3BatchPolicy factory's model")
         self.replica = ActingReplica(model, explore=explore, use_masking=use_masking, seed=seed)
