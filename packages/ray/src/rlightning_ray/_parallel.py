@@ -36,3 +36,8 @@ class ParallelEnvRunner(EnvRunner):
     """
 
     default_env_group: ClassVar[Callable[[Sequence[Callable[[], Any]]], Any]] = ParallelEnvGroup
+
+    #: PettingZoo envs continue their episodes at a new training run here (docs/ray.md, "A new
+    #: run"): the reset of :meth:`EnvRunner.sample <rlightning_ray.EnvRunner.sample>` is the
+    #: gymnasium runners'.
+    resets_at_new_run: ClassVar[bool] = False

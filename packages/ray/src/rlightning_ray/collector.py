@@ -231,7 +231,12 @@ class Collector:
                 raise RuntimeError(self._server_lost)
 
     def sample(
-        self, n_steps: int, current_version: int | None = None, *, timeout_s: float | None = None
+        self,
+        n_steps: int,
+        current_version: int | None = None,
+        *,
+        timeout_s: float | None = None,
+        reset_run_id: int | None = None,
     ) -> list[Any]:
         """Ask every runner for ``n_steps`` steps (concurrently) and check the fragments.
 
@@ -253,6 +258,14 @@ class Collector:
             current_version: The newest published policy version (None: not checked).
             timeout_s: Seconds to wait for all the fragments (None: the collector's
                 ``timeout_s``, :data:`DEFAULT_TIMEOUT_S` unless set; ``math.inf``: no limit).
+            reset_run_id: The learner's latest training run that reset its env
+                (:func:`rlightning_sb3.training_reset_run_id`; ``collect_rollout`` and
+                ``collect_replay`` pass the model's), sent to every runner: a runner that sees
+                a new one resets its envs before this call's first step, as SB3's
+                ``_setup_learn`` resets its VecEnv (:meth:`EnvRunner.sample
+                <rlightning_ray.EnvRunner.sample>`). None: the runners decide by what they
+                know (in the local mode, the ``reset_run_id`` of the published
+                :class:`~rlightning_sb3.ActingState` they loaded).
 
         Returns:
             One :class:`~rlightning_ray.Fragment` per runner, in runner order
@@ -274,10 +287,19 @@ class Collector:
             ValueError: a fragment is not its runner's (env ids), holds another number of
                 steps, or an answer breaks :func:`~rlightning_ray.check_answer`'s rules; or
                 ``timeout_s`` is not > 0.
+            TypeError: ``reset_run_id`` is neither an int nor None (nothing is sampled).
         """
         import ray
 
         limit = self.timeout_s if timeout_s is None else _checked_timeout(timeout_s, "timeout_s")
+        if reset_run_id is not None and (
+            isinstance(reset_run_id, bool) or not isinstance(reset_run_id, int)
+        ):
+            raise TypeError(
+                f"Collector.sample: reset_run_id must be an int (the learner's "
+                f"training_reset_run_id(model)) or None, got {type(reset_run_id).__name__} "
+                f"{reset_run_id!r}"
+            )
         if self._server_lost is not None:
             raise RuntimeError(self._server_lost)
         call_id = uuid.uuid4().hex
@@ -288,6 +310,7 @@ class Collector:
                 max_staleness=self.max_staleness,
                 call_id=call_id,
                 **({} if k is None else {"owner": self._owner, "latest": self._latest[k]}),
+                **({} if reset_run_id is None else {"reset_run_id": reset_run_id}),
             )
             for r, k in zip(self.runners, self._runner_registry, strict=True)
         ]

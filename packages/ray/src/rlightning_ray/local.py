@@ -63,6 +63,11 @@ class LocalPolicy:
     Attributes:
         version: The version of the weights in use (0: the factory's).
         policy: The policy the factory built.
+        reset_run_id: The ``reset_run_id`` of the publish loaded last (an
+            :class:`rlightning_sb3.ActingState`'s: the learner's latest training run that reset
+            its env), or None (nothing loaded, or a publish without one, e.g.
+            ``policy_weights``). The runner resets its envs at a new one
+            (:meth:`EnvRunner.sample <rlightning_ray.EnvRunner.sample>`).
     """
 
     def __init__(
@@ -80,6 +85,7 @@ class LocalPolicy:
         self.policy: Any = factory()
         self.version = 0
         self._loaded = False  # whether a publish was loaded (version 0 may be published too)
+        self.reset_run_id: int | None = None
         self._registry = registry
         self._runner_id = runner_id
 
@@ -100,7 +106,8 @@ class LocalPolicy:
                 published yet (then the factory's weights stay); not given: read the registry.
 
         Returns:
-            The version in use afterwards.
+            The version in use afterwards. Mutates :attr:`version` and :attr:`reset_run_id`
+            (the loaded publish's ``reset_run_id`` attribute, None without one) on a load.
 
         Raises:
             TypeError: a newer version is published but the policy has no ``set_weights``.
@@ -136,6 +143,8 @@ class LocalPolicy:
             ) from exc
         self.version = int(version)
         self._loaded = True
+        run = getattr(weights, "reset_run_id", None)
+        self.reset_run_id = run if isinstance(run, int) and not isinstance(run, bool) else None
         return self.version
 
     def act(

@@ -5,8 +5,10 @@ batch, episode starts and action masks the group observes, the ``ts_env_sent_ns`
 from a :class:`~rlightning_ray.Collector`, the step's lockstep tag), the checks of each answer
 (:func:`~rlightning_ray.check_answer`: its env ids, in order, and its policy version; every
 row's echoed ``ts_env_sent_ns``; the server's stamps), the per-hop times, the error that names
-the env that raised, restarts (a runner Ray re-creates resets its envs unseeded), ``describe``
-and ``ping``. The envs and their framework's semantics are the env group's
+the env that raised, restarts (a runner Ray re-creates resets its envs unseeded), the reset at a
+new training run that resets the env (:meth:`EnvRunner.sample`'s ``reset_run_id``, as SB3's
+``_setup_learn`` resets its VecEnv), ``describe`` and ``ping``. The envs and their framework's
+semantics are the env group's
 (:mod:`rlightning_ray.groups`): :class:`~rlightning_ray.GymEnvGroup` (SB3's ``DummyVecEnv``)
 by default, ``rlightning_pettingzoo.ParallelEnvGroup`` for
 :class:`rlightning_ray.pettingzoo.ParallelEnvRunner`.
@@ -107,6 +109,11 @@ class EnvRunner:
     #: The group a runner builds when ``env_group`` is not given.
     default_env_group: ClassVar[Callable[[Sequence[Callable[[], Any]]], Any]] = GymEnvGroup
 
+    #: Whether the runner resets its envs at a new resetting training run (:meth:`sample`'s
+    #: ``reset_run_id``). False for :class:`rlightning_ray.pettingzoo.ParallelEnvRunner`, whose
+    #: envs continue their episodes (docs/ray.md, "A new run").
+    resets_at_new_run: ClassVar[bool] = True
+
     def __init__(
         self,
         runner_id: str,
@@ -166,6 +173,10 @@ class EnvRunner:
         if policy is not None:  # built last: its seeding is not consumed by the envs
             self._local = LocalPolicy(policy, registry=registry, runner_id=runner_id)
         self._owner: str | None = None  # the token of the Collector it serves (claim)
+        #: The learner's resetting run the envs were last reset for (None: none seen yet).
+        self._reset_run: int | None = None
+        #: Whether the envs were stepped since their last reset (the constructor's included).
+        self._stepped = False
 
     def _actor_identity(self) -> tuple[bool, str]:
         """``(restarted, incarnation)`` of the Ray actor this runner lives in.
@@ -265,6 +276,7 @@ class EnvRunner:
         call_id: str | None = None,
         owner: str | None = None,
         latest: Any = None,
+        reset_run_id: int | None = None,
     ) -> Any:
         """Step every env ``n_steps`` times with the server's answers; return the finished steps.
 
@@ -292,6 +304,12 @@ class EnvRunner:
             latest: With ``owner``: the newest ``(version, [ObjectRef])`` that Collector
                 published (None: nothing yet), loaded if newer than the runner's (no registry
                 read).
+            reset_run_id: The learner's latest training run that reset its env
+                (:func:`rlightning_sb3.training_reset_run_id`), or None; in the local mode None
+                falls back to the ``reset_run_id`` of the :class:`~rlightning_sb3.ActingState`
+                loaded (:attr:`LocalPolicy.reset_run_id
+                <rlightning_ray.local.LocalPolicy.reset_run_id>`). See :meth:`_start_run`: a
+                new one resets every env before the first step, as SB3's ``_setup_learn``.
 
         Pipelined (``pipeline=True``): each half is its own stream. Both halves' step-0
         requests are sent (``.remote()``, not waited for); then, per step, for each half in
@@ -315,12 +333,22 @@ class EnvRunner:
                 the step; the cause is chained), the server failed this runner's request
                 (e.g. ``LockstepError`` in the deterministic mode), or ``owner`` is not the
                 newest Collector's over this runner.
+            TypeError: ``reset_run_id`` is neither an int nor None.
         """
         import ray
 
         if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps <= 0:
             raise ValueError(f"n_steps must be a positive int, got {n_steps!r}")
+        if reset_run_id is not None and (
+            isinstance(reset_run_id, bool) or not isinstance(reset_run_id, int)
+        ):
+            raise TypeError(
+                f"runner {self.runner_id!r}: reset_run_id must be an int (the learner's "
+                f"training_reset_run_id) or None, got {type(reset_run_id).__name__} "
+                f"{reset_run_id!r}"
+            )
         if len(self._slices) > 1:
+            self._start_run(reset_run_id)
             return self._sample_pipelined(n_steps, current_version, max_staleness, call_id)
         group = self._group
         local = self._local
@@ -330,6 +358,10 @@ class EnvRunner:
             else:
                 self._check_owner(owner)
                 local.refresh(latest)
+            if reset_run_id is None:
+                reset_run_id = local.reset_run_id
+        self._start_run(reset_run_id)
+        self._stepped = True
         stream = _Stream(self, group, self.env_ids, slice(0, len(self.env_ids)), n_steps)
         for t in range(n_steps):
             seen = group.observe()
@@ -369,6 +401,7 @@ class EnvRunner:
             sent = time.time_ns()
             return seen, sent, self._request(seen, half.env_ids, sent, t, call_id)
 
+        self._stepped = True
         in_flight = [send(half, 0) for half in halves]
         for t in range(n_steps):
             for h, half in enumerate(halves):
@@ -380,6 +413,55 @@ class EnvRunner:
         fragments = [half.fragment() for half in halves]
         self.restarted = False
         return fragments
+
+    def _start_run(self, reset_run_id: int | None) -> bool:
+        """Before a fragment's first step: reset every env where a new training run reset SB3's.
+
+        SB3's ``BaseAlgorithm._setup_learn`` (``common/base_class.py``) resets the model's VecEnv
+        when a run begins with ``reset_num_timesteps`` (or without a last observation):
+        ``DummyVecEnv.reset`` resets every env with the seeds it was given once (a second reset
+        has none; ``common/vec_env/dummy_vec_env.py``), each env's ``Monitor.reset`` forgets
+        the cut episode's rewards and ``VecMonitor.reset`` its return and length, and the next
+        step starts every episode (``_last_episode_starts`` all True). The runner does the same
+        here when ``reset_run_id`` is not None and is not the run it last saw: every env of
+        every group is reset unseeded (the constructor's reset used the seeds) and the next
+        observation's episode starts are all True, so the buffer's first row of the run is
+        SB3's. The cut episodes' open steps are dropped (no fragment holds them: a reset
+        happens only between fragments). Where the envs were not stepped since their last
+        reset (a new runner, or one Ray restarted) they are fresh, as SB3's env after that
+        reset: the run is only recorded, so that the first run does not reset them twice
+        (which would consume the seeds as ``DummyVecEnv`` never does). A runner whose class
+        has :attr:`resets_at_new_run` False changes nothing.
+
+        Args:
+            reset_run_id: The learner's latest resetting run
+                (:func:`rlightning_sb3.training_reset_run_id`), or None (nothing changes).
+
+        Returns:
+            Whether the envs were reset (mutated: the groups' envs, observations and episode
+            starts; the run recorded).
+
+        Raises:
+            ValueError, RuntimeError: an env's ``reset`` broke gymnasium's API or raised
+                (names the env and the runner; the cause chained).
+        """
+        if not self.resets_at_new_run or reset_run_id is None or reset_run_id == self._reset_run:
+            return False
+        self._reset_run = reset_run_id
+        if not self._stepped:
+            return False
+        for rows, group in zip(self._slices, self._groups, strict=True):
+            try:
+                group.reset([None] * group.num_envs)
+            except Exception as exc:
+                named = self._env_error(
+                    exc, "in its reset for a new training run", offset=rows.start or 0
+                )
+                if named is None:
+                    raise
+                raise named from exc.__cause__ or exc
+        self._stepped = False
+        return True
 
     def _request(
         self, seen: GroupObservation, env_ids: list[str], sent: int, t: int, call_id: str | None

@@ -38,6 +38,7 @@ try:
         finish_rollout,
         policy_weights,
         rollout_steps,
+        training_reset_run_id,
     )
     from rlightning_sb3.vec_env import ImageTranspose, image_transpose, unapplied_wrappers
 except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -187,7 +188,11 @@ def collect_rollout(
     ``collect_rollouts`` computes them from its ``lstm_states``). The model must have been
     prepared with :func:`rlightning_sb3.start_training` and built with a VecEnv of
     ``len(collector.env_ids)`` envs (its spaces and ``n_envs`` size the buffer; it is never
-    stepped here).
+    stepped here). The runners are sent :func:`rlightning_sb3.training_reset_run_id` of the
+    model: at the first call of a new run that reset the model's env (``start_training(...,
+    reset_num_timesteps=True)``) they reset theirs before the first step, as ``_setup_learn``
+    resets SB3's VecEnv, so the buffer's first row starts every episode
+    (:meth:`EnvRunner.sample <rlightning_ray.EnvRunner.sample>`).
     Image envs: where SB3 wrapped the model's env in ``VecTransposeImage``, the runners' raw
     ``HxWxC`` observations (and terminal observations) are transposed as that wrapper
     transposes them (:func:`rlightning_sb3.vec_env.image_transpose`), so that the buffer holds
@@ -221,7 +226,12 @@ def collect_rollout(
             f"the model has n_envs={model.n_envs} but the runners host {len(env_ids)} envs "
             f"{env_ids}: build the model with a VecEnv of {len(env_ids)} envs"
         )
-    fragments = collector.sample(model.n_steps, current_version, timeout_s=timeout_s)
+    fragments = collector.sample(
+        model.n_steps,
+        current_version,
+        timeout_s=timeout_s,
+        reset_run_id=training_reset_run_id(model),  # a new resetting run resets the envs
+    )
     transpose = image_transpose(model)
     responses: list[PolicyResponse] = []
     for t in range(model.n_steps):
@@ -283,6 +293,7 @@ def collect_replay(
     (docs/ray.md, "Action noise under dynamic batching").
     Image envs: observations, next observations and terminal observations are transposed as
     the model's ``VecTransposeImage`` transposes them (as :func:`collect_rollout`).
+    The runners reset their envs at a new resetting run, as in :func:`collect_rollout`.
 
     Train afterwards as ``OffPolicyAlgorithm.learn`` does: ``if model.num_timesteps >
     model.learning_starts: model.train(batch_size=model.batch_size,
@@ -327,7 +338,12 @@ def collect_replay(
             n_steps = rollout_steps(model)
         except ValueError as exc:
             raise ValueError(f"{exc} (n_steps of collect_replay: steps per env per call)") from exc
-    fragments = collector.sample(n_steps, current_version, timeout_s=timeout_s)
+    fragments = collector.sample(
+        n_steps,
+        current_version,
+        timeout_s=timeout_s,
+        reset_run_id=training_reset_run_id(model),  # a new resetting run resets the envs
+    )
     transpose = image_transpose(model)
     done = False
     for t in range(n_steps):
