@@ -46,9 +46,8 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import TrainFrequencyUnit
 from stable_baselines3.common.utils import should_collect_more_steps
 
-from rlightning.batch import reduce_in_band
 from rlightning.rules import check_count
-from rlightning_pettingzoo._columns import Transition
+from rlightning_pettingzoo._columns import OnePickle, Transition
 from rlightning_pettingzoo._noise import base_noise
 from rlightning_pettingzoo._sb3 import (
     adapter_for,
@@ -69,7 +68,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class RecordedReplay:
+class RecordedReplay(OnePickle):
     """One rollout of a :class:`ReplayRecorder`: its complete rows, in the order added.
 
     Attributes:
@@ -92,18 +91,6 @@ class RecordedReplay:
     n_copies: int
     stored: int
     agent_returns: dict[Any, list[float]]
-
-    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
-        """Pickle as one standard pickle (:func:`rlightning.batch.reduce_in_band`), for Ray.
-
-        A Ray PettingZoo runner returns this from an actor: Ray's cloudpickle would call a
-        Python hook for each of the rows' small objects; the standard pickler does not
-        (simple_spread, 2 copies x 64 steps, 111 kB: returned from an actor 14.5 ms against
-        21.8 ms). Every value loads as from any pickle; numpy arrays under 64 KiB load
-        writable with their own memory, larger ones read-only from Ray's object store; a row
-        the standard pickler cannot save falls back to the caller's pickler.
-        """
-        return reduce_in_band(self, self.__dict__.copy(), protocol)
 
 
 def check_replay_model(model: Any, caller: str, n_runners: int = 1) -> None:
