@@ -16,10 +16,15 @@ One run measures, on this machine and under its current load:
 * the batch size vs latency trade-off of the server's ``max_wait_us`` (4 runners x 2 envs);
 * the per-hop latency (p50/p99) of one run, plotted to ``docs/_static/ray/latency.png``.
 
+Each row's contenders are measured in ``--repeats`` interleaved rounds (every contender once per
+round, the order rotated by one place each round: :func:`interleaved`): the steps per second
+reported are medians over the rounds, and each ratio is the median of the ratios measured in the
+same round, so that a change of the machine's load between rounds moves both sides of a ratio.
+
 The results go to stdout and, with ``--write-docs``, into ``docs/ray.md`` between the
 ``bench-ray`` markers. ``tox -e bench-ray`` runs it.
 
-    python benchmarks/ray_bench.py --seconds 3 --write-docs
+    python benchmarks/ray_bench.py --seconds 3 --repeats 3 --write-docs
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import argparse
 import datetime
 import os
 import platform
+import statistics
 import time
 from collections.abc import Callable
 from functools import partial
@@ -268,9 +274,50 @@ def plot_latency(report: rlightning_ray.LatencyReport, title: str, out: Path) ->
     fig.savefig(out, dpi=100)
 
 
+def interleaved(
+    contenders: dict[str, Callable[[], Any]], repeats: int
+) -> tuple[dict[str, list[float]], dict[str, list[Any]]]:
+    """Measure every contender ``repeats`` times, interleaved, the order rotated each round.
+
+    Round ``r`` runs the contenders in their order rotated by ``r`` places, so that none is
+    always measured first (after the driver's idle time) or last. A contender returns steps per
+    second, or a :func:`bench_ours` dict (its ``rate`` kept; the rest in the second result).
+
+    Returns:
+        ``(rates, extras)``: per contender, its steps per second of each round in round order,
+        and the dict results of the contenders that return one.
+    """
+    keys = list(contenders)
+    rates: dict[str, list[float]] = {key: [] for key in keys}
+    extras: dict[str, list[Any]] = {}
+    for r in range(repeats):
+        for key in keys[r % len(keys) :] + keys[: r % len(keys)]:
+            result = contenders[key]()
+            if isinstance(result, dict):
+                extras.setdefault(key, []).append(result)
+                result = result["rate"]
+            rates[key].append(float(result))
+    return rates, extras
+
+
+def paired_ratio(rates: dict[str, list[float]], a: str, b: str) -> str:
+    """The median over the rounds of ``rates[a] / rates[b]`` measured in the same round.
+
+    Returns:
+        The ratio with two decimals, or ``"nan"`` when either contender was not measured.
+    """
+    if a not in rates or b not in rates:
+        return "nan"
+    paired = [x / y for x, y in zip(rates[a], rates[b], strict=True)]
+    return f"{statistics.median(paired):.2f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="interleaved rounds per configuration (medians)"
+    )
     parser.add_argument("--envs", type=int, default=8, help="total envs of every contender")
     parser.add_argument("--busy-ms", type=float, default=1.0)
     parser.add_argument("--runners", type=int, nargs="+", default=[1, 2, 4])
@@ -305,35 +352,50 @@ def main() -> None:
     rows: list[str] = []
     latency_run: tuple[Any, str] | None = None
     for name, (env_fn, rllib_name, chunk) in envs.items():
-        dummy = bench_vecenv(DummyVecEnv, env_fn, args.envs, args.seconds)
-        subproc = bench_vecenv(SubprocVecEnv, env_fn, args.envs, args.seconds)
-        print(f"{name}: DummyVecEnv {dummy:,.0f}/s, SubprocVecEnv {subproc:,.0f}/s", flush=True)
         for n_runners in args.runners:
             k = args.envs // n_runners
-            ours = bench_ours(env_fn, n_runners, k, args.seconds, chunk=chunk)
-            piped = bench_ours(env_fn, n_runners, k, args.seconds, chunk=chunk, pipeline=True)
-            local = bench_local(env_fn, n_runners, k, args.seconds, chunk=chunk)
-            floor = bench_floor(env_fn, n_runners, k, args.seconds, chunk=chunk)
-            rllib = float("nan")
+            contenders: dict[str, Callable[[], Any]] = {
+                "dummy": partial(bench_vecenv, DummyVecEnv, env_fn, args.envs, args.seconds),
+                "subproc": partial(bench_vecenv, SubprocVecEnv, env_fn, args.envs, args.seconds),
+                "server": partial(bench_ours, env_fn, n_runners, k, args.seconds, chunk=chunk),
+                "pipelined": partial(
+                    bench_ours, env_fn, n_runners, k, args.seconds, chunk=chunk, pipeline=True
+                ),
+                "local": partial(bench_local, env_fn, n_runners, k, args.seconds, chunk=chunk),
+                "floor": partial(bench_floor, env_fn, n_runners, k, args.seconds, chunk=chunk),
+            }
             if rllib_reason is None:
-                rllib = bench_rllib(rllib_name, n_runners, k, args.seconds, chunk)
+                contenders["rllib"] = partial(
+                    bench_rllib, rllib_name, n_runners, k, args.seconds, chunk
+                )
+            rates, reports = interleaved(contenders, args.repeats)
+            med = {key: statistics.median(values) for key, values in rates.items()}
+            med.setdefault("rllib", float("nan"))
+
+            ratio = partial(paired_ratio, rates)
+
             print(
-                f"{name}: {n_runners} runners x {k}: ours {ours['rate']:,.0f}/s "
-                f"(mean batch {ours['batch']:.1f} rows), pipelined {piped['rate']:,.0f}/s "
-                f"(mean batch {piped['batch']:.1f} rows), local {local:,.0f}/s, "
-                f"floor {floor:,.0f}/s, "
-                f"RLlib {rllib:,.0f}/s",
+                f"{name}: {n_runners} runners x {k}: "
+                + ", ".join(
+                    f"{key} {statistics.median(v):,.0f}/s ({' '.join(f'{x:,.0f}' for x in v)})"
+                    for key, v in rates.items()
+                ),
                 flush=True,
             )
             rows.append(
-                f"| {name} | {n_runners} x {k} | {ours['rate']:,.0f} | {piped['rate']:,.0f} | "
-                f"{local:,.0f} | {floor:,.0f} | {dummy:,.0f} | {subproc:,.0f} | {rllib:,.0f} | "
-                f"{ours['rate'] / subproc:.2f} | {piped['rate'] / subproc:.2f} | "
-                f"{piped['rate'] / ours['rate']:.2f} | {local / subproc:.2f} | "
-                f"{local / dummy:.2f} | {local / rllib:.2f} | {local / floor:.2f} |"
+                f"| {name} | {n_runners} x {k} | {med['server']:,.0f} | {med['pipelined']:,.0f} | "
+                f"{med['local']:,.0f} | {med['floor']:,.0f} | {med['dummy']:,.0f} | "
+                f"{med['subproc']:,.0f} | {med['rllib']:,.0f} | "
+                f"{ratio('server', 'subproc')} | {ratio('pipelined', 'subproc')} | "
+                f"{ratio('pipelined', 'server')} | {ratio('local', 'subproc')} | "
+                f"{ratio('local', 'dummy')} | {ratio('local', 'rllib')} | "
+                f"{ratio('local', 'floor')} |"
             )
             if n_runners == 2 and name == "CartPole-v1":
-                latency_run = (ours["report"], f"{name}, {n_runners} runners x {k} envs")
+                latency_run = (
+                    reports["server"][-1]["report"],
+                    f"{name}, {n_runners} runners x {k} envs",
+                )
     waits: list[str] = []
     k = max(args.envs // 4, 1)
     for wait in args.max_wait_us:
@@ -351,7 +413,10 @@ def main() -> None:
         f"Measured {when} on {platform.machine()} with {os.cpu_count()} CPU cores "
         f"(`{platform.processor() or platform.platform()}`), load average "
         f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min) at the start; "
-        f"{args.seconds:g} s per measurement; {args.envs} envs in total everywhere."
+        f"{args.seconds:g} s per measurement; {args.envs} envs in total everywhere; "
+        f"{args.repeats} interleaved rounds per row (each round measures every contender, "
+        "the order rotated by one each round): steps/s are medians over the rounds, each ratio "
+        "the median over the rounds of the ratio measured in the same round."
     )
     table = "\n".join(
         [
