@@ -60,10 +60,11 @@ def test_agents_that_leave_or_join_are_answered_only_while_live(
     assert frag.terminations[4][0] == {"a2": False, "a3": True}
     assert frag.terminations[5][1] == {"a2": True}
     # a shared rollout needs every agent at every step (one VecEnv slot per agent): refused
-    # before the buffer changes; the runner is at step 2 of its second episode (a0 has left)
+    # before the buffer changes. The model's first run resets the envs (as SB3's _setup_learn
+    # resets its VecEnv): the rollout starts a new episode, whose step 1 has a3 joining
     model = helpers.spread_slots_ppo(6)
     start_training(model, 1_000)
-    message = "env 'env-0' at step 0 has live agents ['a1', 'a2', 'a3']"
+    message = "env 'env-0' at step 1 has live agents ['a0', 'a1', 'a2', 'a3']"
     with pytest.raises(ValueError, match=re.escape(message)):
         collect_shared_rollout(model, rlightning_ray.Collector([runner]), ["a0", "a1", "a2"])
     assert model.num_timesteps == 0

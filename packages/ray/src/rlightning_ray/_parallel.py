@@ -30,14 +30,12 @@ class ParallelEnvRunner(EnvRunner):
     (live agents are ``env.agents``, actions through ``to_parallel_actions``, masks as
     ``find_action_mask`` finds them, an env with no agent left reset at once, copies of every
     observation kept); everything else -- stamps, answer checks, restarts, ``describe``,
-    ``ping`` -- is :class:`~rlightning_ray.EnvRunner`'s. Same constructor (start it with
+    ``ping``, and the reset of every env before the first step of a new resetting training run
+    (``EnvRunner.sample``'s ``reset_run_id``, which ``collect_shared_rollout`` sends; unseeded,
+    as SB3's ``_setup_learn`` resets a VecEnv of slots) -- is :class:`~rlightning_ray.EnvRunner`'s.
+    Same constructor (start it with
     ``start_runners(..., runner_class=ParallelEnvRunner)``); ``sample`` returns a
     :class:`~rlightning_pettingzoo.ParallelFragment`.
     """
 
     default_env_group: ClassVar[Callable[[Sequence[Callable[[], Any]]], Any]] = ParallelEnvGroup
-
-    #: PettingZoo envs continue their episodes at a new training run here (docs/ray.md, "A new
-    #: run"): the reset of :meth:`EnvRunner.sample <rlightning_ray.EnvRunner.sample>` is the
-    #: gymnasium runners'.
-    resets_at_new_run: ClassVar[bool] = False

@@ -38,7 +38,12 @@ try:
 
     from pettingzoo import ParallelEnv
     from rlightning_pettingzoo import ParallelFragment, SharedPolicyAdapter
-    from rlightning_sb3 import add_rollout_step, finish_rollout, set_acting_seed
+    from rlightning_sb3 import (
+        add_rollout_step,
+        finish_rollout,
+        set_acting_seed,
+        training_reset_run_id,
+    )
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "rlightning_ray.pettingzoo needs the [pettingzoo] extra: "
@@ -182,7 +187,11 @@ def collect_shared_rollout(
     ``terminal_observation`` and ``TimeLimit.truncated = truncated and not terminated``, as
     SB3's ``DummyVecEnv`` sets them, so truncated episodes are bootstrapped with the critic's
     value of that observation. Run the server with ``SharedBatchPolicy(...,
-    deterministic=False)`` (the default) so that the actions are sampled, as in training.
+    deterministic=False)`` (the default) so that the actions are sampled, as in training. At a
+    new training run begun with ``start_training(..., reset_num_timesteps=True)`` the runners
+    reset every env before the first step (the model's
+    :func:`rlightning_sb3.training_reset_run_id`, sent with the request), as SB3's
+    ``_setup_learn`` resets its VecEnv; with ``False`` the episodes continue.
 
     Args:
         model: The shared on-policy model (PPO, A2C), prepared with
@@ -217,7 +226,12 @@ def collect_shared_rollout(
             f"{len(agents)} agents make {len(slots)} slots: build the model with a VecEnv of "
             f"{len(slots)} envs"
         )
-    fragments: list[Any] = collector.sample(model.n_steps, current_version, timeout_s=timeout_s)
+    fragments: list[Any] = collector.sample(
+        model.n_steps,
+        current_version,
+        timeout_s=timeout_s,
+        reset_run_id=training_reset_run_id(model),
+    )
     for frag in fragments:
         if not isinstance(frag, ParallelFragment):
             raise TypeError(
