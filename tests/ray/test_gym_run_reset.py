@@ -8,7 +8,9 @@ runners ``training_reset_run_id(model)`` (and a local runner also reads it from 
 one, and records the first one it sees without resetting (its envs are fresh: a second reset
 would not be SB3's seeded one). The oracle: SB3's own ``_setup_learn`` + ``collect_rollouts``
 over ``make_vec_env(k, seed=s)``, run by run (``reset_num_timesteps`` True, False, True), every
-rollout buffer array equal exactly, and the episodes ``Monitor`` reported.
+rollout buffer array equal exactly, and the episodes ``Monitor`` reported (the pipelined server
+mode acts with the policy's mode on both sides: what the envs returned exactly, the values of
+other batch sizes allclose).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import ray
 from stable_baselines3.common.utils import set_random_seed
 
 import rlightning_ray
-from rlightning_ray.sb3 import SB3BatchPolicy, acting_state, collect_rollout
+from rlightning_ray.sb3 import SB3BatchPolicy, acting_state, collect_rollout, policy_weights
 from rlightning_sb3 import start_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
@@ -107,6 +109,67 @@ def test_server_mode_runners_reset_their_envs_at_a_resetting_run_as_learn(
         for runner in collector.runners:
             ray.kill(runner)
         ray.kill(server)
+
+
+def test_pipelined_runners_reset_both_halves_at_a_resetting_run_as_learn(
+    local_ray: None, helpers: ModuleType
+) -> None:
+    """The pipelined server mode (halves of 2 and 1 envs) over runs True, False, True.
+
+    The server batches the halves dynamically, so both sides act with the mode of the policy
+    (``explore=False`` there, SB3's ``forward(..., deterministic=True)`` here, as
+    tests/ray/test_pipelined.py): observations, actions and episode starts must be SB3's exactly
+    (the same envs, seeds, resets and actions); values, log-probs and what is computed from them
+    come from batches of other sizes than SB3's (allclose).
+    """
+    n_runners, k, seed = 2, 3, 7
+    make_model = partial(helpers.make_ppo, n_runners * k, N_STEPS, seed, LIMIT)
+    model, reference = make_model(), make_model()
+    reference.policy.forward = partial(
+        type(reference.policy).forward, reference.policy, deterministic=True
+    )
+    server, registry = rlightning_ray.start_server(
+        partial(SB3BatchPolicy, make_model, explore=False),
+        max_batch=n_runners * k,
+        max_wait_us=300,
+        num_cpus=0.5,
+    )
+    runners = rlightning_ray.start_runners(
+        partial(helpers.monitored_cartpole, LIMIT),
+        server,
+        n_runners=n_runners,
+        envs_per_runner=k,
+        seed=seed,
+        num_cpus=0.5,
+        pipeline=True,
+    )
+    collector = rlightning_ray.Collector(runners, timeout_s=120)
+    assert collector.pipelined
+    total = N_STEPS * model.n_envs
+    try:
+        for run, reset in enumerate(RUNS):
+            _, callback = reference._setup_learn(total, callback=None, reset_num_timesteps=reset)
+            callback.on_training_start(locals(), globals())
+            helpers.sb3_collect(reference, callback, N_STEPS)
+            start_training(model, total, reset_num_timesteps=reset)
+            rlightning_ray.publish_weights(server, registry, run, policy_weights(model))
+            collect_rollout(model, collector, current_version=run)
+            ours, theirs = model.rollout_buffer, reference.rollout_buffer
+            for name in FIELDS:
+                mine, sb3 = getattr(ours, name), getattr(theirs, name)
+                if name in ("observations", "actions", "episode_starts"):
+                    np.testing.assert_array_equal(mine, sb3, err_msg=f"run {run}: {name}")
+                else:
+                    np.testing.assert_allclose(
+                        mine, sb3, rtol=1e-5, atol=1e-6, err_msg=f"run {run}: {name}"
+                    )
+            assert model.num_timesteps == reference.num_timesteps
+            assert helpers.episodes(model) == helpers.episodes(reference), f"run {run}"
+            first = theirs.episode_starts[0]
+            assert first.all() if reset else not first.all(), (run, first)
+    finally:
+        for actor in [*runners, server, registry]:
+            ray.kill(actor)
 
 
 def test_a_reset_run_id_that_is_no_int_is_refused_before_sampling(
