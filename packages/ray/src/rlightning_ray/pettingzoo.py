@@ -191,7 +191,10 @@ def collect_shared_rollout(
     new training run begun with ``start_training(..., reset_num_timesteps=True)`` the runners
     reset every env before the first step (the model's
     :func:`rlightning_sb3.training_reset_run_id`, sent with the request), as SB3's
-    ``_setup_learn`` resets its VecEnv; with ``False`` the episodes continue.
+    ``_setup_learn`` resets its VecEnv; with ``False`` the episodes continue. No finished
+    episode is reported (the infos hold no ``"episode"``): ``model.ep_info_buffer`` stays
+    empty, where ``learn()`` over a ``VecMonitor`` of the slots fills it
+    (:class:`RaySharedRolloutCollector` reports episodes per agent).
 
     Args:
         model: The shared on-policy model (PPO, A2C), prepared with

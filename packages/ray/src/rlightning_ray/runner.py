@@ -110,8 +110,8 @@ class EnvRunner:
     default_env_group: ClassVar[Callable[[Sequence[Callable[[], Any]]], Any]] = GymEnvGroup
 
     #: Whether the runner resets its envs at a new resetting training run (:meth:`sample`'s
-    #: ``reset_run_id``). False for :class:`rlightning_ray.pettingzoo.ParallelEnvRunner`, whose
-    #: envs continue their episodes (docs/ray.md, "A new run").
+    #: ``reset_run_id``; docs/ray.md, "A new run"). True for every runner class here, including
+    #: :class:`rlightning_ray.pettingzoo.ParallelEnvRunner`; a subclass may set it False.
     resets_at_new_run: ClassVar[bool] = True
 
     def __init__(
@@ -347,39 +347,47 @@ class EnvRunner:
                 f"training_reset_run_id) or None, got {type(reset_run_id).__name__} "
                 f"{reset_run_id!r}"
             )
-        if len(self._slices) > 1:
-            self._start_run(reset_run_id)
-            return self._sample_pipelined(n_steps, current_version, max_staleness, call_id)
-        group = self._group
-        local = self._local
-        if local is not None:
-            if owner is None:
-                local.refresh()
-            else:
-                self._check_owner(owner)
-                local.refresh(latest)
-            if reset_run_id is None:
-                reset_run_id = local.reset_run_id
-        self._start_run(reset_run_id)
-        self._stepped = True
-        stream = _Stream(self, group, self.env_ids, slice(0, len(self.env_ids)), n_steps)
-        for t in range(n_steps):
-            seen = group.observe()
-            sent = time.time_ns()
+        # a call that fails after stepping delivers no fragment: the run it began is not
+        # recorded, so the next call (the run's first delivered rollout) resets again, as SB3's
+        # run starts every episode; one refused before any step keeps the run recorded
+        previous_run = self._reset_run
+        try:
+            if len(self._slices) > 1:
+                self._start_run(reset_run_id)
+                return self._sample_pipelined(n_steps, current_version, max_staleness, call_id)
+            group = self._group
+            local = self._local
             if local is not None:
-                answer = local.act(
-                    seen.observation,
-                    self.env_ids,
-                    seen.episode_start,
-                    sent,
-                    action_masks=seen.action_masks,
-                )
-            else:
-                answer = ray.get(self._request(seen, self.env_ids, sent, t, call_id))
-            stream.take(t, seen, answer, sent, time.time_ns(), current_version, max_staleness)
-        frag = stream.fragment()
-        self.restarted = False  # the next fragment continues this one's episodes
-        return frag
+                if owner is None:
+                    local.refresh()
+                else:
+                    self._check_owner(owner)
+                    local.refresh(latest)
+                if reset_run_id is None:
+                    reset_run_id = local.reset_run_id
+            self._start_run(reset_run_id)
+            stream = _Stream(self, group, self.env_ids, slice(0, len(self.env_ids)), n_steps)
+            for t in range(n_steps):
+                seen = group.observe()
+                sent = time.time_ns()
+                if local is not None:
+                    answer = local.act(
+                        seen.observation,
+                        self.env_ids,
+                        seen.episode_start,
+                        sent,
+                        action_masks=seen.action_masks,
+                    )
+                else:
+                    answer = ray.get(self._request(seen, self.env_ids, sent, t, call_id))
+                stream.take(t, seen, answer, sent, time.time_ns(), current_version, max_staleness)
+            frag = stream.fragment()
+            self.restarted = False  # the next fragment continues this one's episodes
+            return frag
+        except BaseException:
+            if self._stepped:
+                self._reset_run = previous_run
+            raise
 
     def _sample_pipelined(
         self,
@@ -401,7 +409,6 @@ class EnvRunner:
             sent = time.time_ns()
             return seen, sent, self._request(seen, half.env_ids, sent, t, call_id)
 
-        self._stepped = True
         in_flight = [send(half, 0) for half in halves]
         for t in range(n_steps):
             for h, half in enumerate(halves):
@@ -423,7 +430,7 @@ class EnvRunner:
         has none; ``common/vec_env/dummy_vec_env.py``), each env's ``Monitor.reset`` forgets
         the cut episode's rewards and ``VecMonitor.reset`` its return and length, and the next
         step starts every episode (``_last_episode_starts`` all True). The runner does the same
-        here when ``reset_run_id`` is not None and is not the run it last saw: every env of
+        here when ``reset_run_id`` is not None and newer than the run it last saw: every env of
         every group is reset unseeded (the constructor's reset used the seeds) and the next
         observation's episode starts are all True, so the buffer's first row of the run is
         SB3's. The cut episodes' open steps are dropped (no fragment holds them: a reset
@@ -445,7 +452,15 @@ class EnvRunner:
             ValueError, RuntimeError: an env's ``reset`` broke gymnasium's API or raised
                 (names the env and the runner; the cause chained).
         """
-        if not self.resets_at_new_run or reset_run_id is None or reset_run_id == self._reset_run:
+        if (
+            not self.resets_at_new_run
+            or reset_run_id is None
+            # Run ids are start_training's start_time (ns, strictly increasing per model): an
+            # older id than the one recorded is another learner's earlier run (two models
+            # sharing the runners), not a new run; resetting on it would cut every episode at
+            # every alternation.
+            or (self._reset_run is not None and reset_run_id <= self._reset_run)
+        ):
             return False
         self._reset_run = reset_run_id
         if not self._stepped:
@@ -703,6 +718,7 @@ class _Stream:
             max_staleness=max_staleness,
         )
         hops = runner._hops(answer, sent, received, self.env_ids)
+        runner._stepped = True  # set where an env steps: a call refused before keeps them fresh
         try:
             self.records.append(self.group.step(answer))
         except Exception as exc:
