@@ -431,6 +431,63 @@ def sb3_collect(reference: Any, callback: Any, n_steps: int) -> Any:
     )
 
 
+def runs_against_learn(
+    model: Any,
+    reference: Any,
+    runs: tuple[bool, ...],
+    n_steps: int,
+    collect: Callable[[int], Any],
+    *,
+    exact: tuple[str, ...],
+    close: tuple[str, ...] = (),
+    atol: float = 1e-6,
+    compare_episodes: bool = False,
+    check_first_row: bool = True,
+) -> None:
+    """Training runs of ``model`` through the runners against SB3's own, run by run.
+
+    For each ``reset_num_timesteps`` of ``runs``: SB3's ``_setup_learn`` + one
+    ``collect_rollouts`` of ``reference`` (as ``learn()`` begins a run), then
+    ``start_training(model, ...)`` and ``collect(run)`` (publish and collect through the
+    runners); then every rollout buffer array named in ``exact`` equal and in ``close`` allclose
+    (``rtol=1e-5``, ``atol``), ``num_timesteps`` equal, the episodes too with
+    ``compare_episodes``, and, with ``check_first_row``, the first row starting every episode
+    exactly at a resetting run (a case whose rollouts end at episode ends starts them anyway).
+    """
+    from rlightning_sb3 import start_training
+
+    total = n_steps * model.n_envs
+    for run, reset in enumerate(runs):
+        _, callback = reference._setup_learn(total, callback=None, reset_num_timesteps=reset)
+        callback.on_training_start(locals(), globals())
+        sb3_collect(reference, callback, n_steps)
+        start_training(model, total, reset_num_timesteps=reset)
+        collect(run)
+        ours, theirs = model.rollout_buffer, reference.rollout_buffer
+        for name in exact:
+            np.testing.assert_array_equal(
+                getattr(ours, name),
+                getattr(theirs, name),
+                err_msg=f"run {run}: {name}",
+                strict=True,
+            )
+        for name in close:
+            np.testing.assert_allclose(
+                getattr(ours, name),
+                getattr(theirs, name),
+                rtol=1e-5,
+                atol=atol,
+                err_msg=f"run {run}: {name}",
+            )
+        assert model.num_timesteps == reference.num_timesteps, run
+        if compare_episodes:
+            assert episodes(model) == episodes(reference), f"run {run}"
+        if check_first_row:
+            first = theirs.episode_starts[0]
+            # a resetting run starts every episode; a continuing one goes on mid-episode
+            assert first.all() if reset else not first.all(), (run, first)
+
+
 def ordered_collector(
     make_model: Callable[[], Any],
     env_fn: Callable[[], Any],

@@ -19,14 +19,12 @@ from functools import partial
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
-import numpy as np
 import pytest
 import ray
 from stable_baselines3.common.utils import set_random_seed
 
 import rlightning_ray
 from rlightning_ray.sb3 import SB3BatchPolicy, acting_state, collect_rollout, policy_weights
-from rlightning_sb3 import start_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
 
@@ -38,27 +36,14 @@ N_STEPS, LIMIT, RNG_SEED = 10, 12, 321
 
 def _runs(helpers: ModuleType, model: Any, reference: Any, publish: Any, collector: Any) -> None:
     """One rollout per run of RUNS both ways; every buffer array and the episodes compared."""
-    total = N_STEPS * model.n_envs
-    for run, reset in enumerate(RUNS):
-        _, callback = reference._setup_learn(total, callback=None, reset_num_timesteps=reset)
-        callback.on_training_start(locals(), globals())
-        helpers.sb3_collect(reference, callback, N_STEPS)
-        start_training(model, total, reset_num_timesteps=reset)
+
+    def collect(run: int) -> None:
         version = publish(run, acting_state(model))
         collect_rollout(model, collector, current_version=version)
-        ours, theirs = model.rollout_buffer, reference.rollout_buffer
-        for name in FIELDS:
-            np.testing.assert_array_equal(
-                getattr(ours, name),
-                getattr(theirs, name),
-                err_msg=f"run {run}: {name}",
-                strict=True,
-            )
-        assert model.num_timesteps == reference.num_timesteps
-        assert helpers.episodes(model) == helpers.episodes(reference), f"run {run}"
-        first = theirs.episode_starts[0]
-        # a resetting run starts every episode; the continuing one goes on mid-episode
-        assert first.all() if reset else not first.all(), (run, first)
+
+    helpers.runs_against_learn(
+        model, reference, RUNS, N_STEPS, collect, exact=FIELDS, compare_episodes=True
+    )
 
 
 def test_a_local_runner_resets_its_envs_at_a_resetting_run_as_learn(
@@ -145,28 +130,23 @@ def test_pipelined_runners_reset_both_halves_at_a_resetting_run_as_learn(
     )
     collector = rlightning_ray.Collector(runners, timeout_s=120)
     assert collector.pipelined
-    total = N_STEPS * model.n_envs
+
+    def collect(run: int) -> None:
+        rlightning_ray.publish_weights(server, registry, run, policy_weights(model))
+        collect_rollout(model, collector, current_version=run)
+
+    exact = ("observations", "actions", "episode_starts")
     try:
-        for run, reset in enumerate(RUNS):
-            _, callback = reference._setup_learn(total, callback=None, reset_num_timesteps=reset)
-            callback.on_training_start(locals(), globals())
-            helpers.sb3_collect(reference, callback, N_STEPS)
-            start_training(model, total, reset_num_timesteps=reset)
-            rlightning_ray.publish_weights(server, registry, run, policy_weights(model))
-            collect_rollout(model, collector, current_version=run)
-            ours, theirs = model.rollout_buffer, reference.rollout_buffer
-            for name in FIELDS:
-                mine, sb3 = getattr(ours, name), getattr(theirs, name)
-                if name in ("observations", "actions", "episode_starts"):
-                    np.testing.assert_array_equal(mine, sb3, err_msg=f"run {run}: {name}")
-                else:
-                    np.testing.assert_allclose(
-                        mine, sb3, rtol=1e-5, atol=1e-6, err_msg=f"run {run}: {name}"
-                    )
-            assert model.num_timesteps == reference.num_timesteps
-            assert helpers.episodes(model) == helpers.episodes(reference), f"run {run}"
-            first = theirs.episode_starts[0]
-            assert first.all() if reset else not first.all(), (run, first)
+        helpers.runs_against_learn(
+            model,
+            reference,
+            RUNS,
+            N_STEPS,
+            collect,
+            exact=exact,
+            close=tuple(name for name in FIELDS if name not in exact),
+            compare_episodes=True,
+        )
     finally:
         for actor in [*runners, server, registry]:
             ray.kill(actor)

@@ -18,7 +18,6 @@ from __future__ import annotations
 from functools import partial
 from types import ModuleType
 
-import numpy as np
 import pytest
 import ray
 from benchmarks.agents_vec_env import AgentsVecEnv
@@ -29,7 +28,6 @@ from stable_baselines3.common.vec_env import VecMonitor
 import rlightning_ray
 from rlightning_ray.pettingzoo import ParallelEnvRunner, SharedBatchPolicy, collect_shared_rollout
 from rlightning_ray.sb3 import policy_weights
-from rlightning_sb3 import start_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
 
@@ -79,32 +77,15 @@ def test_parallel_env_runners_reset_their_envs_at_a_resetting_run_as_learn(
         runner_class=ParallelEnvRunner,
     )
     collector = rlightning_ray.Collector(runners, timeout_s=120)
-    total = N_STEPS * len(AGENTS)
+
+    def collect(run: int) -> None:
+        rlightning_ray.publish_weights(server, registry, run, policy_weights(model))
+        collect_shared_rollout(model, collector, AGENTS, current_version=run)
+
     try:
-        for run, reset in enumerate(RUNS):
-            _, callback = reference._setup_learn(total, callback=None, reset_num_timesteps=reset)
-            callback.on_training_start(locals(), globals())
-            helpers.sb3_collect(reference, callback, N_STEPS)
-            start_training(model, total, reset_num_timesteps=reset)
-            rlightning_ray.publish_weights(server, registry, run, policy_weights(model))
-            collect_shared_rollout(model, collector, AGENTS, current_version=run)
-            ours, theirs = model.rollout_buffer, reference.rollout_buffer
-            for name in EXACT:
-                np.testing.assert_array_equal(
-                    getattr(ours, name), getattr(theirs, name), err_msg=f"run {run}: {name}"
-                )
-            for name in CLOSE:
-                np.testing.assert_allclose(
-                    getattr(ours, name),
-                    getattr(theirs, name),
-                    rtol=1e-5,
-                    atol=1e-6,
-                    err_msg=f"run {run}: {name}",
-                )
-            assert model.num_timesteps == reference.num_timesteps, run
-            first = theirs.episode_starts[0]
-            # a resetting run starts every episode; the continuing one goes on mid-episode
-            assert first.all() if reset else not first.any(), (run, first)
+        helpers.runs_against_learn(
+            model, reference, RUNS, N_STEPS, collect, exact=EXACT, close=CLOSE
+        )
     finally:
         for actor in [*runners, server, registry]:
             ray.kill(actor)

@@ -18,7 +18,6 @@ from __future__ import annotations
 from functools import partial
 from types import ModuleType
 
-import numpy as np
 import pytest
 import ray
 from benchmarks.agents_vec_env import AgentsVecEnv
@@ -88,29 +87,24 @@ def test_two_runners_reset_as_learn(
         runner_class=ParallelEnvRunner,
     )
     collector = rlightning_ray.Collector(runners, timeout_s=120)
+
+    def collect(run: int) -> None:
+        rlightning_ray.publish_weights(server, registry, run, policy_weights(model))
+        collect_shared_rollout(model, collector, AGENTS, current_version=run)
+
     try:
-        for run, reset in enumerate(runs):
-            total = n_steps * n_slots
-            _, callback = reference._setup_learn(total, callback=None, reset_num_timesteps=reset)
-            callback.on_training_start(locals(), globals())
-            helpers.sb3_collect(reference, callback, n_steps)
-            start_training(model, total, reset_num_timesteps=reset)
-            rlightning_ray.publish_weights(server, registry, run, policy_weights(model))
-            collect_shared_rollout(model, collector, AGENTS, current_version=run)
-            ours, theirs = model.rollout_buffer, reference.rollout_buffer
-            for name in EXACT:
-                np.testing.assert_array_equal(
-                    getattr(ours, name), getattr(theirs, name), err_msg=f"run {run}: {name}"
-                )
-            for name in CLOSE:
-                np.testing.assert_allclose(
-                    getattr(ours, name),
-                    getattr(theirs, name),
-                    rtol=1e-5,
-                    atol=1e-5,
-                    err_msg=f"run {run}: {name}",
-                )
-            assert model.num_timesteps == reference.num_timesteps, run
+        # rollouts that end at episode ends start every episode at a continuing run too
+        helpers.runs_against_learn(
+            model,
+            reference,
+            runs,
+            n_steps,
+            collect,
+            exact=EXACT,
+            close=CLOSE,
+            atol=1e-5,
+            check_first_row=False,
+        )
     finally:
         for actor in [*runners, server, registry]:
             ray.kill(actor)
@@ -279,21 +273,15 @@ def test_local_mode_parallel_runners_reset_as_learn(local_ray: None, helpers: Mo
         runner_class=ParallelEnvRunner,
     )
     collector = rlightning_ray.Collector(runners, timeout_s=120)
+
+    def collect(run: int) -> None:
+        collector.publish(run, policy_weights(model))
+        collect_shared_rollout(model, collector, AGENTS, current_version=run)
+
     try:
-        for run, reset in enumerate((True, False, True)):
-            total = n_steps * n_slots
-            _, callback = reference._setup_learn(total, callback=None, reset_num_timesteps=reset)
-            callback.on_training_start(locals(), globals())
-            helpers.sb3_collect(reference, callback, n_steps)
-            start_training(model, total, reset_num_timesteps=reset)
-            collector.publish(run, policy_weights(model))
-            collect_shared_rollout(model, collector, AGENTS, current_version=run)
-            for name in EXACT:
-                np.testing.assert_array_equal(
-                    getattr(model.rollout_buffer, name),
-                    getattr(reference.rollout_buffer, name),
-                    err_msg=f"run {run}: {name}",
-                )
+        helpers.runs_against_learn(
+            model, reference, (True, False, True), n_steps, collect, exact=EXACT
+        )
     finally:
         for actor in runners:
             ray.kill(actor)
