@@ -457,6 +457,7 @@ def runs_against_learn(
     from rlightning_sb3 import start_training
 
     total = n_steps * model.n_envs
+    compared = 0
     for run, reset in enumerate(runs):
         _, callback = reference._setup_learn(total, callback=None, reset_num_timesteps=reset)
         callback.on_training_start(locals(), globals())
@@ -482,10 +483,12 @@ def runs_against_learn(
         assert model.num_timesteps == reference.num_timesteps, run
         if compare_episodes:
             assert episodes(model) == episodes(reference), f"run {run}"
+            compared += len(episodes(reference))
         if check_first_row:
             first = theirs.episode_starts[0]
             # a resetting run starts every episode; a continuing one goes on mid-episode
             assert first.all() if reset else not first.all(), (run, first)
+    assert compared or not compare_episodes, "no episode ended: the comparison compared nothing"
 
 
 def ordered_collector(

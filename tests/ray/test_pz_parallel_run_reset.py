@@ -84,7 +84,14 @@ def test_parallel_env_runners_reset_their_envs_at_a_resetting_run_as_learn(
 
     try:
         helpers.runs_against_learn(
-            model, reference, RUNS, N_STEPS, collect, exact=EXACT, close=CLOSE
+            model,
+            reference,
+            RUNS,
+            N_STEPS,
+            collect,
+            exact=EXACT,
+            close=CLOSE,
+            compare_episodes=True,
         )
     finally:
         for actor in [*runners, server, registry]:

@@ -10,7 +10,7 @@ local mode, the cases the review found: two models sharing one Collector must no
 other's episodes (a run id older than the one recorded is not a new run), a runner restarted
 around a resetting run resets once, and a first call of a resetting run that fails after
 stepping leaves the run unrecorded, so the next call (the run's first delivered rollout) resets.
-``collect_shared_rollout`` reports no episodes to ``ep_info_buffer`` (docs/ray.md): not compared.
+The episodes ``collect_shared_rollout`` reports (``VecMonitor``'s, per slot) are compared too.
 """
 
 from __future__ import annotations
@@ -103,6 +103,7 @@ def test_two_runners_reset_as_learn(
             exact=EXACT,
             close=CLOSE,
             atol=1e-5,
+            compare_episodes=True,
             check_first_row=False,
         )
     finally:
@@ -280,7 +281,13 @@ def test_local_mode_parallel_runners_reset_as_learn(local_ray: None, helpers: Mo
 
     try:
         helpers.runs_against_learn(
-            model, reference, (True, False, True), n_steps, collect, exact=EXACT
+            model,
+            reference,
+            (True, False, True),
+            n_steps,
+            collect,
+            exact=EXACT,
+            compare_episodes=True,
         )
     finally:
         for actor in runners:

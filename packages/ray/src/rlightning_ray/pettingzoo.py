@@ -16,6 +16,8 @@ shared model's ``RolloutBuffer`` from the runners, one row per agent and env ste
 
 from __future__ import annotations
 
+import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -191,10 +193,14 @@ def collect_shared_rollout(
     new training run begun with ``start_training(..., reset_num_timesteps=True)`` the runners
     reset every env before the first step (the model's
     :func:`rlightning_sb3.training_reset_run_id`, sent with the request), as SB3's
-    ``_setup_learn`` resets its VecEnv; with ``False`` the episodes continue. No finished
-    episode is reported (the infos hold no ``"episode"``): ``model.ep_info_buffer`` stays
-    empty, where ``learn()`` over a ``VecMonitor`` of the slots fills it
-    (:class:`RaySharedRolloutCollector` reports episodes per agent).
+    ``_setup_learn`` resets its VecEnv; with ``False`` the episodes continue. Finished
+    episodes are reported as SB3's ``VecMonitor`` over the slots reports them
+    (``common/vec_env/vec_monitor.py``): each slot's return (float32, summed step by step) and
+    length since its env's episode start, in ``info["episode"]`` (``"r"``, ``"l"``, ``"t"``:
+    seconds since the collector's first call) of the step that ends it, so that
+    ``model.ep_info_buffer`` and ``rollout/ep_rew_mean`` are ``learn()``'s. The running sums
+    are kept per collector and env between calls; an episode cut by a reset (a new resetting
+    run, a restarted runner) is dropped, as ``VecMonitor.reset`` drops it.
 
     Args:
         model: The shared on-policy model (PPO, A2C), prepared with
@@ -247,6 +253,7 @@ def collect_shared_rollout(
             _check_agents(frag.last_observations[i], agents, env_id, model.n_steps)
     # a MaskablePPO's buffer stores each row's mask (sb3-contrib's MaskableRolloutBuffer)
     maskable = hasattr(model.rollout_buffer, "action_masks")
+    monitor = _monitor(collector, len(agents))
     for t in range(model.n_steps):
         # what the slots' env.step returned (reset where done): the callback's new_obs and the
         # model's _last_obs, as collect_rollouts keeps them
@@ -266,7 +273,10 @@ def collect_shared_rollout(
                 answer = frag.answers[t][i]
                 final = frag.final_observations[t][i]
                 done = bool(frag.resets[t, i])
-                for agent in agents:
+                finished = monitor.step(
+                    env_id, bool(frag.episode_starts[t, i]), frag.rewards[t][i], agents, done
+                )
+                for j, agent in enumerate(agents):
                     extra: dict[str, Any] = {}
                     if maskable:  # the mask this agent was answered with, in SB3's flat form
                         found = getattr(answer, "action_mask", None)
@@ -290,7 +300,7 @@ def collect_shared_rollout(
                     )
                     rewards.append(float(frag.rewards[t][i][agent]))
                     dones.append(done)
-                    info: dict[str, Any] = {}
+                    info: dict[str, Any] = {} if finished is None else {"episode": finished[j]}
                     if done and final is not None and agent in final:
                         info["terminal_observation"] = _terminal_observation(final[agent])
                         info["TimeLimit.truncated"] = bool(
@@ -312,6 +322,64 @@ def collect_shared_rollout(
     last_dones = [bool(done) for f in fragments for done in f.last_resets for _ in agents]
     finish_rollout(model, last, np.asarray(last_dones, dtype=bool), env_ids=slots)
     return fragments
+
+
+class _SlotMonitor:
+    """``VecMonitor``'s counters for the slots of a collector's envs, kept between calls.
+
+    Follows stable_baselines3's ``common/vec_env/vec_monitor.py``: per slot a float32 return
+    (``episode_returns += rewards``, the rewards as the buffer's float32) and a length, reported
+    as ``{"r", "l", "t"}`` at the step that ends the episode and zeroed there; zeroed also at an
+    episode start (what ``VecMonitor.reset`` does at a reset, which the runner's envs signal
+    with the step's episode start).
+    """
+
+    def __init__(self, n_agents: int) -> None:
+        self.n_agents = n_agents
+        self.start = time.time()
+        self.returns: dict[str, np.ndarray] = {}
+        self.lengths: dict[str, int] = {}
+
+    def step(
+        self,
+        env_id: str,
+        episode_start: bool,
+        rewards: dict[Any, Any],
+        agents: list[Any],
+        done: bool,
+    ) -> list[dict[str, Any]] | None:
+        """Add one env step's rewards; the slots' episode infos when it ends the episode.
+
+        Returns:
+            One ``{"r": np.float32, "l": int, "t": float}`` per agent (in ``agents`` order)
+            when ``done``, else None. Mutates the env's counters.
+        """
+        if episode_start or env_id not in self.returns:
+            self.returns[env_id] = np.zeros(self.n_agents, dtype=np.float32)
+            self.lengths[env_id] = 0
+        step = np.asarray([rewards[agent] for agent in agents], dtype=np.float32)
+        self.returns[env_id] += step
+        self.lengths[env_id] += 1
+        if not done:
+            return None
+        elapsed = round(time.time() - self.start, 6)
+        length = self.lengths[env_id]
+        finished = [{"r": r, "l": length, "t": elapsed} for r in self.returns[env_id]]
+        self.returns[env_id] = np.zeros(self.n_agents, dtype=np.float32)
+        self.lengths[env_id] = 0
+        return finished
+
+
+#: Per collector (weakly held), its envs' episode counters (:func:`collect_shared_rollout`)
+_MONITORS: weakref.WeakKeyDictionary[Collector, _SlotMonitor] = weakref.WeakKeyDictionary()
+
+
+def _monitor(collector: Collector, n_agents: int) -> _SlotMonitor:
+    """The collector's :class:`_SlotMonitor` (a new one for a new agent count)."""
+    monitor = _MONITORS.get(collector)
+    if monitor is None or monitor.n_agents != n_agents:
+        monitor = _MONITORS[collector] = _SlotMonitor(n_agents)
+    return monitor
 
 
 def _slot_observations(steps: list[list[dict[Any, Any]]], agents: list[Any]) -> Any:
