@@ -309,7 +309,9 @@ class EnvRunner:
                 falls back to the ``reset_run_id`` of the :class:`~rlightning_sb3.ActingState`
                 loaded (:attr:`LocalPolicy.reset_run_id
                 <rlightning_ray.local.LocalPolicy.reset_run_id>`). See :meth:`_start_run`: a
-                new one resets every env before the first step, as SB3's ``_setup_learn``.
+                newer one than the runner recorded resets every env before the first step, as
+                SB3's ``_setup_learn``. A call that stepped an env and then raised leaves the
+                run unrecorded (no fragment of it was delivered), so the next call resets again.
 
         Pipelined (``pipeline=True``): each half is its own stream. Both halves' step-0
         requests are sent (``.remote()``, not waited for); then, per step, for each half in
